@@ -1,0 +1,98 @@
+// Engine: needlework's DeepSeek-V4 inference engine, the API the worker calls.
+//
+// An Engine owns one loaded model (config, tokenizer, weights) on one backend. Generate() runs a
+// prompt through prefill and greedy step decode, optionally capturing indexer probes.
+// Thread-safety: an Engine is used by one thread at a time (one engine per worker slot); Load()
+// is safe to call concurrently for different engines.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "engine/checkpoint/config.h"
+#include "engine/precision.h"
+
+namespace nw {
+
+class Tokenizer;
+
+/// Engine semantic version: bump it whenever outputs of any backend may change. It is part of
+/// every job key, so results from an older engine are never reused for a newer one.
+inline constexpr const char* kEngineVersion = "nw-engine-0.1.0";
+
+enum class KvLayout {
+  kContiguous,  // one buffer per layer per request
+  kPaged,       // pages of 64 entries addressed through a block table
+};
+
+struct EngineOptions {
+  std::string backend = "cpu";  // "cpu" (contiguous KV) or "cpu-paged" (paged KV, chunked
+                                // prefill through the paged indexer path)
+};
+
+/// What to capture from the indexer for one request.
+struct ProbeRequest {
+  int64_t needle_begin = 0;  // token range of the needle in the prompt, [begin, end)
+  int64_t needle_end = 0;
+  int64_t query_begin = 0;   // probe every query position t in [query_begin, prompt_len) and
+                             // every decode step
+  bool keep_topk_sets = false;  // also return the selected entry ids per position
+};
+
+/// Probe output for one indexer layer (a ratio-4 layer).
+struct IndexerProbe {
+  int layer = 0;                     // layer id
+  std::vector<int64_t> positions;    // query positions probed
+  std::vector<int32_t> needle_rank;  // per position: best (0-based) rank among the visible
+                                     // compressed entries that cover the needle; -1 if none
+                                     // is visible yet
+  std::vector<uint8_t> in_topk;      // per position: 1 if any needle entry was selected
+  std::vector<int32_t> num_visible;  // per position: visible compressed entries
+  std::vector<int32_t> topk_sets;    // positions.size() * topk entry ids (-1 padded), if asked
+  int topk = 0;
+};
+
+struct GenerateRequest {
+  std::vector<int32_t> prompt;
+  int max_new_tokens = 16;
+  std::vector<int32_t> stop_tokens;  // generation ends after emitting one of these
+  int index_topk = 0;                // 0 = the model's index_topk
+  PrecisionProfile precision;
+  std::optional<ProbeRequest> probe;
+};
+
+struct GenerateResult {
+  std::vector<int32_t> tokens;  // generated tokens (the stop token included if hit)
+  bool stopped = false;         // ended on a stop token (else: max_new_tokens reached)
+  double prefill_ms = 0;
+  double decode_ms = 0;
+  std::vector<IndexerProbe> probes;
+};
+
+class Engine {
+ public:
+  virtual ~Engine() = default;
+  virtual const ModelConfig& config() const = 0;
+  virtual const Tokenizer& tokenizer() const = 0;
+  virtual std::string backend() const = 0;
+  /// Device description for result rows ("cpu", "NVIDIA H200").
+  virtual std::string device() const = 0;
+  /// sha256 digests of the weights files, tokenizer.json and config.json, combined.
+  virtual const std::string& model_digest() const = 0;
+  virtual Result<GenerateResult> Generate(const GenerateRequest& request) = 0;
+};
+
+/// Loads DIR (config.json, model.safetensors or an index, tokenizer.json) on a backend.
+Result<std::unique_ptr<Engine>> LoadEngine(const std::filesystem::path& model_dir,
+                                           const EngineOptions& options);
+
+/// Backends this build can run ("cpu", "cpu-paged", and "cuda", "cuda-paged" with CUDA).
+std::vector<std::string> AvailableBackends();
+
+}  // namespace nw

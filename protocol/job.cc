@@ -1,0 +1,201 @@
+#include "protocol/job.h"
+
+#include <cstring>
+
+#include "common/sha256.h"
+
+namespace nw {
+namespace {
+
+using json = nlohmann::json;
+
+// Reads a required field with a clear error ("job.topk: missing" / "must be integer").
+template <typename T>
+Status Field(const json& j, const char* key, T* out, const char* what) {
+  auto it = j.find(key);
+  if (it == j.end()) return Status::InvalidArgument(std::string(what) + "." + key + ": missing");
+  try {
+    *out = it->template get<T>();
+  } catch (const json::exception& e) {
+    return Status::InvalidArgument(std::string(what) + "." + key + ": wrong type (" + e.what() +
+                                   ")");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+json JobSpec::ToJson() const {
+  return json{{"model_dir", model_dir},
+              {"model_digest", model_digest},
+              {"engine_version", engine_version},
+              {"task", task},
+              {"haystack", haystack},
+              {"context_length", context_length},
+              {"needle_position", needle_position},
+              {"topk", topk},
+              {"precision", precision.ToJson()},
+              {"backend", backend},
+              {"seed", seed},
+              {"trial", trial},
+              {"max_new_tokens", max_new_tokens},
+              {"probe", probe}};
+}
+
+Result<JobSpec> JobSpec::FromJson(const json& j) {
+  if (!j.is_object()) return Status::InvalidArgument("job: must be an object");
+  JobSpec s;
+  NW_RETURN_IF_ERROR(Field(j, "model_dir", &s.model_dir, "job"));
+  NW_RETURN_IF_ERROR(Field(j, "model_digest", &s.model_digest, "job"));
+  NW_RETURN_IF_ERROR(Field(j, "engine_version", &s.engine_version, "job"));
+  NW_RETURN_IF_ERROR(Field(j, "task", &s.task, "job"));
+  NW_RETURN_IF_ERROR(Field(j, "haystack", &s.haystack, "job"));
+  NW_RETURN_IF_ERROR(Field(j, "context_length", &s.context_length, "job"));
+  NW_RETURN_IF_ERROR(Field(j, "needle_position", &s.needle_position, "job"));
+  NW_RETURN_IF_ERROR(Field(j, "topk", &s.topk, "job"));
+  NW_RETURN_IF_ERROR(Field(j, "backend", &s.backend, "job"));
+  NW_RETURN_IF_ERROR(Field(j, "seed", &s.seed, "job"));
+  NW_RETURN_IF_ERROR(Field(j, "trial", &s.trial, "job"));
+  NW_RETURN_IF_ERROR(Field(j, "max_new_tokens", &s.max_new_tokens, "job"));
+  NW_RETURN_IF_ERROR(Field(j, "probe", &s.probe, "job"));
+  auto it = j.find("precision");
+  if (it == j.end()) return Status::InvalidArgument("job.precision: missing");
+  auto p = PrecisionProfile::FromJson(*it);
+  if (!p.ok()) return p.status().WithContext("job.precision");
+  s.precision = *p;
+  return s;
+}
+
+std::string JobSpec::Key() const {
+  json j = ToJson();
+  j.erase("model_dir");
+  json keyed{{"v", kJobSchemaVersion}, {"job", j}};
+  return Sha256Hex(keyed.dump());
+}
+
+uint64_t JobSpec::HaystackSeed() const {
+  const std::string k = Key();
+  uint64_t h = 0;
+  for (int i = 0; i < 16; ++i) {
+    const char c = k[static_cast<size_t>(i)];
+    h = (h << 4) | static_cast<uint64_t>(c <= '9' ? c - '0' : c - 'a' + 10);
+  }
+  return h;
+}
+
+std::string_view OutcomeName(Outcome o) {
+  switch (o) {
+    case Outcome::kPass:
+      return "pass";
+    case Outcome::kMiss:
+      return "miss";
+    case Outcome::kTruncated:
+      return "truncated";
+    case Outcome::kEmpty:
+      return "empty";
+    case Outcome::kEngineError:
+      return "engine_error";
+    case Outcome::kTimeout:
+      return "timeout";
+  }
+  return "engine_error";
+}
+
+Result<Outcome> ParseOutcome(std::string_view name) {
+  for (Outcome o : {Outcome::kPass, Outcome::kMiss, Outcome::kTruncated, Outcome::kEmpty,
+                    Outcome::kEngineError, Outcome::kTimeout}) {
+    if (OutcomeName(o) == name) return o;
+  }
+  return Status::InvalidArgument("unknown outcome '" + std::string(name) + "'");
+}
+
+namespace {
+
+json ProbeToJson(const ProbeSummary& p) {
+  return json{{"layer", p.layer},
+              {"positions", p.positions},
+              {"needle_rank_min", p.needle_rank_min},
+              {"needle_rank_median", p.needle_rank_median},
+              {"in_topk_fraction", p.in_topk_fraction},
+              {"in_topk_last", p.in_topk_last},
+              {"topk", p.topk},
+              {"ranks", p.ranks},
+              {"topk_last", p.topk_last}};
+}
+
+Result<ProbeSummary> ProbeFromJson(const json& j) {
+  if (!j.is_object()) return Status::InvalidArgument("result.probes[]: must be an object");
+  ProbeSummary p;
+  NW_RETURN_IF_ERROR(Field(j, "layer", &p.layer, "probe"));
+  NW_RETURN_IF_ERROR(Field(j, "positions", &p.positions, "probe"));
+  NW_RETURN_IF_ERROR(Field(j, "needle_rank_min", &p.needle_rank_min, "probe"));
+  NW_RETURN_IF_ERROR(Field(j, "needle_rank_median", &p.needle_rank_median, "probe"));
+  NW_RETURN_IF_ERROR(Field(j, "in_topk_fraction", &p.in_topk_fraction, "probe"));
+  NW_RETURN_IF_ERROR(Field(j, "in_topk_last", &p.in_topk_last, "probe"));
+  NW_RETURN_IF_ERROR(Field(j, "topk", &p.topk, "probe"));
+  NW_RETURN_IF_ERROR(Field(j, "ranks", &p.ranks, "probe"));
+  NW_RETURN_IF_ERROR(Field(j, "topk_last", &p.topk_last, "probe"));
+  return p;
+}
+
+}  // namespace
+
+json JobResult::ToJson() const {
+  json probes_j = json::array();
+  for (const auto& p : probes) probes_j.push_back(ProbeToJson(p));
+  return json{{"job_key", job_key},
+              {"attempt", attempt},
+              {"outcome", OutcomeName(outcome)},
+              {"generated_text", generated_text},
+              {"expected", expected},
+              {"needle_token_offset", needle_token_offset},
+              {"prompt_hash", prompt_hash},
+              {"prompt_tokens", prompt_tokens},
+              {"generated_tokens", generated_tokens},
+              {"prefill_ms", prefill_ms},
+              {"decode_ms", decode_ms},
+              {"total_ms", total_ms},
+              {"worker_id", worker_id},
+              {"device", device},
+              {"engine_version", engine_version},
+              {"error_code", error_code},
+              {"error_message", error_message},
+              {"retryable", retryable},
+              {"probes", probes_j}};
+}
+
+Result<JobResult> JobResult::FromJson(const json& j) {
+  if (!j.is_object()) return Status::InvalidArgument("result: must be an object");
+  JobResult r;
+  std::string outcome;
+  NW_RETURN_IF_ERROR(Field(j, "job_key", &r.job_key, "result"));
+  NW_RETURN_IF_ERROR(Field(j, "attempt", &r.attempt, "result"));
+  NW_RETURN_IF_ERROR(Field(j, "outcome", &outcome, "result"));
+  NW_ASSIGN_OR_RETURN(r.outcome, ParseOutcome(outcome));
+  NW_RETURN_IF_ERROR(Field(j, "generated_text", &r.generated_text, "result"));
+  NW_RETURN_IF_ERROR(Field(j, "expected", &r.expected, "result"));
+  NW_RETURN_IF_ERROR(Field(j, "needle_token_offset", &r.needle_token_offset, "result"));
+  NW_RETURN_IF_ERROR(Field(j, "prompt_hash", &r.prompt_hash, "result"));
+  NW_RETURN_IF_ERROR(Field(j, "prompt_tokens", &r.prompt_tokens, "result"));
+  NW_RETURN_IF_ERROR(Field(j, "generated_tokens", &r.generated_tokens, "result"));
+  NW_RETURN_IF_ERROR(Field(j, "prefill_ms", &r.prefill_ms, "result"));
+  NW_RETURN_IF_ERROR(Field(j, "decode_ms", &r.decode_ms, "result"));
+  NW_RETURN_IF_ERROR(Field(j, "total_ms", &r.total_ms, "result"));
+  NW_RETURN_IF_ERROR(Field(j, "worker_id", &r.worker_id, "result"));
+  NW_RETURN_IF_ERROR(Field(j, "device", &r.device, "result"));
+  NW_RETURN_IF_ERROR(Field(j, "engine_version", &r.engine_version, "result"));
+  NW_RETURN_IF_ERROR(Field(j, "error_code", &r.error_code, "result"));
+  NW_RETURN_IF_ERROR(Field(j, "error_message", &r.error_message, "result"));
+  NW_RETURN_IF_ERROR(Field(j, "retryable", &r.retryable, "result"));
+  auto it = j.find("probes");
+  if (it == j.end() || !it->is_array()) {
+    return Status::InvalidArgument("result.probes: missing or not an array");
+  }
+  for (const auto& pj : *it) {
+    NW_ASSIGN_OR_RETURN(ProbeSummary p, ProbeFromJson(pj));
+    r.probes.push_back(std::move(p));
+  }
+  return r;
+}
+
+}  // namespace nw

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Installs the Debian packages needlework builds with, if any are missing. Idempotent: a machine
+# that has them all runs no apt command. Needs root or sudo only when something is missing.
+set -euo pipefail
+pkgs=(build-essential cmake ninja-build pkg-config git
+      libzmq3-dev cppzmq-dev libsodium-dev libsqlite3-dev sqlite3 libyaml-cpp-dev libboost-dev
+      nlohmann-json3-dev libcli11-dev googletest libgtest-dev libgmock-dev)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "setup: all ${#pkgs[@]} packages present"
+  exit 0
+fi
+echo "setup: installing ${missing[*]}"
+SUDO=""
+[ "$(id -u)" -ne 0 ] && SUDO="sudo"
+$SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -q
+$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
