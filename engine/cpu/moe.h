@@ -4,6 +4,19 @@
 // experts (gate <= lim, |up| <= lim), plus the unclamped shared expert.
 // Spec: deepseek-v4-attention.md §2.8, checkpoint.md §2.5; DeepSeek's reference Gate / Expert /
 // MoE. Thread-safety: pure functions.
+//
+// Exact semantics (all fp32, as the reference):
+//   s = score_func(W_g x)                   sqrt(softplus) | softmax over E | sigmoid
+//   hash layer (layer_id < n_hash_layers):  experts = tid2eid[token_id, 0..k)   (no bias)
+//   otherwise:  experts = top-k of s + gate_bias, in descending order; ties go to the lowest
+//               expert id (torch.topk leaves ties unspecified; this makes the oracle
+//               deterministic). An empty gate_bias counts as zero.
+//   weights = s[experts] (the unbiased scores); for non-softmax score funcs weights /=
+//   sum(weights); then weights *= route_scale. expert(x) = w2(silu(g) * u) with g = w1 x, u = w3 x;
+//   routed experts first clamp u to [-lim, lim] and g to at most lim (lim = swiglu_limit > 0; g has
+//   no lower bound); the routing weight multiplies silu(g) * u before w2, as the reference does.
+//   out = sum over routed experts in ascending expert id of weight * expert(x), then + shared(x)
+//   (the shared expert is never clamped).
 #pragma once
 
 #include <cstdint>
@@ -19,7 +32,9 @@ struct MoeRouting {
   std::vector<float> weights;    // [n_activated_experts], after renormalisation and route_scale
 };
 
-/// Routing only (exposed for tests and probes).
+/// Routing only (exposed for tests and probes). Preconditions: x has cfg.dim values; on hash
+/// layers 0 <= token_id < vocab and tid2eid holds vocab * n_activated_experts ids in [0, E)
+/// (checked: std::out_of_range otherwise).
 MoeRouting MoeRoute(const ModelConfig& cfg, const FfnWeights& w, int layer_id, const float* x,
                     int32_t token_id);
 /// out[D] = shared(x) + sum_k weight_k * expert_k(x); x is the ffn_norm output ([D]).

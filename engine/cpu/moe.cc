@@ -1,0 +1,121 @@
+#include "engine/cpu/moe.h"
+
+#include <algorithm>
+#include <cassert>
+#include <cmath>
+#include <numeric>
+
+#include "kernels/cpu/activations.h"
+#include "kernels/cpu/ops.h"
+
+namespace nw::cpu {
+namespace {
+
+// Gate scores s = score_func(W_g x), [E].
+std::vector<float> GateScores(const ModelConfig& cfg, const FfnWeights& w, const float* x) {
+  const int64_t num_experts = cfg.n_routed_experts;
+  assert(w.gate.numel() == num_experts * cfg.dim);
+  std::vector<float> s(static_cast<size_t>(num_experts));
+  Linear(x, 1, cfg.dim, w.gate.ptr(), num_experts, s.data());
+  switch (cfg.score_func) {
+    case ScoreFunc::kSoftmax:
+      SoftmaxInPlace(s.data(), num_experts);
+      break;
+    case ScoreFunc::kSigmoid:
+      for (float& v : s) v = Sigmoid(v);
+      break;
+    case ScoreFunc::kSqrtSoftplus:
+      for (float& v : s) v = std::sqrt(Softplus(v));
+      break;
+  }
+  return s;
+}
+
+// The k largest of `key`, in descending order; equal keys go to the lowest index.
+std::vector<int32_t> TopK(const std::vector<float>& key, int k) {
+  std::vector<int32_t> idx(key.size());
+  std::iota(idx.begin(), idx.end(), 0);
+  assert(k >= 0 && static_cast<size_t>(k) <= idx.size());
+  std::partial_sort(idx.begin(), idx.begin() + k, idx.end(), [&key](int32_t a, int32_t b) {
+    return key[a] > key[b] || (key[a] == key[b] && a < b);
+  });
+  idx.resize(static_cast<size_t>(k));
+  return idx;
+}
+
+// Adds w2(weight * silu(g) * u) to out ([D]), where g = w1 x and u = w3 x, clamped when
+// swiglu_limit > 0 (Expert.forward). `weight` is 1 for the shared expert.
+void AddExpert(const ModelConfig& cfg, const ExpertWeights& e, const float* x, float weight,
+               float swiglu_limit, float* out) {
+  const int64_t dim = cfg.dim;
+  const int64_t inter = cfg.moe_inter_dim;
+  assert(e.w1.numel() == inter * dim && e.w3.numel() == inter * dim && e.w2.numel() == dim * inter);
+  std::vector<float> gate(static_cast<size_t>(inter));
+  std::vector<float> up(static_cast<size_t>(inter));
+  Linear(x, 1, dim, e.w1.ptr(), inter, gate.data());
+  Linear(x, 1, dim, e.w3.ptr(), inter, up.data());
+  std::vector<float>& hidden = gate;  // silu(g) * u, computed in place
+  for (int64_t i = 0; i < inter; ++i) {
+    float g = gate[i];
+    float u = up[i];
+    if (swiglu_limit > 0) {
+      u = std::clamp(u, -swiglu_limit, swiglu_limit);
+      g = std::min(g, swiglu_limit);
+    }
+    hidden[i] = weight * (Silu(g) * u);
+  }
+  std::vector<float> y(static_cast<size_t>(dim));
+  Linear(hidden.data(), 1, inter, e.w2.ptr(), dim, y.data());
+  for (int64_t d = 0; d < dim; ++d) out[d] += y[d];
+}
+
+}  // namespace
+
+MoeRouting MoeRoute(const ModelConfig& cfg, const FfnWeights& w, int layer_id, const float* x,
+                    int32_t token_id) {
+  const std::vector<float> scores = GateScores(cfg, w, x);
+  const int k = cfg.n_activated_experts;
+
+  MoeRouting r;
+  if (cfg.is_hash_layer(layer_id)) {
+    const auto row = static_cast<size_t>(token_id) * static_cast<size_t>(k);
+    for (int s = 0; s < k; ++s) r.experts.push_back(w.tid2eid.at(row + static_cast<size_t>(s)));
+  } else {
+    std::vector<float> biased = scores;
+    if (!w.gate_bias.empty()) {
+      assert(w.gate_bias.numel() == cfg.n_routed_experts);
+      for (size_t e = 0; e < biased.size(); ++e) biased[e] += w.gate_bias.data[e];
+    }
+    r.experts = TopK(biased, k);
+  }
+
+  for (int32_t e : r.experts) r.weights.push_back(scores.at(static_cast<size_t>(e)));
+  if (cfg.score_func != ScoreFunc::kSoftmax) {
+    float sum = 0.0f;
+    for (float v : r.weights) sum += v;
+    for (float& v : r.weights) v /= sum;
+  }
+  const auto route_scale = static_cast<float>(cfg.route_scale);
+  for (float& v : r.weights) v *= route_scale;
+  return r;
+}
+
+void MoeForward(const ModelConfig& cfg, const FfnWeights& w, int layer_id, const float* x,
+                int32_t token_id, float* out) {
+  const MoeRouting r = MoeRoute(cfg, w, layer_id, x, token_id);
+  // The reference accumulates the routed experts in ascending expert id, then adds the shared one.
+  std::vector<size_t> order(r.experts.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::stable_sort(order.begin(), order.end(),
+                   [&r](size_t a, size_t b) { return r.experts[a] < r.experts[b]; });
+
+  std::fill(out, out + cfg.dim, 0.0f);
+  const auto limit = static_cast<float>(cfg.swiglu_limit);
+  for (size_t s : order) {
+    const ExpertWeights& e = w.experts.at(static_cast<size_t>(r.experts[s]));
+    AddExpert(cfg, e, x, r.weights[s], limit, out);
+  }
+  AddExpert(cfg, w.shared, x, 1.0f, /*swiglu_limit=*/0.0f, out);
+}
+
+}  // namespace nw::cpu
