@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/status.h"
@@ -20,16 +21,16 @@ enum class ScoreFunc { kSoftmax, kSigmoid, kSqrtSoftplus };
 
 struct ModelConfig {
   int vocab_size = 0;
-  int dim = 0;                  // D (hidden_size)
-  int n_layers = 0;             // main blocks
-  int n_mtp_layers = 1;         // loaded and ignored
-  int n_heads = 0;              // H query heads; one shared KV head
-  int head_dim = 0;             // d = nope + rope
-  int rope_head_dim = 0;        // r: trailing dims with interleaved RoPE
+  int dim = 0;            // D (hidden_size)
+  int n_layers = 0;       // main blocks
+  int n_mtp_layers = 1;   // loaded and ignored
+  int n_heads = 0;        // H query heads; one shared KV head
+  int head_dim = 0;       // d = nope + rope
+  int rope_head_dim = 0;  // r: trailing dims with interleaved RoPE
   int q_lora_rank = 0;
   int o_groups = 0;
   int o_lora_rank = 0;
-  int window_size = 0;          // sliding window (128 in V4)
+  int window_size = 0;               // sliding window (128 in V4)
   std::vector<int> compress_ratios;  // n_layers + n_mtp_layers entries, each 0, 4 or 128
   double rope_theta = 0;             // ratio-0 layers, no YaRN
   double compress_rope_theta = 0;    // compressed layers and their indexer, with YaRN
@@ -64,10 +65,21 @@ struct ModelConfig {
   /// Checks every structural rule (ratios in {0,4,128}, H % o_groups == 0, (d-r) % 64 == 0, ...).
   Status Validate() const;
   /// HF-keyed config.json content (model_type deepseek_v4, architectures, num_key_value_heads 1).
+  /// rope_scaling is written only when YaRN is on (original_seq_len > 0); bos/eos only when set.
   nlohmann::json ToHfJson() const;
+
+  friend bool operator==(const ModelConfig&, const ModelConfig&) = default;
 };
 
-/// Parses a config object; `source` names the file in error messages.
+/// "softmax", "sigmoid" or "sqrtsoftplus".
+std::string_view ScoreFuncName(ScoreFunc f);
+
+/// Parses a config object; `source` names the file in error messages. The key style is taken
+/// from the object: HF when it has hidden_size, num_hidden_layers, model_type or architectures,
+/// else ModelArgs. Either name of a field is accepted in both styles (both present must agree).
+/// HF configs need max_position_embeddings; ModelArgs configs take it from max_seq_len. YaRN is
+/// off when HF rope_scaling is absent/null or ModelArgs original_seq_len is 0. Known HF-only and
+/// runtime keys are accepted and ignored; any other key is an error. Ends with Validate().
 Result<ModelConfig> ParseModelConfig(const nlohmann::json& j, const std::string& source);
 /// Reads and parses DIR/config.json or a config file path.
 Result<ModelConfig> LoadModelConfig(const std::filesystem::path& path);

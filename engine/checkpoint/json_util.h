@@ -1,0 +1,28 @@
+// Strict JSON parsing for checkpoint metadata (config.json, safetensors headers, index files).
+//
+// nlohmann::json silently keeps the last of duplicate keys; the checkpoint formats forbid them,
+// so ParseJsonStrict rejects a duplicate key at any nesting depth. Exceptions never escape.
+// Thread-safety: pure functions.
+#pragma once
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+
+#include "common/status.h"
+
+namespace nw {
+
+/// Parses `text` as JSON. Malformed JSON, invalid UTF-8 and duplicate object keys are
+/// Corruption errors whose message starts with `source`.
+Result<nlohmann::json> ParseJsonStrict(std::string_view text, const std::string& source);
+
+/// Reads a whole file (NotFound if absent, IoError on read failure).
+Result<std::string> ReadFileToString(const std::filesystem::path& path);
+
+/// Writes `contents` to `path` through a temporary file in the same folder and a rename, so a
+/// reader never sees a half-written file.
+Status WriteFileAtomically(const std::filesystem::path& path, std::string_view contents);
+
+}  // namespace nw
