@@ -16,8 +16,8 @@
 //   the input's sign; -0 -> 0x80.
 // - e2m1: sign in bit 3, magnitudes {0, .5, 1, 1.5, 2, 3, 4, 6}; round to nearest even (ties go
 //   to the even code: 0.25->0, 0.75->1, 1.25->1, 1.75->2, 2.5->2, 3.5->4, 5->4), saturating at 6.
-//   e2m1 has no NaN: a NaN input encodes as the signed maximum (+-6); the block quantizers make a
-//   NaN block come out NaN through its NaN scale instead.
+//   e2m1 has no NaN: a NaN input encodes as +6 (code 0x7), like CUDA's cvt to e2m1; the block
+//   quantizers make a NaN block come out NaN through its NaN scale instead.
 // - ue8m0 (torch float8_e8m0fnu): 2^(byte-127), byte 0xFF = NaN, no sign, no zero.
 // - Power-of-two block scale: 2^ceil(log2(amax/qmax)) with amax floored at qmax*2^-126, the
 //   ceil taken exactly from the fp32 bits of amax/qmax (DeepSeek's fast_log2_ceil), so a power of
@@ -127,11 +127,11 @@ inline NW_HD float DecodeE4M3(uint8_t b) {
 }
 
 // ---- e2m1 ---------------------------------------------------------------------------------------
-/// 4-bit code (bit 3 = sign): round to nearest even, saturating at +-6; NaN -> +-6 (see above).
+/// 4-bit code (bit 3 = sign): round to nearest even, saturating at +-6; NaN -> 0x7 (+6).
 inline NW_HD uint8_t EncodeE2M1(float x) {
   const uint32_t u = FloatBits(x);
   const uint32_t sign = (u >> 28) & 0x8u;
-  if (IsNanBits(u)) return static_cast<uint8_t>(sign | 0x7u);
+  if (IsNanBits(u)) return 0x7u;
   return static_cast<uint8_t>(sign | EncodeMagnitudeRne<1, 0, 0x7u>(u & 0x7FFFFFFFu));
 }
 
