@@ -1,0 +1,396 @@
+#include "protocol/messages.h"
+
+#include <cstdio>
+#include <limits>
+#include <type_traits>
+#include <utility>
+
+namespace nw {
+namespace {
+
+using json = nlohmann::json;
+
+// A field reader that names "<MESSAGE>.<path>" in every error and is strict about types
+// (nlohmann would silently turn 1.5 into 1 or true into 1).
+class Reader {
+ public:
+  Reader(const json& obj, std::string where) : obj_(obj), where_(std::move(where)) {}
+
+  const json* Find(const char* key, Status* st) const {
+    auto it = obj_.find(key);
+    if (it == obj_.end()) {
+      *st = Status::InvalidArgument(Path(key) + ": missing");
+      return nullptr;
+    }
+    return &*it;
+  }
+
+  Status String(const char* key, std::string* out, size_t min_len, size_t max_len) const {
+    Status st;
+    const json* v = Find(key, &st);
+    if (v == nullptr) return st;
+    if (!v->is_string()) return Status::InvalidArgument(Path(key) + ": must be a string");
+    const auto& s = v->get_ref<const std::string&>();
+    if (s.size() < min_len || s.size() > max_len) {
+      return Status::InvalidArgument(Path(key) + ": length " + std::to_string(s.size()) +
+                                     " outside [" + std::to_string(min_len) + ", " +
+                                     std::to_string(max_len) + "]");
+    }
+    *out = s;
+    return Status::Ok();
+  }
+
+  template <typename Int>
+  Status Integer(const char* key, Int* out, int64_t min, int64_t max) const {
+    static_assert(std::is_integral_v<Int>);
+    Status st;
+    const json* v = Find(key, &st);
+    if (v == nullptr) return st;
+    if (!v->is_number_integer()) return Status::InvalidArgument(Path(key) + ": must be an integer");
+    if (v->is_number_unsigned() &&
+        v->get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+      return Status::InvalidArgument(Path(key) + ": out of range");
+    }
+    const int64_t x = v->get<int64_t>();
+    if (x < min || x > max) {
+      return Status::InvalidArgument(Path(key) + ": " + std::to_string(x) + " outside [" +
+                                     std::to_string(min) + ", " + std::to_string(max) + "]");
+    }
+    *out = static_cast<Int>(x);
+    return Status::Ok();
+  }
+
+  Status Bool(const char* key, bool* out) const {
+    Status st;
+    const json* v = Find(key, &st);
+    if (v == nullptr) return st;
+    if (!v->is_boolean()) return Status::InvalidArgument(Path(key) + ": must be a boolean");
+    *out = v->get<bool>();
+    return Status::Ok();
+  }
+
+  Status Object(const char* key, const json** out) const {
+    Status st;
+    const json* v = Find(key, &st);
+    if (v == nullptr) return st;
+    if (!v->is_object()) return Status::InvalidArgument(Path(key) + ": must be an object");
+    *out = v;
+    return Status::Ok();
+  }
+
+  Status Array(const char* key, const json** out) const {
+    Status st;
+    const json* v = Find(key, &st);
+    if (v == nullptr) return st;
+    if (!v->is_array()) return Status::InvalidArgument(Path(key) + ": must be an array");
+    *out = v;
+    return Status::Ok();
+  }
+
+  std::string Path(const char* key) const { return where_ + "." + key; }
+
+ private:
+  const json& obj_;
+  std::string where_;
+};
+
+constexpr int kMaxAttempt = 1'000'000;
+
+std::string FrameText(const zmq::message_t& m) { return std::string(m.to_string_view()); }
+
+Status CheckAttemptRef(const json& j, const std::string& where, AttemptRef* out) {
+  if (!j.is_object()) return Status::InvalidArgument(where + ": must be an object");
+  Reader r(j, where);
+  NW_RETURN_IF_ERROR(r.String("job_key", &out->job_key, 1, kMaxIdBytes));
+  NW_RETURN_IF_ERROR(r.Integer("attempt", &out->attempt, 1, kMaxAttempt));
+  return Status::Ok();
+}
+
+Result<Message> DecodeReady(const json& p) {
+  const std::string w = "READY";
+  Reader r(p, w);
+  ReadyMsg m;
+  NW_RETURN_IF_ERROR(r.String("worker_id", &m.worker_id, 1, kMaxIdBytes));
+  NW_RETURN_IF_ERROR(r.String("host", &m.host, 0, kMaxIdBytes));
+  NW_RETURN_IF_ERROR(r.Integer("slots", &m.slots, 1, kMaxSlots));
+  const json* caps = nullptr;
+  NW_RETURN_IF_ERROR(r.Object("capabilities", &caps));
+  Reader cr(*caps, w + ".capabilities");
+  const json* backends = nullptr;
+  NW_RETURN_IF_ERROR(cr.Array("backends", &backends));
+  for (size_t i = 0; i < backends->size(); ++i) {
+    const json& b = (*backends)[i];
+    if (!b.is_string() || b.get_ref<const std::string&>().empty()) {
+      return Status::InvalidArgument(w + ".capabilities.backends[" + std::to_string(i) +
+                                     "]: must be a non-empty string");
+    }
+  }
+  m.capabilities = *caps;
+  const json* held = nullptr;
+  NW_RETURN_IF_ERROR(r.Array("held", &held));
+  if (held->size() > static_cast<size_t>(kMaxSlots) * 4) {
+    return Status::InvalidArgument(w + ".held: " + std::to_string(held->size()) +
+                                   " entries, more than " + std::to_string(kMaxSlots * 4));
+  }
+  for (size_t i = 0; i < held->size(); ++i) {
+    AttemptRef a;
+    NW_RETURN_IF_ERROR(CheckAttemptRef((*held)[i], w + ".held[" + std::to_string(i) + "]", &a));
+    m.held.push_back(std::move(a));
+  }
+  return Message(std::move(m));
+}
+
+Result<Message> DecodeJob(const json& p) {
+  Reader r(p, "JOB");
+  JobMsg m;
+  NW_RETURN_IF_ERROR(r.String("job_key", &m.job_key, 1, kMaxIdBytes));
+  NW_RETURN_IF_ERROR(r.Integer("attempt", &m.attempt, 1, kMaxAttempt));
+  NW_RETURN_IF_ERROR(r.Integer("lease_ms", &m.lease_ms, 1, std::numeric_limits<int64_t>::max()));
+  NW_RETURN_IF_ERROR(r.Integer("lease_expires_wall_ms", &m.lease_expires_wall_ms, 0,
+                               std::numeric_limits<int64_t>::max()));
+  const json* spec = nullptr;
+  NW_RETURN_IF_ERROR(r.Object("spec", &spec));
+  auto s = JobSpec::FromJson(*spec);
+  if (!s.ok()) return s.status().WithContext("JOB.spec");
+  m.spec = std::move(s).value();
+  return Message(std::move(m));
+}
+
+Result<Message> DecodeResult(const json& p) {
+  Reader r(p, "RESULT");
+  const json* res = nullptr;
+  NW_RETURN_IF_ERROR(r.Object("result", &res));
+  // The fields that fencing needs are checked here with their full path; the rest by FromJson.
+  AttemptRef ref;
+  NW_RETURN_IF_ERROR(CheckAttemptRef(*res, "RESULT.result", &ref));
+  auto jr = JobResult::FromJson(*res);
+  if (!jr.ok()) return jr.status().WithContext("RESULT.result");
+  return Message(ResultMsg{std::move(jr).value()});
+}
+
+Result<Message> DecodeAck(const json& p) {
+  Reader r(p, "ACK");
+  AckMsg m;
+  NW_RETURN_IF_ERROR(r.String("job_key", &m.job_key, 1, kMaxIdBytes));
+  NW_RETURN_IF_ERROR(r.Integer("attempt", &m.attempt, 1, kMaxAttempt));
+  std::string status;
+  NW_RETURN_IF_ERROR(r.String("status", &status, 1, 64));
+  auto s = ParseAckStatus(status);
+  if (!s.ok()) return s.status().WithContext("ACK.status");
+  m.status = *s;
+  NW_RETURN_IF_ERROR(r.String("reason", &m.reason, 0, std::numeric_limits<size_t>::max()));
+  return Message(std::move(m));
+}
+
+Result<Message> DecodeDisconnect(const json& p) {
+  Reader r(p, "DISCONNECT");
+  DisconnectMsg m;
+  NW_RETURN_IF_ERROR(r.String("reason", &m.reason, 0, std::numeric_limits<size_t>::max()));
+  NW_RETURN_IF_ERROR(r.Bool("reconnect", &m.reconnect));
+  return Message(std::move(m));
+}
+
+json AttemptRefJson(const AttemptRef& a) {
+  return json{{"job_key", a.job_key}, {"attempt", a.attempt}};
+}
+
+}  // namespace
+
+std::string CommandName(uint8_t byte) {
+  switch (static_cast<Command>(byte)) {
+    case Command::kReady:
+      return "READY";
+    case Command::kJob:
+      return "JOB";
+    case Command::kResult:
+      return "RESULT";
+    case Command::kAck:
+      return "ACK";
+    case Command::kHeartbeat:
+      return "HEARTBEAT";
+    case Command::kDisconnect:
+      return "DISCONNECT";
+  }
+  char buf[16];
+  std::snprintf(buf, sizeof(buf), "UNKNOWN(0x%02x)", byte);
+  return buf;
+}
+
+bool IsWorkerCommand(Command c) {
+  return c == Command::kReady || c == Command::kHeartbeat || c == Command::kResult ||
+         c == Command::kDisconnect;
+}
+
+bool IsCoordinatorCommand(Command c) {
+  return c == Command::kJob || c == Command::kAck || c == Command::kHeartbeat ||
+         c == Command::kDisconnect;
+}
+
+std::string_view AckStatusName(AckStatus s) {
+  switch (s) {
+    case AckStatus::kCommitted:
+      return "committed";
+    case AckStatus::kDuplicate:
+      return "duplicate";
+    case AckStatus::kRejected:
+      return "rejected";
+    case AckStatus::kFailed:
+      return "failed";
+  }
+  return "rejected";
+}
+
+Result<AckStatus> ParseAckStatus(std::string_view name) {
+  for (AckStatus s :
+       {AckStatus::kCommitted, AckStatus::kDuplicate, AckStatus::kRejected, AckStatus::kFailed}) {
+    if (AckStatusName(s) == name) return s;
+  }
+  return Status::InvalidArgument("unknown ack status '" + std::string(name) + "'");
+}
+
+Command CommandOf(const Message& m) {
+  struct Visitor {
+    Command operator()(const ReadyMsg&) const { return Command::kReady; }
+    Command operator()(const JobMsg&) const { return Command::kJob; }
+    Command operator()(const ResultMsg&) const { return Command::kResult; }
+    Command operator()(const AckMsg&) const { return Command::kAck; }
+    Command operator()(const HeartbeatMsg&) const { return Command::kHeartbeat; }
+    Command operator()(const DisconnectMsg&) const { return Command::kDisconnect; }
+  };
+  return std::visit(Visitor{}, m);
+}
+
+json PayloadOf(const Message& m) {
+  struct Visitor {
+    json operator()(const ReadyMsg& r) const {
+      json held = json::array();
+      for (const auto& a : r.held) held.push_back(AttemptRefJson(a));
+      return json{{"worker_id", r.worker_id},
+                  {"host", r.host},
+                  {"slots", r.slots},
+                  {"capabilities", r.capabilities},
+                  {"held", held}};
+    }
+    json operator()(const JobMsg& j) const {
+      return json{{"job_key", j.job_key},
+                  {"attempt", j.attempt},
+                  {"lease_ms", j.lease_ms},
+                  {"lease_expires_wall_ms", j.lease_expires_wall_ms},
+                  {"spec", j.spec.ToJson()}};
+    }
+    json operator()(const ResultMsg& r) const { return json{{"result", r.result.ToJson()}}; }
+    json operator()(const AckMsg& a) const {
+      return json{{"job_key", a.job_key},
+                  {"attempt", a.attempt},
+                  {"status", AckStatusName(a.status)},
+                  {"reason", a.reason}};
+    }
+    json operator()(const HeartbeatMsg&) const { return json::object(); }
+    json operator()(const DisconnectMsg& d) const {
+      return json{{"reason", d.reason}, {"reconnect", d.reconnect}};
+    }
+  };
+  return std::visit(Visitor{}, m);
+}
+
+Result<zmq::multipart_t> Encode(const Message& m, const CodecLimits& limits) {
+  const Command cmd = CommandOf(m);
+  std::string payload;
+  try {
+    // Replace invalid UTF-8 (e.g. a model's partial multi-byte token) instead of throwing.
+    payload = PayloadOf(m).dump(-1, ' ', false, json::error_handler_t::replace);
+  } catch (const json::exception& e) {
+    return Status::Internal(CommandName(cmd) + ": cannot serialize payload: " + e.what());
+  }
+  if (payload.size() > limits.max_frame_bytes) {
+    return Status::ResourceExhausted(CommandName(cmd) + ": payload is " +
+                                     std::to_string(payload.size()) + " bytes, over the " +
+                                     std::to_string(limits.max_frame_bytes) + "-byte frame limit");
+  }
+  zmq::multipart_t out;
+  out.addstr("");
+  out.addstr(std::string(kProtocolVersion));
+  const uint8_t byte = static_cast<uint8_t>(cmd);
+  out.addmem(&byte, 1);
+  out.addstr(payload);
+  return out;
+}
+
+Result<Message> Decode(const zmq::multipart_t& frames, const CodecLimits& limits) {
+  if (frames.size() != 4) {
+    return Status::InvalidArgument("message: expected 4 frames ([\"\"][" +
+                                   std::string(kProtocolVersion) + "][command][payload]), got " +
+                                   std::to_string(frames.size()));
+  }
+  for (size_t i = 0; i < frames.size(); ++i) {
+    if (frames[i].size() > limits.max_frame_bytes) {
+      return Status::InvalidArgument("message: frame " + std::to_string(i) + " is " +
+                                     std::to_string(frames[i].size()) + " bytes, over the " +
+                                     std::to_string(limits.max_frame_bytes) + "-byte limit");
+    }
+  }
+  if (frames[0].size() != 0) {
+    return Status::InvalidArgument("message: frame 0 must be the empty delimiter, got " +
+                                   std::to_string(frames[0].size()) + " bytes");
+  }
+  if (frames[1].to_string_view() != kProtocolVersion) {
+    const std::string v = FrameText(frames[1]).substr(0, 32);
+    return Status::InvalidArgument("message: version frame '" + v + "' is not " +
+                                   std::string(kProtocolVersion));
+  }
+  if (frames[2].size() != 1) {
+    return Status::InvalidArgument("message: command frame must be 1 byte, got " +
+                                   std::to_string(frames[2].size()));
+  }
+  const uint8_t byte = *static_cast<const uint8_t*>(frames[2].data());
+  const std::string name = CommandName(byte);
+  if (byte < static_cast<uint8_t>(Command::kReady) ||
+      byte > static_cast<uint8_t>(Command::kDisconnect)) {
+    return Status::InvalidArgument("message: unknown command " + name);
+  }
+  const Command cmd = static_cast<Command>(byte);
+  json payload;
+  try {
+    const auto text = frames[3].to_string_view();
+    payload = json::parse(text.begin(), text.end());
+  } catch (const json::exception& e) {
+    return Status::InvalidArgument(name + ": payload is not valid JSON (" + e.what() + ")");
+  }
+  if (!payload.is_object()) {
+    return Status::InvalidArgument(name + ": payload must be a JSON object");
+  }
+  try {
+    switch (cmd) {
+      case Command::kReady:
+        return DecodeReady(payload);
+      case Command::kJob:
+        return DecodeJob(payload);
+      case Command::kResult:
+        return DecodeResult(payload);
+      case Command::kAck:
+        return DecodeAck(payload);
+      case Command::kHeartbeat:
+        return Message(HeartbeatMsg{});
+      case Command::kDisconnect:
+        return DecodeDisconnect(payload);
+    }
+  } catch (const json::exception& e) {
+    // The readers check types first; this is a last line of defence, never a crash.
+    return Status::InvalidArgument(name + ": " + e.what());
+  }
+  return Status::InvalidArgument("message: unknown command " + name);
+}
+
+std::string HexId(const zmq::message_t& id) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  const auto* p = static_cast<const uint8_t*>(id.data());
+  for (size_t i = 0; i < id.size() && i < 64; ++i) {
+    out.push_back(kHex[p[i] >> 4]);
+    out.push_back(kHex[p[i] & 15]);
+  }
+  if (id.size() > 64) out += "...";
+  return out;
+}
+
+}  // namespace nw

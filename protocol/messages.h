@@ -1,0 +1,146 @@
+// The coordinator <-> worker wire protocol (NWW01), in one header, after zguide's Majordomo.
+//
+// Every message is four frames after any ROUTER routing identity:
+//
+//   [""]        empty delimiter (the worker's DEALER sends it; the ROUTER keeps it after the id)
+//   ["NWW01"]   protocol version; a peer speaking another version is dropped, never guessed at
+//   [command]   one byte, see Command
+//   [payload]   a UTF-8 JSON object (an empty object "{}" when the command carries nothing)
+//
+// Worker -> coordinator: READY, HEARTBEAT, RESULT, DISCONNECT.
+// Coordinator -> worker: JOB, ACK, HEARTBEAT, DISCONNECT.
+// Timing, leases, fencing and retries are described in docs/protocol.md.
+//
+// Decode() never throws and never trusts its input: every malformed message (wrong frame count,
+// wrong version, unknown command, oversize frame, bad JSON, missing or mistyped field) comes back
+// as an InvalidArgument Status naming the message and field ("RESULT.result.attempt: missing").
+// Thread-safety: values and free functions; no shared state.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+#include <zmq.hpp>
+#include <zmq_addon.hpp>
+
+#include "common/status.h"
+#include "protocol/job.h"
+
+namespace nw {
+
+/// The version frame. A change of frames, commands or required fields bumps it.
+inline constexpr std::string_view kProtocolVersion = "NWW01";
+
+/// Default bound on any one frame (and so on any payload); configurable per socket.
+inline constexpr size_t kDefaultMaxFrameBytes = size_t{16} << 20;
+/// Bounds on identifiers and counts inside payloads.
+inline constexpr size_t kMaxIdBytes = 256;
+inline constexpr int kMaxSlots = 1024;
+
+/// Command bytes. Never renumber: they are on the wire.
+enum class Command : uint8_t {
+  kReady = 0x01,       // worker -> coordinator
+  kJob = 0x02,         // coordinator -> worker
+  kResult = 0x03,      // worker -> coordinator
+  kAck = 0x04,         // coordinator -> worker
+  kHeartbeat = 0x05,   // both ways
+  kDisconnect = 0x06,  // both ways
+};
+
+/// "READY", "JOB", ... ("UNKNOWN(0x2a)" for a byte that is not a command).
+std::string CommandName(uint8_t byte);
+inline std::string CommandName(Command c) { return CommandName(static_cast<uint8_t>(c)); }
+/// Whether a worker may send it (READY, HEARTBEAT, RESULT, DISCONNECT).
+bool IsWorkerCommand(Command c);
+/// Whether a coordinator may send it (JOB, ACK, HEARTBEAT, DISCONNECT).
+bool IsCoordinatorCommand(Command c);
+
+/// One attempt of one job: the unit of leasing and fencing.
+struct AttemptRef {
+  std::string job_key;
+  int attempt = 0;
+  friend bool operator==(const AttemptRef&, const AttemptRef&) = default;
+  friend auto operator<=>(const AttemptRef&, const AttemptRef&) = default;
+};
+
+/// READY: a worker (re)registers. `held` lists the attempts it still runs or has results for
+/// that are not yet ACKed, so a reconnecting worker keeps its leases (docs/protocol.md).
+struct ReadyMsg {
+  std::string worker_id;        // unique per worker process; 1..kMaxIdBytes bytes
+  std::string host;             // informational
+  int slots = 1;                // jobs it runs at once, 1..kMaxSlots
+  nlohmann::json capabilities;  // {"backends":[...],"device":"...",...}: backends required
+  std::vector<AttemptRef> held;
+};
+
+/// JOB: a lease of one attempt of one job. lease_ms is the attempt's time limit; the wall-clock
+/// deadline is informational (clocks of two hosts need not agree).
+struct JobMsg {
+  std::string job_key;
+  int attempt = 0;       // >= 1
+  int64_t lease_ms = 0;  // > 0
+  int64_t lease_expires_wall_ms = 0;
+  JobSpec spec;
+};
+
+/// RESULT: the result of one attempt (job key and attempt are inside the JobResult).
+struct ResultMsg {
+  JobResult result;
+};
+
+/// What the coordinator did with a RESULT. The worker forgets the result on any ACK.
+enum class AckStatus {
+  kCommitted,  // written to the database (before this ACK was sent)
+  kDuplicate,  // this attempt's result was already committed
+  kRejected,   // superseded attempt (fenced), unknown job: not written
+  kFailed,     // recorded as a failed attempt (retryable engine error); the job may rerun
+};
+std::string_view AckStatusName(AckStatus s);  // committed, duplicate, rejected, failed
+Result<AckStatus> ParseAckStatus(std::string_view name);
+
+struct AckMsg {
+  std::string job_key;
+  int attempt = 0;
+  AckStatus status = AckStatus::kCommitted;
+  std::string reason;  // why, for rejected/failed; may be empty
+};
+
+struct HeartbeatMsg {};
+
+/// DISCONNECT. From a worker: it leaves (its leases are requeued at once). From the coordinator:
+/// reconnect == false means "exit" (campaign finished, coordinator stopping); reconnect == true
+/// means "I do not know you, send READY again" (e.g. after a coordinator restart).
+struct DisconnectMsg {
+  std::string reason;
+  bool reconnect = false;
+};
+
+using Message = std::variant<ReadyMsg, JobMsg, ResultMsg, AckMsg, HeartbeatMsg, DisconnectMsg>;
+
+/// The command of a message.
+Command CommandOf(const Message& m);
+
+struct CodecLimits {
+  size_t max_frame_bytes = kDefaultMaxFrameBytes;
+};
+
+/// Encodes [""][NWW01][command][payload]. Fails (ResourceExhausted) when the payload would exceed
+/// limits.max_frame_bytes, naming the message.
+Result<zmq::multipart_t> Encode(const Message& m, const CodecLimits& limits = {});
+
+/// Decodes the four frames [""][NWW01][command][payload] (a ROUTER strips the routing identity
+/// first). Every malformed input is an InvalidArgument naming the message and field.
+Result<Message> Decode(const zmq::multipart_t& frames, const CodecLimits& limits = {});
+
+/// The JSON payload of a message (what Encode puts in the fourth frame).
+nlohmann::json PayloadOf(const Message& m);
+
+/// Printable form of a routing identity (hex), for logs.
+std::string HexId(const zmq::message_t& id);
+
+}  // namespace nw
