@@ -1,18 +1,37 @@
 // Store: the SQLite database of needlework. The coordinator is its only writer.
 //
 // Opening applies the numbered migrations in db/migrations/ (embedded in the binary) inside a
-// transaction, so a database is either at the new version or untouched. WAL mode, a busy timeout,
-// synchronous=NORMAL, foreign keys on. Writes are batched in transactions; a result is committed
-// before the coordinator acknowledges it. Read-only opens (reports, `nw status`) never write.
+// transaction, so a database is either at the new version or untouched. A database written by a
+// newer build (a higher schema version) is refused. WAL mode, a busy timeout (5 s),
+// synchronous=NORMAL, foreign keys on. Every write method is one transaction (BEGIN IMMEDIATE);
+// InTransaction() batches several into one. A result is committed before the coordinator
+// acknowledges it. Read-only opens (reports, `nw status`) never write: every writer returns
+// FailedPrecondition. Errors name the database file and what the statement was for.
+//
+// Job life cycle (state column of jobs):
+//   queued --RecordLease--> leased --CommitResults--> done
+//                             |  \--RecordFailure(will_retry)--> queued
+//                             \----RecordFailure(!will_retry)--> failed
+//   leased --RequeueLeased (coordinator restart)--> queued;  done|failed --RequeueJobs--> queued
+//
+// Fencing: the store guarantees that the FIRST result of a job wins (by key): a result for a job
+// that is already done is not stored and does not change the job. It does not reject a result
+// because a newer attempt was leased meanwhile: a late but valid answer for a job that is not yet
+// done is accepted (the job content is addressed by key, so any attempt's answer is an answer).
+// Rejecting results of stale attempts, if wanted, is the coordinator's job (it knows the
+// leases). When a result is accepted, the job's other running attempts are closed as 'stale'.
+//
 // Thread-safety: a Store is owned by one thread; open a second read-only Store for readers.
 #pragma once
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/status.h"
@@ -22,12 +41,20 @@ namespace nw {
 
 enum class JobState { kQueued, kLeased, kDone, kFailed };
 std::string_view JobStateName(JobState s);  // queued, leased, done, failed
+Result<JobState> ParseJobState(std::string_view name);
+
+/// One schema migration: db/migrations/NNNN_name.sql.
+struct SchemaMigration {
+  int version = 0;   // NNNN; a list runs 1..N without gaps
+  std::string name;  // "0001_initial"
+  std::string sql;   // statements; must not BEGIN/COMMIT (the store wraps them in a transaction)
+};
 
 struct CampaignRecord {
   int64_t id = 0;
   std::string name;
-  std::string source_path;   // the YAML file it came from
-  std::string source_text;   // the YAML text as submitted
+  std::string source_path;  // the YAML file it came from
+  std::string source_text;  // the YAML text as submitted
   int64_t created_ms = 0;
   int64_t updated_ms = 0;
 };
@@ -36,8 +63,21 @@ struct JobRecord {
   std::string key;
   JobSpec spec;
   JobState state = JobState::kQueued;
-  int attempts = 0;            // attempts started so far
-  std::string last_error;      // last failure reason, if any
+  int attempts = 0;        // highest attempt number leased so far
+  std::string last_error;  // last failure reason ("code: message"), if any
+};
+
+/// One row of the attempts table.
+struct AttemptRecord {
+  std::string job_key;
+  int attempt = 0;
+  std::string worker_id;
+  int64_t started_ms = 0;
+  int64_t lease_expires_ms = 0;
+  std::optional<int64_t> ended_ms;
+  std::string status;      // running | ok | failed | stale | lost
+  std::string error_code;  // StatusCodeName of the failure, if any
+  std::string error_message;
 };
 
 struct CampaignProgress {
@@ -45,14 +85,50 @@ struct CampaignProgress {
   int64_t pass = 0, miss = 0, other = 0;  // outcomes of done jobs (other: truncated, empty, ...)
 };
 
-/// One cell of the length x position heatmap for one configuration.
+/// One cell of the length x position heatmap for one configuration (view v_heatmap).
 struct HeatmapCell {
-  std::string config;          // "topk=16 precision=fp32 backend=cpu task=niah-single/noise"
+  std::string config;  // "topk=16 precision=fp32 backend=cpu task=niah-single haystack=noise"
   int64_t context_length = 0;
   double needle_position = 0;
-  int64_t trials = 0;          // pass + miss (answers only; infrastructure failures excluded)
+  int64_t trials = 0;  // pass + miss (answers only; infrastructure failures excluded)
   int64_t passes = 0;
-  int64_t errors = 0;          // engine_error + timeout + truncated + empty
+  int64_t errors = 0;   // engine_error + timeout + truncated + empty
+  int64_t pending = 0;  // jobs of the cell without any result yet
+};
+
+/// One row of v_boundary: where retrieval breaks for one configuration (see 0002_views.sql).
+struct BoundaryRow {
+  std::string config;
+  int64_t lengths = 0;  // distinct tested context lengths
+  int64_t min_length = 0, max_length = 0;
+  std::optional<int64_t> l_pass;             // largest L: every length <= L clean at every position
+  std::optional<int64_t> l_fail;             // smallest length with a miss at some position
+  std::optional<int64_t> first_unclean;      // smallest length not clean (miss or no answers)
+  std::optional<int64_t> max_clean;          // largest clean length anywhere
+  bool monotone = true;                      // no clean length above l_fail
+  int64_t fail_trials = 0, fail_passes = 0;  // answers and passes at l_fail (0 without l_fail)
+  int64_t trials = 0, passes = 0, errors = 0, pending = 0;
+};
+
+/// How many of a configuration's latest results had each outcome.
+struct OutcomeCount {
+  std::string config;
+  Outcome outcome = Outcome::kPass;
+  int64_t count = 0;
+};
+
+/// One row of v_probe_summary: indexer probes of one layer over a configuration's answers.
+struct LayerProbeStats {
+  std::string config;
+  int layer = 0;
+  int64_t answers = 0;  // pass + miss results with a probe of this layer
+  int64_t passes = 0;
+  int64_t in_topk_last = 0;           // needle selected at the last prompt position
+  int64_t pass_in_topk_last = 0;      // ... and the answer passed
+  int64_t visible = 0;                // needle visible at some probed position
+  std::optional<double> median_rank;  // median over visible answers of their median needle rank
+  double mean_in_topk_fraction = 0;   // mean fraction of probed positions selecting the needle
+  std::optional<int64_t> best_rank;   // lowest rank seen at any probed position
 };
 
 struct WorkerRecord {
@@ -62,7 +138,7 @@ struct WorkerRecord {
   nlohmann::json capabilities;
   int64_t first_seen_ms = 0;
   int64_t last_seen_ms = 0;
-  std::string state;           // active | lost | gone
+  std::string state;  // active | lost | gone
 };
 
 class Store {
@@ -73,12 +149,28 @@ class Store {
   Store(const Store&) = delete;
   Store& operator=(const Store&) = delete;
 
-  /// Opens (creating if kReadWrite) and migrates. Errors name the file.
+  /// Opens (creating if kReadWrite) and migrates. Errors name the file. A read-only open of a
+  /// database that needs migrating, or of a missing file, fails.
   static Result<std::unique_ptr<Store>> Open(const std::filesystem::path& path,
                                              Mode mode = Mode::kReadWrite);
+  /// Test hook: opens with an explicit migration list instead of the embedded one.
+  static Result<std::unique_ptr<Store>> OpenWithMigrations(
+      const std::filesystem::path& path, Mode mode, const std::vector<SchemaMigration>& migrations);
+  /// The migrations compiled into this build, in order.
+  static const std::vector<SchemaMigration>& EmbeddedMigrations();
   /// Latest migration number this build knows, and the one the file is at.
   static int LatestSchemaVersion();
   Result<int> SchemaVersion();
+
+  const std::filesystem::path& path() const;
+  Mode mode() const;
+  /// How long a statement waits for another connection's lock before failing (default 5000).
+  Status SetBusyTimeout(int ms);
+
+  /// Runs `body` inside one transaction (BEGIN IMMEDIATE): write methods called inside it join
+  /// the transaction instead of committing on their own. Commits if `body` returns OK, rolls
+  /// everything back otherwise and returns its Status. May nest (savepoints).
+  Status InTransaction(const std::function<Status()>& body);
 
   // ---- Campaigns ----
   /// Creates or updates the campaign by name; returns its id.
@@ -89,40 +181,75 @@ class Store {
 
   // ---- Jobs ----
   /// Inserts jobs that are new (by key) and links all of them to the campaign, in one
-  /// transaction. Existing jobs keep their state and results.
+  /// transaction. Existing jobs keep their state, results and stored spec.
   Status AddJobs(int64_t campaign_id, const std::vector<JobSpec>& jobs, int64_t now_ms);
-  /// Jobs of the campaign with their state.
+  /// AddJobs, and unlinks the campaign's jobs that are not in `jobs` (a re-submitted campaign
+  /// whose expansion changed). Unlinked jobs and their results stay in the database.
+  Status SetCampaignJobs(int64_t campaign_id, const std::vector<JobSpec>& jobs, int64_t now_ms);
+  /// Jobs of the campaign with their state, in insertion order.
   Result<std::vector<JobRecord>> CampaignJobs(int64_t campaign_id);
+  /// Up to `limit` jobs (of any campaign) in `state`, oldest first.
+  Result<std::vector<JobRecord>> JobsInState(JobState state, int64_t limit);
+  Result<std::optional<JobRecord>> FindJob(const std::string& key);
   /// Of the given keys, the ones already done.
   Result<std::vector<std::string>> DoneKeys(const std::vector<std::string>& keys);
-  /// --rerun: puts the jobs back to queued (their old results stay in the results table).
+  /// --rerun: puts the jobs back to queued (their old results stay in the results table and are
+  /// reported until a new result replaces them). Leased jobs are left alone (their running
+  /// attempt will deliver a fresh result). An unknown key fails the whole call (NotFound).
   Status RequeueJobs(const std::vector<std::string>& keys, int64_t now_ms);
-  /// After a coordinator restart: every leased job goes back to queued; returns how many.
+  /// After a coordinator restart: every leased job goes back to queued and its running attempts
+  /// are closed as 'lost'; returns how many jobs.
   Result<int64_t> RequeueLeased(int64_t now_ms);
 
   /// Records a new attempt: job -> leased, an attempts row (key, attempt, worker, times).
+  /// `attempt` must be higher than every earlier attempt of the job (FailedPrecondition
+  /// otherwise). The job must be queued or leased (a second lease of a leased job is a hedge);
+  /// done or failed jobs are refused with FailedPrecondition, unknown keys with NotFound.
   Status RecordLease(const std::string& key, int attempt, const std::string& worker_id,
                      int64_t lease_expires_ms, int64_t now_ms);
-  /// Commits results in one transaction: results rows, jobs -> done, attempts closed. A result
-  /// for a job already done is ignored (first result wins by key).
+  /// All attempts of a job, by attempt number.
+  Result<std::vector<AttemptRecord>> Attempts(const std::string& key);
+  /// Commits results in one transaction: results + probes rows, jobs -> done, the attempt closed
+  /// ('ok'). A result for a job already done is ignored (first result wins by key; its attempt is
+  /// closed as 'stale'). Any outcome is final here: a retryable engine error the coordinator
+  /// wants to retry goes to RecordFailure instead. A result for an unknown job fails the whole
+  /// batch (NotFound) and nothing is stored.
   Status CommitResults(const std::vector<JobResult>& results, int64_t now_ms);
   /// Closes an attempt as failed with its reason; the job goes back to queued (will_retry) or to
-  /// failed.
+  /// failed. The job's state is left alone when it is done, or when another attempt of it is
+  /// still running (a hedge); last_error is updated unless the job is done.
   Status RecordFailure(const std::string& key, int attempt, const Status& reason, bool will_retry,
                        int64_t now_ms);
 
   // ---- Workers ----
+  /// Inserts or updates by id; first_seen_ms of an existing worker is kept.
   Status UpsertWorker(const WorkerRecord& w);
+  Result<std::vector<WorkerRecord>> ListWorkers();
 
   // ---- Reading ----
   Result<CampaignProgress> Progress(int64_t campaign_id);
+  /// v_heatmap for the campaign, ordered by config, length, position.
   Result<std::vector<HeatmapCell>> Heatmap(int64_t campaign_id);
-  /// Results of a campaign's jobs (latest per job).
+  /// v_boundary for the campaign, ordered by config.
+  Result<std::vector<BoundaryRow>> Boundaries(int64_t campaign_id);
+  /// Outcome counts of the latest results of the campaign's jobs, per config (no zero rows).
+  Result<std::vector<OutcomeCount>> OutcomeCounts(int64_t campaign_id);
+  /// v_probe_summary for the campaign, ordered by config and layer.
+  Result<std::vector<LayerProbeStats>> ProbeStats(int64_t campaign_id);
+  /// Results of a campaign's jobs (latest per job), with their probes, ordered by job key.
   Result<std::vector<JobResult>> Results(int64_t campaign_id);
 
  private:
   struct Impl;
-  explicit Store(std::unique_ptr<Impl> impl);
+  struct PassKey {
+    explicit PassKey() = default;
+  };
+
+ public:
+  /// Use Open(); PassKey keeps construction inside the class.
+  Store(PassKey, std::unique_ptr<Impl> impl);
+
+ private:
   std::unique_ptr<Impl> impl_;
 };
 

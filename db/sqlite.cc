@@ -1,0 +1,235 @@
+#include "db/sqlite.h"
+
+#include <utility>
+
+namespace nw::db_internal {
+
+StatusCode StatusCodeForSqlite(int extended_rc) {
+  switch (extended_rc) {
+    case SQLITE_CONSTRAINT_UNIQUE:
+    case SQLITE_CONSTRAINT_PRIMARYKEY:
+      return StatusCode::kAlreadyExists;
+    case SQLITE_CONSTRAINT_FOREIGNKEY:
+      return StatusCode::kFailedPrecondition;
+    default:
+      break;
+  }
+  switch (extended_rc & 0xff) {
+    case SQLITE_BUSY:
+    case SQLITE_LOCKED:
+      return StatusCode::kUnavailable;
+    case SQLITE_READONLY:
+    case SQLITE_PERM:
+    case SQLITE_AUTH:
+      return StatusCode::kFailedPrecondition;
+    case SQLITE_CONSTRAINT:
+    case SQLITE_MISMATCH:
+    case SQLITE_RANGE:
+      return StatusCode::kInvalidArgument;
+    case SQLITE_CORRUPT:
+    case SQLITE_NOTADB:
+    case SQLITE_FORMAT:
+      return StatusCode::kCorruption;
+    case SQLITE_IOERR:
+    case SQLITE_CANTOPEN:
+    case SQLITE_FULL:
+    case SQLITE_PROTOCOL:
+      return StatusCode::kIoError;
+    case SQLITE_NOMEM:
+      return StatusCode::kResourceExhausted;
+    case SQLITE_TOOBIG:
+      return StatusCode::kOutOfRange;
+    case SQLITE_INTERRUPT:
+    case SQLITE_ABORT:
+      return StatusCode::kCancelled;
+    default:
+      return StatusCode::kInternal;
+  }
+}
+
+Result<std::unique_ptr<Db>> Db::Open(const std::string& file, bool read_only) {
+  const int flags =
+      (read_only ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE) |
+      SQLITE_OPEN_NOMUTEX;
+  sqlite3* raw = nullptr;
+  const int rc = sqlite3_open_v2(file.c_str(), &raw, flags, nullptr);
+  DbPtr db(raw);  // sqlite3_open_v2 may hand back a handle even on failure; close it either way
+  if (rc != SQLITE_OK) {
+    std::string msg = file + ": opening" + (read_only ? " read-only" : "") + ": ";
+    msg += raw ? sqlite3_errmsg(raw) : sqlite3_errstr(rc);
+    return Status(StatusCodeForSqlite(rc), std::move(msg));
+  }
+  sqlite3_extended_result_codes(db.get(), 1);
+  return std::make_unique<Db>(std::move(db), file, read_only);
+}
+
+Db::Db(DbPtr db, std::string file, bool read_only)
+    : db_(std::move(db)), file_(std::move(file)), read_only_(read_only) {}
+
+Db::~Db() {
+  // Statements first (sqlite3_close_v2 would defer the close until they are finalized anyway).
+  stmts_.clear();
+}
+
+Status Db::Error(int rc, std::string_view purpose) const {
+  std::string msg = file_;
+  msg += ": ";
+  msg += purpose;
+  msg += ": ";
+  const int ext = db_ ? sqlite3_extended_errcode(db_.get()) : rc;
+  // The connection's message belongs to the last failing call; fall back to the code's text.
+  if (db_ && (ext & 0xff) == (rc & 0xff)) {
+    msg += sqlite3_errmsg(db_.get());
+  } else {
+    msg += sqlite3_errstr(rc);
+  }
+  return Status(StatusCodeForSqlite((ext & 0xff) == (rc & 0xff) ? ext : rc), std::move(msg));
+}
+
+Status Db::Exec(const std::string& sql, std::string_view purpose) {
+  char* err = nullptr;
+  const int rc = sqlite3_exec(db_.get(), sql.c_str(), nullptr, nullptr, &err);
+  // sqlite3_exec's message is the one of the failing statement; free it and use errmsg (same).
+  sqlite3_free(err);
+  if (rc != SQLITE_OK) return Error(rc, purpose);
+  return Status::Ok();
+}
+
+Result<sqlite3_stmt*> Db::Acquire(const std::string& sql, std::string_view purpose) {
+  auto it = stmts_.find(sql);
+  if (it == stmts_.end()) {
+    sqlite3_stmt* raw = nullptr;
+    const int rc = sqlite3_prepare_v3(db_.get(), sql.c_str(), static_cast<int>(sql.size() + 1),
+                                      SQLITE_PREPARE_PERSISTENT, &raw, nullptr);
+    StmtPtr stmt(raw);
+    if (rc != SQLITE_OK) return Error(rc, std::string(purpose) + " (preparing)");
+    if (!stmt) return Status::Internal(file_ + ": " + std::string(purpose) + ": empty statement");
+    it = stmts_.emplace(sql, Cached{std::move(stmt), false}).first;
+  }
+  if (it->second.in_use) {
+    return Status::Internal(file_ + ": " + std::string(purpose) +
+                            ": statement already in use by an enclosing query");
+  }
+  it->second.in_use = true;
+  return it->second.stmt.get();
+}
+
+void Db::Release(sqlite3_stmt* stmt) {
+  sqlite3_reset(stmt);
+  sqlite3_clear_bindings(stmt);
+  const char* sql = sqlite3_sql(stmt);
+  if (sql == nullptr) return;
+  auto it = stmts_.find(std::string_view(sql));
+  if (it != stmts_.end()) it->second.in_use = false;
+}
+
+Query::Query(Db& db, const std::string& sql, std::string_view purpose)
+    : db_(db), purpose_(purpose) {
+  auto stmt = db_.Acquire(sql, purpose);
+  if (stmt.ok()) {
+    stmt_ = *stmt;
+  } else {
+    status_ = stmt.status();
+  }
+}
+
+Query::~Query() {
+  if (stmt_ != nullptr) db_.Release(stmt_);
+}
+
+void Query::NoteBind(int rc, int i) {
+  if (rc != SQLITE_OK && status_.ok()) {
+    status_ = db_.Error(rc, purpose_ + " (binding parameter " + std::to_string(i) + ")");
+  }
+}
+
+Query& Query::Bind(int i, int64_t v) {
+  if (stmt_ != nullptr) NoteBind(sqlite3_bind_int64(stmt_, i, v), i);
+  return *this;
+}
+
+Query& Query::Bind(int i, double v) {
+  if (stmt_ != nullptr) NoteBind(sqlite3_bind_double(stmt_, i, v), i);
+  return *this;
+}
+
+Query& Query::Bind(int i, std::string_view v) {
+  if (stmt_ != nullptr) {
+    NoteBind(sqlite3_bind_text64(stmt_, i, v.data(), v.size(), SQLITE_TRANSIENT, SQLITE_UTF8), i);
+  }
+  return *this;
+}
+
+Query& Query::BindNull(int i) {
+  if (stmt_ != nullptr) NoteBind(sqlite3_bind_null(stmt_, i), i);
+  return *this;
+}
+
+Result<bool> Query::Step() {
+  if (!status_.ok()) return status_;
+  const int rc = sqlite3_step(stmt_);
+  if (rc == SQLITE_ROW) return true;
+  if (rc == SQLITE_DONE) return false;
+  status_ = db_.Error(rc, purpose_);
+  return status_;
+}
+
+Status Query::Run() {
+  while (true) {
+    NW_ASSIGN_OR_RETURN(bool row, Step());
+    if (!row) return Status::Ok();
+  }
+}
+
+int64_t Query::Changes() const { return sqlite3_changes64(db_.get()); }
+
+std::string Query::Text(int col) const {
+  const auto* p = reinterpret_cast<const char*>(sqlite3_column_text(stmt_, col));
+  if (p == nullptr) return {};
+  return std::string(p, static_cast<size_t>(sqlite3_column_bytes(stmt_, col)));
+}
+
+Txn::~Txn() {
+  if (!open_) return;
+  // Best effort: a failed rollback leaves SQLite to roll back when the connection closes.
+  if (level_ == 1) {
+    (void)db_.Exec("ROLLBACK", purpose_ + " (rolling back)");
+  } else {
+    const std::string sp = "nw_sp" + std::to_string(level_);
+    (void)db_.Exec("ROLLBACK TO " + sp + "; RELEASE " + sp, purpose_ + " (rolling back)");
+  }
+  --db_.txn_depth_;
+}
+
+Status Txn::Begin(std::string_view purpose) {
+  purpose_ = purpose;
+  if (db_.read_only()) {
+    return Status::FailedPrecondition(db_.file() + ": " + purpose_ +
+                                      ": the database is open read-only");
+  }
+  level_ = db_.txn_depth_ + 1;
+  if (level_ == 1) {
+    NW_RETURN_IF_ERROR(db_.Exec("BEGIN IMMEDIATE", purpose_ + " (beginning transaction)"));
+  } else {
+    NW_RETURN_IF_ERROR(
+        db_.Exec("SAVEPOINT nw_sp" + std::to_string(level_), purpose_ + " (savepoint)"));
+  }
+  ++db_.txn_depth_;
+  open_ = true;
+  return Status::Ok();
+}
+
+Status Txn::Commit() {
+  if (!open_) return Status::Internal(db_.file() + ": " + purpose_ + ": commit without begin");
+  if (level_ == 1) {
+    NW_RETURN_IF_ERROR(db_.Exec("COMMIT", purpose_ + " (committing)"));
+  } else {
+    NW_RETURN_IF_ERROR(
+        db_.Exec("RELEASE nw_sp" + std::to_string(level_), purpose_ + " (releasing savepoint)"));
+  }
+  open_ = false;
+  --db_.txn_depth_;
+  return Status::Ok();
+}
+
+}  // namespace nw::db_internal

@@ -1,0 +1,147 @@
+// Thin RAII layer over the SQLite C API, internal to nw_db: an owned connection with a cache of
+// prepared statements, a scoped statement use that always resets, a transaction guard that nests
+// with savepoints, and the mapping from SQLite result codes to nw::Status. Every error message
+// names the database file and the purpose of the statement.
+// Thread-safety: a Db and everything taken from it belong to one thread.
+#pragma once
+
+#include <sqlite3.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "common/status.h"
+
+namespace nw::db_internal {
+
+struct SqliteCloser {
+  void operator()(sqlite3* db) const { sqlite3_close_v2(db); }
+};
+struct StmtFinalizer {
+  void operator()(sqlite3_stmt* stmt) const { sqlite3_finalize(stmt); }
+};
+using DbPtr = std::unique_ptr<sqlite3, SqliteCloser>;
+using StmtPtr = std::unique_ptr<sqlite3_stmt, StmtFinalizer>;
+
+/// Maps a SQLite result code to a Status: busy/locked -> Unavailable, read-only -> failed
+/// precondition, unique -> already exists, foreign key -> failed precondition, other constraints
+/// -> invalid argument, corrupt/not-a-db -> corruption, I/O and open errors -> io_error.
+StatusCode StatusCodeForSqlite(int extended_rc);
+
+/// An open connection and its statement cache.
+class Db {
+ public:
+  /// Opens `file` (":memory:" allowed). read_only opens with SQLITE_OPEN_READONLY and never
+  /// creates the file.
+  static Result<std::unique_ptr<Db>> Open(const std::string& file, bool read_only);
+  /// Takes an open connection (use Open()).
+  Db(DbPtr db, std::string file, bool read_only);
+
+  Db(const Db&) = delete;
+  Db& operator=(const Db&) = delete;
+  ~Db();
+
+  sqlite3* get() const { return db_.get(); }
+  const std::string& file() const { return file_; }
+  bool read_only() const { return read_only_; }
+
+  /// Status for a failed call: "<file>: <purpose>: <sqlite message> (<code name>)".
+  Status Error(int rc, std::string_view purpose) const;
+  /// Runs one or more statements without results (sqlite3_exec).
+  Status Exec(const std::string& sql, std::string_view purpose);
+  /// The cached prepared statement for `sql`, prepared on first use and marked in use until
+  /// Release(); using the same SQL twice at once is an Internal error.
+  Result<sqlite3_stmt*> Acquire(const std::string& sql, std::string_view purpose);
+  /// Resets the statement, clears its bindings and marks it free.
+  void Release(sqlite3_stmt* stmt);
+
+  /// Transaction nesting depth (0: none open by us).
+  int txn_depth() const { return txn_depth_; }
+
+ private:
+  friend class Txn;
+
+  DbPtr db_;  // declared first: destroyed after the statements
+  std::string file_;
+  bool read_only_;
+  struct Cached {
+    StmtPtr stmt;
+    bool in_use = false;
+  };
+  std::map<std::string, Cached, std::less<>> stmts_;
+  int txn_depth_ = 0;
+};
+
+/// One use of a prepared statement: bind, step, read columns. Resets the statement and clears
+/// its bindings when destroyed, so no statement keeps a read transaction open.
+class Query {
+ public:
+  /// Prepares (or reuses) `sql` on `db`; errors surface from Step()/Run().
+  Query(Db& db, const std::string& sql, std::string_view purpose);
+  Query(const Query&) = delete;
+  Query& operator=(const Query&) = delete;
+  ~Query();
+
+  // 1-based parameter index, as in SQLite.
+  Query& Bind(int i, int64_t v);
+  Query& Bind(int i, int v) { return Bind(i, static_cast<int64_t>(v)); }
+  Query& Bind(int i, double v);
+  Query& Bind(int i, bool v) { return Bind(i, static_cast<int64_t>(v ? 1 : 0)); }
+  Query& Bind(int i, std::string_view v);
+  Query& Bind(int i, const std::string& v) { return Bind(i, std::string_view(v)); }
+  Query& Bind(int i, const char* v) { return Bind(i, std::string_view(v)); }
+  Query& BindNull(int i);
+  Query& Bind(int i, const std::optional<int64_t>& v) { return v ? Bind(i, *v) : BindNull(i); }
+
+  /// Steps once: true when a row is available, false when done.
+  Result<bool> Step();
+  /// Steps to completion, ignoring rows (INSERT/UPDATE/DELETE).
+  Status Run();
+  /// sqlite3_changes() after Run().
+  int64_t Changes() const;
+
+  int64_t Int(int col) const { return sqlite3_column_int64(stmt_, col); }
+  double Real(int col) const { return sqlite3_column_double(stmt_, col); }
+  bool IsNull(int col) const { return sqlite3_column_type(stmt_, col) == SQLITE_NULL; }
+  std::optional<int64_t> OptInt(int col) const {
+    return IsNull(col) ? std::nullopt : std::optional<int64_t>(Int(col));
+  }
+  std::optional<double> OptReal(int col) const {
+    return IsNull(col) ? std::nullopt : std::optional<double>(Real(col));
+  }
+  std::string Text(int col) const;
+
+ private:
+  void NoteBind(int rc, int i);
+
+  Db& db_;
+  std::string purpose_;
+  sqlite3_stmt* stmt_ = nullptr;
+  Status status_;  // first preparation or binding error
+};
+
+/// A transaction scope. The outermost one is BEGIN IMMEDIATE (takes the write lock at once, so a
+/// second writer waits at BEGIN, not halfway through); nested ones are savepoints. Rolls back
+/// on destruction unless committed.
+class Txn {
+ public:
+  explicit Txn(Db& db) : db_(db) {}
+  Txn(const Txn&) = delete;
+  Txn& operator=(const Txn&) = delete;
+  ~Txn();
+
+  Status Begin(std::string_view purpose);
+  Status Commit();
+
+ private:
+  Db& db_;
+  std::string purpose_;
+  int level_ = 0;  // 0: not begun; 1: outermost; >1: savepoint
+  bool open_ = false;
+};
+
+}  // namespace nw::db_internal

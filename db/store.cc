@@ -1,0 +1,951 @@
+#include "db/store.h"
+
+#include <algorithm>
+#include <set>
+#include <string>
+#include <utility>
+
+#include "db/migrations.h"
+#include "db/schema.h"
+#include "db/sqlite.h"
+
+namespace nw {
+
+using db_internal::Db;
+using db_internal::Query;
+using db_internal::Txn;
+using json = nlohmann::json;
+
+std::string_view JobStateName(JobState s) {
+  switch (s) {
+    case JobState::kQueued:
+      return "queued";
+    case JobState::kLeased:
+      return "leased";
+    case JobState::kDone:
+      return "done";
+    case JobState::kFailed:
+      return "failed";
+  }
+  return "queued";
+}
+
+Result<JobState> ParseJobState(std::string_view name) {
+  for (JobState s : {JobState::kQueued, JobState::kLeased, JobState::kDone, JobState::kFailed}) {
+    if (JobStateName(s) == name) return s;
+  }
+  return Status::InvalidArgument("unknown job state '" + std::string(name) + "'");
+}
+
+namespace {
+
+constexpr int kDefaultBusyTimeoutMs = 5000;
+
+// Columns of jobs read into a JobRecord, in this order.
+constexpr const char* kJobColumns = "j.key, j.spec_json, j.state, j.attempts, j.last_error";
+
+Result<JobRecord> ReadJob(const Db& db, const Query& q) {
+  JobRecord r;
+  r.key = q.Text(0);
+  const std::string where = db.file() + ": table jobs, key " + r.key;
+  json spec_j;
+  try {
+    spec_j = json::parse(q.Text(1));
+  } catch (const json::exception& e) {
+    return Status::Corruption(where + ": spec_json is not JSON (" + e.what() + ")");
+  }
+  auto spec = JobSpec::FromJson(spec_j);
+  if (!spec.ok())
+    return Status(StatusCode::kCorruption, spec.status().message()).WithContext(where);
+  r.spec = std::move(spec).value();
+  auto state = ParseJobState(q.Text(2));
+  if (!state.ok()) return Status::Corruption(where + ": " + state.status().message());
+  r.state = *state;
+  r.attempts = static_cast<int>(q.Int(3));
+  r.last_error = q.Text(4);
+  return r;
+}
+
+Result<std::vector<int32_t>> ParseIntArray(const Db& db, const std::string& text,
+                                           const std::string& what) {
+  try {
+    return json::parse(text).get<std::vector<int32_t>>();
+  } catch (const json::exception& e) {
+    return Status::Corruption(db.file() + ": " + what + ": not a JSON array of integers (" +
+                              e.what() + ")");
+  }
+}
+
+bool IsErrorOutcome(Outcome o) { return o == Outcome::kEngineError || o == Outcome::kTimeout; }
+
+}  // namespace
+
+struct Store::Impl {
+  std::filesystem::path path;
+  Mode mode = Mode::kReadWrite;
+  std::unique_ptr<Db> db;
+
+  const std::string& file() const { return db->file(); }
+
+  Status Writable(std::string_view what) const {
+    if (mode == Mode::kReadOnly) {
+      return Status::FailedPrecondition(file() + ": " + std::string(what) +
+                                        ": the database is open read-only");
+    }
+    return Status::Ok();
+  }
+
+  // Runs body() in one write transaction (or a savepoint inside InTransaction()).
+  template <typename F>
+  Status Write(std::string_view purpose, F&& body) {
+    NW_RETURN_IF_ERROR(Writable(purpose));
+    Txn txn(*db);
+    NW_RETURN_IF_ERROR(txn.Begin(purpose));
+    NW_RETURN_IF_ERROR(body());
+    return txn.Commit();
+  }
+
+  Status CheckCampaign(int64_t campaign_id) {
+    Query q(*db, "SELECT 1 FROM campaigns WHERE id = ?", "looking up a campaign");
+    q.Bind(1, campaign_id);
+    NW_ASSIGN_OR_RETURN(bool found, q.Step());
+    if (!found) {
+      return Status::NotFound(file() + ": campaign id " + std::to_string(campaign_id) +
+                              " is not in table campaigns");
+    }
+    return Status::Ok();
+  }
+
+  // The job's state, or NotFound naming the key.
+  Result<std::pair<JobState, int>> JobStateOf(const std::string& key, std::string_view purpose) {
+    Query q(*db, "SELECT state, attempts FROM jobs WHERE key = ?", purpose);
+    q.Bind(1, key);
+    NW_ASSIGN_OR_RETURN(bool found, q.Step());
+    if (!found) {
+      return Status::NotFound(file() + ": " + std::string(purpose) + ": job " + key +
+                              " is not in table jobs");
+    }
+    NW_ASSIGN_OR_RETURN(JobState s, ParseJobState(q.Text(0)));
+    return std::make_pair(s, static_cast<int>(q.Int(1)));
+  }
+
+  Status AddJobsLocked(int64_t campaign_id, const std::vector<JobSpec>& jobs, int64_t now_ms) {
+    NW_RETURN_IF_ERROR(CheckCampaign(campaign_id));
+    for (const JobSpec& spec : jobs) {
+      const std::string key = spec.Key();
+      {
+        Query q(*db,
+                "INSERT INTO jobs (key, spec_json, model_digest, engine_version, task, haystack,"
+                " context_length, needle_position, topk, precision, precision_json, backend, seed,"
+                " trial, max_new_tokens, probe, state, attempts, last_error, created_ms,"
+                " updated_ms)"
+                " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16,"
+                " 'queued', 0, '', ?17, ?17)"
+                " ON CONFLICT (key) DO NOTHING",
+                "inserting into table jobs");
+        q.Bind(1, key)
+            .Bind(2, spec.ToJson().dump())
+            .Bind(3, spec.model_digest)
+            .Bind(4, spec.engine_version)
+            .Bind(5, spec.task)
+            .Bind(6, spec.haystack)
+            .Bind(7, spec.context_length)
+            .Bind(8, spec.needle_position)
+            .Bind(9, spec.topk)
+            .Bind(10, spec.precision.name)
+            .Bind(11, spec.precision.ToJson().dump())
+            .Bind(12, spec.backend)
+            .Bind(13, spec.seed)
+            .Bind(14, spec.trial)
+            .Bind(15, spec.max_new_tokens)
+            .Bind(16, spec.probe)
+            .Bind(17, now_ms);
+        NW_RETURN_IF_ERROR(q.Run());
+      }
+      Query link(*db,
+                 "INSERT INTO campaign_jobs (campaign_id, job_key) VALUES (?, ?)"
+                 " ON CONFLICT DO NOTHING",
+                 "inserting into table campaign_jobs");
+      link.Bind(1, campaign_id).Bind(2, key);
+      NW_RETURN_IF_ERROR(link.Run());
+    }
+    return Status::Ok();
+  }
+
+  Result<std::vector<JobRecord>> ReadJobs(Query& q) {
+    std::vector<JobRecord> out;
+    while (true) {
+      NW_ASSIGN_OR_RETURN(bool row, q.Step());
+      if (!row) break;
+      NW_ASSIGN_OR_RETURN(JobRecord r, ReadJob(*db, q));
+      out.push_back(std::move(r));
+    }
+    return out;
+  }
+
+  Status CommitOne(const JobResult& r, int64_t now_ms) {
+    NW_ASSIGN_OR_RETURN(auto state, JobStateOf(r.job_key, "committing a result"));
+    if (state.first == JobState::kDone) {
+      // First result wins: this one is not stored; its attempt, if still open, is superseded.
+      Query q(*db,
+              "UPDATE attempts SET status = 'stale', ended_ms = ?"
+              " WHERE job_key = ? AND attempt = ? AND status = 'running'",
+              "closing a superseded attempt in table attempts");
+      q.Bind(1, now_ms).Bind(2, r.job_key).Bind(3, r.attempt);
+      return q.Run();
+    }
+    {
+      // The same attempt's result delivered twice (e.g. after --rerun requeued the job).
+      Query q(*db, "SELECT 1 FROM results WHERE job_key = ? AND attempt = ?",
+              "looking for a duplicate in table results");
+      q.Bind(1, r.job_key).Bind(2, r.attempt);
+      NW_ASSIGN_OR_RETURN(bool dup, q.Step());
+      if (dup) return Status::Ok();
+    }
+    {
+      Query q(*db,
+              "INSERT INTO results (job_key, attempt, outcome, generated_text, expected,"
+              " needle_token_offset, prompt_hash, prompt_tokens, generated_tokens, prefill_ms,"
+              " decode_ms, total_ms, worker_id, device, engine_version, error_code, error_message,"
+              " retryable, created_ms)"
+              " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+              "inserting into table results");
+      q.Bind(1, r.job_key)
+          .Bind(2, r.attempt)
+          .Bind(3, OutcomeName(r.outcome))
+          .Bind(4, r.generated_text)
+          .Bind(5, r.expected)
+          .Bind(6, r.needle_token_offset)
+          .Bind(7, r.prompt_hash)
+          .Bind(8, r.prompt_tokens)
+          .Bind(9, r.generated_tokens)
+          .Bind(10, r.prefill_ms)
+          .Bind(11, r.decode_ms)
+          .Bind(12, r.total_ms)
+          .Bind(13, r.worker_id)
+          .Bind(14, r.device)
+          .Bind(15, r.engine_version)
+          .Bind(16, r.error_code)
+          .Bind(17, r.error_message)
+          .Bind(18, r.retryable)
+          .Bind(19, now_ms);
+      NW_RETURN_IF_ERROR(q.Run());
+    }
+    const int64_t result_id = sqlite3_last_insert_rowid(db->get());
+    for (const ProbeSummary& p : r.probes) {
+      Query q(*db,
+              "INSERT INTO probes (result_id, job_key, layer, positions, needle_rank_min,"
+              " needle_rank_median, in_topk_fraction, in_topk_last, topk, ranks_json,"
+              " topk_last_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+              "inserting into table probes");
+      q.Bind(1, result_id)
+          .Bind(2, r.job_key)
+          .Bind(3, p.layer)
+          .Bind(4, p.positions)
+          .Bind(5, p.needle_rank_min)
+          .Bind(6, p.needle_rank_median)
+          .Bind(7, p.in_topk_fraction)
+          .Bind(8, p.in_topk_last)
+          .Bind(9, p.topk)
+          .Bind(10, json(p.ranks).dump())
+          .Bind(11, json(p.topk_last).dump());
+      NW_RETURN_IF_ERROR(q.Run());
+    }
+    {
+      Query q(*db,
+              "UPDATE jobs SET state = 'done', updated_ms = ?1, attempts = MAX(attempts, ?2),"
+              " last_error = CASE WHEN ?3 <> '' THEN ?3 ELSE last_error END WHERE key = ?4",
+              "marking a job done in table jobs");
+      const std::string err =
+          IsErrorOutcome(r.outcome)
+              ? std::string(OutcomeName(r.outcome)) + ": " + r.error_code + ": " + r.error_message
+              : std::string();
+      q.Bind(1, now_ms).Bind(2, r.attempt).Bind(3, err).Bind(4, r.job_key);
+      NW_RETURN_IF_ERROR(q.Run());
+    }
+    {
+      Query q(*db,
+              "UPDATE attempts SET status = 'ok', ended_ms = ?, error_code = ?, error_message = ?"
+              " WHERE job_key = ? AND attempt = ?",
+              "closing an attempt in table attempts");
+      q.Bind(1, now_ms)
+          .Bind(2, r.error_code)
+          .Bind(3, r.error_message)
+          .Bind(4, r.job_key)
+          .Bind(5, r.attempt);
+      NW_RETURN_IF_ERROR(q.Run());
+    }
+    Query q(*db,
+            "UPDATE attempts SET status = 'stale', ended_ms = ?"
+            " WHERE job_key = ? AND status = 'running' AND attempt <> ?",
+            "closing superseded attempts in table attempts");
+    q.Bind(1, now_ms).Bind(2, r.job_key).Bind(3, r.attempt);
+    return q.Run();
+  }
+};
+
+Store::Store(PassKey, std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Store::~Store() = default;
+
+const std::vector<SchemaMigration>& Store::EmbeddedMigrations() {
+  static const std::vector<SchemaMigration> kMigrations = [] {
+    std::vector<SchemaMigration> out;
+    for (size_t i = 0; i < db_internal::kEmbeddedMigrationCount; ++i) {
+      const db_internal::EmbeddedMigration& e = db_internal::kEmbeddedMigrations[i];
+      SchemaMigration m;
+      m.version = e.version;
+      m.name = e.name;
+      for (size_t p = 0; p < e.piece_count; ++p) m.sql += e.pieces[p];
+      out.push_back(std::move(m));
+    }
+    return out;
+  }();
+  return kMigrations;
+}
+
+int Store::LatestSchemaVersion() { return static_cast<int>(EmbeddedMigrations().size()); }
+
+Result<std::unique_ptr<Store>> Store::Open(const std::filesystem::path& path, Mode mode) {
+  return OpenWithMigrations(path, mode, EmbeddedMigrations());
+}
+
+Result<std::unique_ptr<Store>> Store::OpenWithMigrations(
+    const std::filesystem::path& path, Mode mode, const std::vector<SchemaMigration>& migrations) {
+  const std::string file = path.string();
+  const bool read_only = mode == Mode::kReadOnly;
+  const bool memory = file == ":memory:" || file.empty();
+  if (read_only && !memory) {
+    std::error_code ec;
+    if (!std::filesystem::exists(path, ec)) {
+      return Status::NotFound(file + ": no such database (a read-only open never creates one)");
+    }
+  }
+  auto impl = std::make_unique<Impl>();
+  impl->path = path;
+  impl->mode = mode;
+  NW_ASSIGN_OR_RETURN(impl->db, Db::Open(file, read_only));
+  Db& db = *impl->db;
+  const int rc = sqlite3_busy_timeout(db.get(), kDefaultBusyTimeoutMs);
+  if (rc != SQLITE_OK) return db.Error(rc, "setting the busy timeout");
+  NW_RETURN_IF_ERROR(db.Exec("PRAGMA foreign_keys = ON", "enabling foreign keys"));
+  if (read_only) {
+    NW_RETURN_IF_ERROR(db.Exec("PRAGMA query_only = ON", "setting PRAGMA query_only"));
+  } else {
+    Query q(db, "PRAGMA journal_mode = WAL", "switching to WAL mode");
+    NW_ASSIGN_OR_RETURN(bool row, q.Step());
+    const std::string journal = row ? q.Text(0) : std::string();
+    if (journal != "wal" && !(memory && journal == "memory")) {
+      return Status::Unsupported(file + ": switching to WAL mode: the journal mode is '" + journal +
+                                 "' (WAL needs a local file system)");
+    }
+  }
+  if (!read_only) {
+    NW_RETURN_IF_ERROR(db.Exec("PRAGMA synchronous = NORMAL", "setting PRAGMA synchronous"));
+  }
+  NW_RETURN_IF_ERROR(db_internal::Migrate(db, migrations));
+  return std::make_unique<Store>(PassKey(), std::move(impl));
+}
+
+Result<int> Store::SchemaVersion() { return db_internal::ReadSchemaVersion(*impl_->db); }
+
+const std::filesystem::path& Store::path() const { return impl_->path; }
+Store::Mode Store::mode() const { return impl_->mode; }
+
+Status Store::SetBusyTimeout(int ms) {
+  const int rc = sqlite3_busy_timeout(impl_->db->get(), ms);
+  if (rc != SQLITE_OK) return impl_->db->Error(rc, "setting the busy timeout");
+  return Status::Ok();
+}
+
+Status Store::InTransaction(const std::function<Status()>& body) {
+  return impl_->Write("running a batch", body);
+}
+
+// ---- Campaigns ----
+
+Result<int64_t> Store::UpsertCampaign(const std::string& name, const std::string& source_path,
+                                      const std::string& source_text, int64_t now_ms) {
+  if (name.empty()) {
+    return Status::InvalidArgument(impl_->file() + ": table campaigns: empty campaign name");
+  }
+  int64_t id = 0;
+  const Status st = impl_->Write("upserting campaign '" + name + "'", [&]() -> Status {
+    Query q(*impl_->db,
+            "INSERT INTO campaigns (name, source_path, source_text, created_ms, updated_ms)"
+            " VALUES (?1, ?2, ?3, ?4, ?4)"
+            " ON CONFLICT (name) DO UPDATE SET source_path = excluded.source_path,"
+            " source_text = excluded.source_text, updated_ms = excluded.updated_ms"
+            " RETURNING id",
+            "upserting into table campaigns");
+    q.Bind(1, name).Bind(2, source_path).Bind(3, source_text).Bind(4, now_ms);
+    NW_ASSIGN_OR_RETURN(bool row, q.Step());
+    if (!row)
+      return Status::Internal(impl_->file() + ": upserting campaign '" + name +
+                              "': no id returned");
+    id = q.Int(0);
+    return q.Run();
+  });
+  if (!st.ok()) return st;
+  return id;
+}
+
+namespace {
+
+constexpr const char* kCampaignColumns =
+    "id, name, source_path, source_text, created_ms, updated_ms";
+
+CampaignRecord ReadCampaign(const Query& q) {
+  CampaignRecord c;
+  c.id = q.Int(0);
+  c.name = q.Text(1);
+  c.source_path = q.Text(2);
+  c.source_text = q.Text(3);
+  c.created_ms = q.Int(4);
+  c.updated_ms = q.Int(5);
+  return c;
+}
+
+}  // namespace
+
+Result<std::optional<CampaignRecord>> Store::FindCampaign(const std::string& name) {
+  Query q(*impl_->db, std::string("SELECT ") + kCampaignColumns + " FROM campaigns WHERE name = ?",
+          "looking up campaign '" + name + "' in table campaigns");
+  q.Bind(1, name);
+  NW_ASSIGN_OR_RETURN(bool row, q.Step());
+  if (!row) return std::optional<CampaignRecord>();
+  return std::optional<CampaignRecord>(ReadCampaign(q));
+}
+
+Result<std::vector<CampaignRecord>> Store::ListCampaigns() {
+  Query q(*impl_->db, std::string("SELECT ") + kCampaignColumns + " FROM campaigns ORDER BY id",
+          "listing table campaigns");
+  std::vector<CampaignRecord> out;
+  while (true) {
+    NW_ASSIGN_OR_RETURN(bool row, q.Step());
+    if (!row) break;
+    out.push_back(ReadCampaign(q));
+  }
+  return out;
+}
+
+// ---- Jobs ----
+
+Status Store::AddJobs(int64_t campaign_id, const std::vector<JobSpec>& jobs, int64_t now_ms) {
+  return impl_->Write("adding jobs to campaign " + std::to_string(campaign_id),
+                      [&] { return impl_->AddJobsLocked(campaign_id, jobs, now_ms); });
+}
+
+Status Store::SetCampaignJobs(int64_t campaign_id, const std::vector<JobSpec>& jobs,
+                              int64_t now_ms) {
+  return impl_->Write(
+      "setting the jobs of campaign " + std::to_string(campaign_id), [&]() -> Status {
+        NW_RETURN_IF_ERROR(impl_->AddJobsLocked(campaign_id, jobs, now_ms));
+        std::set<std::string> keep;
+        for (const JobSpec& s : jobs) keep.insert(s.Key());
+        std::vector<std::string> linked;
+        {
+          Query q(*impl_->db, "SELECT job_key FROM campaign_jobs WHERE campaign_id = ?",
+                  "reading table campaign_jobs");
+          q.Bind(1, campaign_id);
+          while (true) {
+            NW_ASSIGN_OR_RETURN(bool row, q.Step());
+            if (!row) break;
+            linked.push_back(q.Text(0));
+          }
+        }
+        for (const std::string& key : linked) {
+          if (keep.count(key)) continue;
+          Query q(*impl_->db, "DELETE FROM campaign_jobs WHERE campaign_id = ? AND job_key = ?",
+                  "unlinking a job in table campaign_jobs");
+          q.Bind(1, campaign_id).Bind(2, key);
+          NW_RETURN_IF_ERROR(q.Run());
+        }
+        return Status::Ok();
+      });
+}
+
+Result<std::vector<JobRecord>> Store::CampaignJobs(int64_t campaign_id) {
+  NW_RETURN_IF_ERROR(impl_->CheckCampaign(campaign_id));
+  Query q(*impl_->db,
+          std::string("SELECT ") + kJobColumns +
+              " FROM jobs j JOIN campaign_jobs cj ON cj.job_key = j.key"
+              " WHERE cj.campaign_id = ? ORDER BY j.rowid",
+          "reading the jobs of campaign " + std::to_string(campaign_id));
+  q.Bind(1, campaign_id);
+  return impl_->ReadJobs(q);
+}
+
+Result<std::vector<JobRecord>> Store::JobsInState(JobState state, int64_t limit) {
+  Query q(*impl_->db,
+          std::string("SELECT ") + kJobColumns +
+              " FROM jobs j WHERE j.state = ? ORDER BY j.rowid LIMIT ?",
+          "reading " + std::string(JobStateName(state)) + " jobs from table jobs");
+  q.Bind(1, JobStateName(state)).Bind(2, limit);
+  return impl_->ReadJobs(q);
+}
+
+Result<std::optional<JobRecord>> Store::FindJob(const std::string& key) {
+  Query q(*impl_->db, std::string("SELECT ") + kJobColumns + " FROM jobs j WHERE j.key = ?",
+          "looking up a job in table jobs");
+  q.Bind(1, key);
+  NW_ASSIGN_OR_RETURN(std::vector<JobRecord> jobs, impl_->ReadJobs(q));
+  if (jobs.empty()) return std::optional<JobRecord>();
+  return std::optional<JobRecord>(std::move(jobs.front()));
+}
+
+Result<std::vector<std::string>> Store::DoneKeys(const std::vector<std::string>& keys) {
+  std::vector<std::string> out;
+  for (const std::string& key : keys) {
+    Query q(*impl_->db, "SELECT 1 FROM jobs WHERE key = ? AND state = 'done'",
+            "looking up done jobs in table jobs");
+    q.Bind(1, key);
+    NW_ASSIGN_OR_RETURN(bool done, q.Step());
+    if (done) out.push_back(key);
+  }
+  return out;
+}
+
+Status Store::RequeueJobs(const std::vector<std::string>& keys, int64_t now_ms) {
+  return impl_->Write("requeueing jobs", [&]() -> Status {
+    for (const std::string& key : keys) {
+      NW_ASSIGN_OR_RETURN(auto state, impl_->JobStateOf(key, "requeueing a job"));
+      if (state.first == JobState::kLeased) continue;
+      Query q(*impl_->db, "UPDATE jobs SET state = 'queued', updated_ms = ? WHERE key = ?",
+              "requeueing a job in table jobs");
+      q.Bind(1, now_ms).Bind(2, key);
+      NW_RETURN_IF_ERROR(q.Run());
+    }
+    return Status::Ok();
+  });
+}
+
+Result<int64_t> Store::RequeueLeased(int64_t now_ms) {
+  int64_t n = 0;
+  const Status st = impl_->Write("requeueing leased jobs", [&]() -> Status {
+    {
+      Query q(*impl_->db,
+              "UPDATE attempts SET status = 'lost', ended_ms = ?, error_code = 'unavailable',"
+              " error_message = 'the coordinator restarted while the attempt was running'"
+              " WHERE status = 'running'",
+              "closing running attempts as lost in table attempts");
+      q.Bind(1, now_ms);
+      NW_RETURN_IF_ERROR(q.Run());
+    }
+    Query q(*impl_->db, "UPDATE jobs SET state = 'queued', updated_ms = ? WHERE state = 'leased'",
+            "requeueing leased jobs in table jobs");
+    q.Bind(1, now_ms);
+    NW_RETURN_IF_ERROR(q.Run());
+    n = q.Changes();
+    return Status::Ok();
+  });
+  if (!st.ok()) return st;
+  return n;
+}
+
+Status Store::RecordLease(const std::string& key, int attempt, const std::string& worker_id,
+                          int64_t lease_expires_ms, int64_t now_ms) {
+  return impl_->Write("recording a lease", [&]() -> Status {
+    const std::string what = impl_->file() + ": leasing job " + key + " attempt " +
+                             std::to_string(attempt) + " to worker '" + worker_id + "'";
+    if (attempt < 1) return Status::InvalidArgument(what + ": attempts are numbered from 1");
+    NW_ASSIGN_OR_RETURN(auto state, impl_->JobStateOf(key, "recording a lease"));
+    if (state.first == JobState::kDone || state.first == JobState::kFailed) {
+      return Status::FailedPrecondition(
+          what + ": the job is " + std::string(JobStateName(state.first)) +
+          (state.first == JobState::kFailed ? " (requeue it first)" : ""));
+    }
+    if (attempt <= state.second) {
+      return Status::FailedPrecondition(what + ": not newer than attempt " +
+                                        std::to_string(state.second) + " already leased");
+    }
+    {
+      Query q(*impl_->db,
+              "INSERT INTO attempts (job_key, attempt, worker_id, started_ms, lease_expires_ms,"
+              " status) VALUES (?, ?, ?, ?, ?, 'running')",
+              "inserting into table attempts");
+      q.Bind(1, key).Bind(2, attempt).Bind(3, worker_id).Bind(4, now_ms).Bind(5, lease_expires_ms);
+      NW_RETURN_IF_ERROR(q.Run());
+    }
+    Query q(*impl_->db,
+            "UPDATE jobs SET state = 'leased', attempts = ?, updated_ms = ? WHERE key = ?",
+            "marking a job leased in table jobs");
+    q.Bind(1, attempt).Bind(2, now_ms).Bind(3, key);
+    return q.Run();
+  });
+}
+
+Result<std::vector<AttemptRecord>> Store::Attempts(const std::string& key) {
+  Query q(*impl_->db,
+          "SELECT job_key, attempt, worker_id, started_ms, lease_expires_ms, ended_ms, status,"
+          " error_code, error_message FROM attempts WHERE job_key = ? ORDER BY attempt",
+          "reading table attempts");
+  q.Bind(1, key);
+  std::vector<AttemptRecord> out;
+  while (true) {
+    NW_ASSIGN_OR_RETURN(bool row, q.Step());
+    if (!row) break;
+    AttemptRecord a;
+    a.job_key = q.Text(0);
+    a.attempt = static_cast<int>(q.Int(1));
+    a.worker_id = q.Text(2);
+    a.started_ms = q.Int(3);
+    a.lease_expires_ms = q.Int(4);
+    a.ended_ms = q.OptInt(5);
+    a.status = q.Text(6);
+    a.error_code = q.Text(7);
+    a.error_message = q.Text(8);
+    out.push_back(std::move(a));
+  }
+  return out;
+}
+
+Status Store::CommitResults(const std::vector<JobResult>& results, int64_t now_ms) {
+  // Validate the whole batch before touching the database.
+  for (const JobResult& r : results) {
+    const std::string what = impl_->file() + ": committing result for job " + r.job_key +
+                             " attempt " + std::to_string(r.attempt);
+    if (r.job_key.empty())
+      return Status::InvalidArgument(impl_->file() + ": result without job key");
+    if (r.attempt < 1) return Status::InvalidArgument(what + ": attempts are numbered from 1");
+    std::set<int> layers;
+    for (const ProbeSummary& p : r.probes) {
+      if (!layers.insert(p.layer).second) {
+        return Status::InvalidArgument(what + ": two probes for layer " + std::to_string(p.layer));
+      }
+    }
+  }
+  return impl_->Write("committing " + std::to_string(results.size()) + " results", [&]() -> Status {
+    for (const JobResult& r : results) {
+      NW_RETURN_IF_ERROR(impl_->CommitOne(r, now_ms));
+    }
+    return Status::Ok();
+  });
+}
+
+Status Store::RecordFailure(const std::string& key, int attempt, const Status& reason,
+                            bool will_retry, int64_t now_ms) {
+  const std::string what =
+      impl_->file() + ": recording failure of job " + key + " attempt " + std::to_string(attempt);
+  if (reason.ok()) return Status::InvalidArgument(what + ": the reason is OK");
+  return impl_->Write("recording a failure", [&]() -> Status {
+    NW_ASSIGN_OR_RETURN(auto state, impl_->JobStateOf(key, "recording a failure"));
+    std::string attempt_status;
+    {
+      Query q(*impl_->db, "SELECT status FROM attempts WHERE job_key = ? AND attempt = ?",
+              "looking up an attempt in table attempts");
+      q.Bind(1, key).Bind(2, attempt);
+      NW_ASSIGN_OR_RETURN(bool found, q.Step());
+      if (!found) return Status::NotFound(what + ": no such attempt in table attempts");
+      attempt_status = q.Text(0);
+    }
+    if (attempt_status == "running" || attempt_status == "lost") {
+      Query q(*impl_->db,
+              "UPDATE attempts SET status = 'failed', ended_ms = ?, error_code = ?,"
+              " error_message = ? WHERE job_key = ? AND attempt = ?",
+              "closing a failed attempt in table attempts");
+      q.Bind(1, now_ms)
+          .Bind(2, StatusCodeName(reason.code()))
+          .Bind(3, reason.message())
+          .Bind(4, key)
+          .Bind(5, attempt);
+      NW_RETURN_IF_ERROR(q.Run());
+    }
+    if (state.first == JobState::kDone) return Status::Ok();
+    bool other_running = false;
+    {
+      Query q(*impl_->db,
+              "SELECT 1 FROM attempts WHERE job_key = ? AND status = 'running' AND attempt <> ?",
+              "looking for running attempts in table attempts");
+      q.Bind(1, key).Bind(2, attempt);
+      NW_ASSIGN_OR_RETURN(other_running, q.Step());
+    }
+    Query q(*impl_->db,
+            "UPDATE jobs SET state = CASE WHEN ?1 THEN state WHEN ?2 THEN 'queued' ELSE 'failed'"
+            " END, last_error = ?3, updated_ms = ?4 WHERE key = ?5",
+            "recording a failure in table jobs");
+    q.Bind(1, other_running)
+        .Bind(2, will_retry)
+        .Bind(3, reason.ToString())
+        .Bind(4, now_ms)
+        .Bind(5, key);
+    return q.Run();
+  });
+}
+
+// ---- Workers ----
+
+Status Store::UpsertWorker(const WorkerRecord& w) {
+  if (w.id.empty()) return Status::InvalidArgument(impl_->file() + ": table workers: empty id");
+  const std::string state = w.state.empty() ? "active" : w.state;
+  if (state != "active" && state != "lost" && state != "gone") {
+    return Status::InvalidArgument(impl_->file() + ": table workers: worker '" + w.id +
+                                   "': unknown state '" + state + "'");
+  }
+  return impl_->Write("upserting worker '" + w.id + "'", [&]() -> Status {
+    Query q(*impl_->db,
+            "INSERT INTO workers (id, host, device, capabilities_json, first_seen_ms,"
+            " last_seen_ms, state) VALUES (?, ?, ?, ?, ?, ?, ?)"
+            " ON CONFLICT (id) DO UPDATE SET host = excluded.host, device = excluded.device,"
+            " capabilities_json = excluded.capabilities_json,"
+            " last_seen_ms = excluded.last_seen_ms, state = excluded.state",
+            "upserting into table workers");
+    q.Bind(1, w.id)
+        .Bind(2, w.host)
+        .Bind(3, w.device)
+        .Bind(4, w.capabilities.is_null() ? std::string("{}") : w.capabilities.dump())
+        .Bind(5, w.first_seen_ms)
+        .Bind(6, w.last_seen_ms)
+        .Bind(7, state);
+    return q.Run();
+  });
+}
+
+Result<std::vector<WorkerRecord>> Store::ListWorkers() {
+  Query q(*impl_->db,
+          "SELECT id, host, device, capabilities_json, first_seen_ms, last_seen_ms, state"
+          " FROM workers ORDER BY id",
+          "listing table workers");
+  std::vector<WorkerRecord> out;
+  while (true) {
+    NW_ASSIGN_OR_RETURN(bool row, q.Step());
+    if (!row) break;
+    WorkerRecord w;
+    w.id = q.Text(0);
+    w.host = q.Text(1);
+    w.device = q.Text(2);
+    try {
+      w.capabilities = json::parse(q.Text(3));
+    } catch (const json::exception& e) {
+      return Status::Corruption(impl_->file() + ": table workers, id " + w.id +
+                                ": capabilities_json is not JSON (" + e.what() + ")");
+    }
+    w.first_seen_ms = q.Int(4);
+    w.last_seen_ms = q.Int(5);
+    w.state = q.Text(6);
+    out.push_back(std::move(w));
+  }
+  return out;
+}
+
+// ---- Reading ----
+
+Result<CampaignProgress> Store::Progress(int64_t campaign_id) {
+  NW_RETURN_IF_ERROR(impl_->CheckCampaign(campaign_id));
+  CampaignProgress p;
+  {
+    Query q(*impl_->db,
+            "SELECT COUNT(*), SUM(j.state = 'queued'), SUM(j.state = 'leased'),"
+            " SUM(j.state = 'done'), SUM(j.state = 'failed')"
+            " FROM jobs j JOIN campaign_jobs cj ON cj.job_key = j.key WHERE cj.campaign_id = ?",
+            "counting the jobs of campaign " + std::to_string(campaign_id));
+    q.Bind(1, campaign_id);
+    NW_ASSIGN_OR_RETURN(bool row, q.Step());
+    if (row) {
+      p.total = q.Int(0);
+      p.queued = q.Int(1);
+      p.leased = q.Int(2);
+      p.done = q.Int(3);
+      p.failed = q.Int(4);
+    }
+  }
+  Query q(*impl_->db,
+          "SELECT outcome, COUNT(*) FROM v_campaign_jobs"
+          " WHERE campaign_id = ? AND state = 'done' AND outcome IS NOT NULL GROUP BY outcome",
+          "counting the outcomes of campaign " + std::to_string(campaign_id));
+  q.Bind(1, campaign_id);
+  while (true) {
+    NW_ASSIGN_OR_RETURN(bool row, q.Step());
+    if (!row) break;
+    const std::string outcome = q.Text(0);
+    if (outcome == "pass") {
+      p.pass += q.Int(1);
+    } else if (outcome == "miss") {
+      p.miss += q.Int(1);
+    } else {
+      p.other += q.Int(1);
+    }
+  }
+  return p;
+}
+
+Result<std::vector<HeatmapCell>> Store::Heatmap(int64_t campaign_id) {
+  NW_RETURN_IF_ERROR(impl_->CheckCampaign(campaign_id));
+  Query q(*impl_->db,
+          "SELECT config, context_length, needle_position, trials, passes, errors, pending"
+          " FROM v_heatmap WHERE campaign_id = ?"
+          " ORDER BY config, context_length, needle_position",
+          "reading view v_heatmap for campaign " + std::to_string(campaign_id));
+  q.Bind(1, campaign_id);
+  std::vector<HeatmapCell> out;
+  while (true) {
+    NW_ASSIGN_OR_RETURN(bool row, q.Step());
+    if (!row) break;
+    HeatmapCell c;
+    c.config = q.Text(0);
+    c.context_length = q.Int(1);
+    c.needle_position = q.Real(2);
+    c.trials = q.Int(3);
+    c.passes = q.Int(4);
+    c.errors = q.Int(5);
+    c.pending = q.Int(6);
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+Result<std::vector<BoundaryRow>> Store::Boundaries(int64_t campaign_id) {
+  NW_RETURN_IF_ERROR(impl_->CheckCampaign(campaign_id));
+  Query q(*impl_->db,
+          "SELECT config, lengths, min_length, max_length, l_pass, l_fail, first_unclean,"
+          " max_clean, monotone, fail_trials, fail_passes, trials, passes, errors, pending"
+          " FROM v_boundary WHERE campaign_id = ? ORDER BY config",
+          "reading view v_boundary for campaign " + std::to_string(campaign_id));
+  q.Bind(1, campaign_id);
+  std::vector<BoundaryRow> out;
+  while (true) {
+    NW_ASSIGN_OR_RETURN(bool row, q.Step());
+    if (!row) break;
+    BoundaryRow b;
+    b.config = q.Text(0);
+    b.lengths = q.Int(1);
+    b.min_length = q.Int(2);
+    b.max_length = q.Int(3);
+    b.l_pass = q.OptInt(4);
+    b.l_fail = q.OptInt(5);
+    b.first_unclean = q.OptInt(6);
+    b.max_clean = q.OptInt(7);
+    b.monotone = q.Int(8) != 0;
+    b.fail_trials = q.Int(9);
+    b.fail_passes = q.Int(10);
+    b.trials = q.Int(11);
+    b.passes = q.Int(12);
+    b.errors = q.Int(13);
+    b.pending = q.Int(14);
+    out.push_back(std::move(b));
+  }
+  return out;
+}
+
+Result<std::vector<OutcomeCount>> Store::OutcomeCounts(int64_t campaign_id) {
+  NW_RETURN_IF_ERROR(impl_->CheckCampaign(campaign_id));
+  Query q(*impl_->db,
+          "SELECT config, outcome, COUNT(*) FROM v_campaign_jobs"
+          " WHERE campaign_id = ? AND outcome IS NOT NULL GROUP BY config, outcome"
+          " ORDER BY config, outcome",
+          "counting outcomes per configuration for campaign " + std::to_string(campaign_id));
+  q.Bind(1, campaign_id);
+  std::vector<OutcomeCount> out;
+  while (true) {
+    NW_ASSIGN_OR_RETURN(bool row, q.Step());
+    if (!row) break;
+    OutcomeCount c;
+    c.config = q.Text(0);
+    auto outcome = ParseOutcome(q.Text(1));
+    if (!outcome.ok()) {
+      return Status::Corruption(impl_->file() + ": table results: " + outcome.status().message());
+    }
+    c.outcome = *outcome;
+    c.count = q.Int(2);
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+Result<std::vector<LayerProbeStats>> Store::ProbeStats(int64_t campaign_id) {
+  NW_RETURN_IF_ERROR(impl_->CheckCampaign(campaign_id));
+  Query q(*impl_->db,
+          "SELECT config, layer, answers, passes, in_topk_last, pass_in_topk_last, visible,"
+          " median_rank, mean_in_topk_fraction, best_rank"
+          " FROM v_probe_summary WHERE campaign_id = ? ORDER BY config, layer",
+          "reading view v_probe_summary for campaign " + std::to_string(campaign_id));
+  q.Bind(1, campaign_id);
+  std::vector<LayerProbeStats> out;
+  while (true) {
+    NW_ASSIGN_OR_RETURN(bool row, q.Step());
+    if (!row) break;
+    LayerProbeStats s;
+    s.config = q.Text(0);
+    s.layer = static_cast<int>(q.Int(1));
+    s.answers = q.Int(2);
+    s.passes = q.Int(3);
+    s.in_topk_last = q.Int(4);
+    s.pass_in_topk_last = q.Int(5);
+    s.visible = q.Int(6);
+    s.median_rank = q.OptReal(7);
+    s.mean_in_topk_fraction = q.Real(8);
+    s.best_rank = q.OptInt(9);
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+Result<std::vector<JobResult>> Store::Results(int64_t campaign_id) {
+  NW_RETURN_IF_ERROR(impl_->CheckCampaign(campaign_id));
+  Query q(*impl_->db,
+          "SELECT r.id, r.job_key, r.attempt, r.outcome, r.generated_text, r.expected,"
+          " r.needle_token_offset, r.prompt_hash, r.prompt_tokens, r.generated_tokens,"
+          " r.prefill_ms, r.decode_ms, r.total_ms, r.worker_id, r.device, r.engine_version,"
+          " r.error_code, r.error_message, r.retryable"
+          " FROM v_campaign_jobs c JOIN results r ON r.id = c.result_id"
+          " WHERE c.campaign_id = ? ORDER BY c.job_key",
+          "reading the results of campaign " + std::to_string(campaign_id));
+  q.Bind(1, campaign_id);
+  std::vector<JobResult> out;
+  while (true) {
+    NW_ASSIGN_OR_RETURN(bool row, q.Step());
+    if (!row) break;
+    const int64_t result_id = q.Int(0);
+    JobResult r;
+    r.job_key = q.Text(1);
+    r.attempt = static_cast<int>(q.Int(2));
+    auto outcome = ParseOutcome(q.Text(3));
+    if (!outcome.ok()) {
+      return Status::Corruption(impl_->file() + ": table results, job " + r.job_key + ": " +
+                                outcome.status().message());
+    }
+    r.outcome = *outcome;
+    r.generated_text = q.Text(4);
+    r.expected = q.Text(5);
+    r.needle_token_offset = q.Int(6);
+    r.prompt_hash = q.Text(7);
+    r.prompt_tokens = q.Int(8);
+    r.generated_tokens = q.Int(9);
+    r.prefill_ms = q.Real(10);
+    r.decode_ms = q.Real(11);
+    r.total_ms = q.Real(12);
+    r.worker_id = q.Text(13);
+    r.device = q.Text(14);
+    r.engine_version = q.Text(15);
+    r.error_code = q.Text(16);
+    r.error_message = q.Text(17);
+    r.retryable = q.Int(18) != 0;
+    Query pq(*impl_->db,
+             "SELECT layer, positions, needle_rank_min, needle_rank_median, in_topk_fraction,"
+             " in_topk_last, topk, ranks_json, topk_last_json FROM probes WHERE result_id = ?"
+             " ORDER BY layer",
+             "reading table probes");
+    pq.Bind(1, result_id);
+    while (true) {
+      NW_ASSIGN_OR_RETURN(bool prow, pq.Step());
+      if (!prow) break;
+      ProbeSummary p;
+      p.layer = static_cast<int>(pq.Int(0));
+      p.positions = static_cast<int>(pq.Int(1));
+      p.needle_rank_min = static_cast<int>(pq.Int(2));
+      p.needle_rank_median = pq.Real(3);
+      p.in_topk_fraction = pq.Real(4);
+      p.in_topk_last = pq.Int(5) != 0;
+      p.topk = static_cast<int>(pq.Int(6));
+      const std::string where =
+          "table probes, job " + r.job_key + " layer " + std::to_string(p.layer);
+      NW_ASSIGN_OR_RETURN(p.ranks, ParseIntArray(*impl_->db, pq.Text(7), where + ", ranks_json"));
+      NW_ASSIGN_OR_RETURN(p.topk_last,
+                          ParseIntArray(*impl_->db, pq.Text(8), where + ", topk_last_json"));
+      r.probes.push_back(std::move(p));
+    }
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+}  // namespace nw
