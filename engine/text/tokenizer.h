@@ -17,6 +17,17 @@
 
 namespace nw {
 
+/// The GPT-2 pre-tokenizer regex (ByteLevel with use_regex = true).
+inline constexpr std::string_view kGpt2PreTokenizerPattern =
+    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+
+/// Supported tokenizer.json subset: model BPE (vocab, merges as "a b" or ["a", "b"], unk_token,
+/// fuse_unk, byte_fallback, ignore_merges; dropout and subword prefixes/suffixes must be unset);
+/// added_tokens (matched literally before pre-tokenization, leftmost then longest, honouring
+/// single_word/lstrip/rstrip); pre_tokenizer ByteLevel, Split, Digits, Sequence or null;
+/// normalizer null (or an empty Sequence); decoder ByteLevel. post_processor, truncation and
+/// padding are ignored: Encode never adds BOS/EOS. Added tokens decode to their literal content;
+/// other tokens through the byte-level map.
 class Tokenizer {
  public:
   Tokenizer();
@@ -32,10 +43,20 @@ class Tokenizer {
 
   /// Encodes text (no BOS added); special tokens written literally in the text are matched.
   std::vector<int32_t> Encode(std::string_view text) const;
+  /// The pieces the pre-tokenizer cuts `text` into, as the BPE model sees them (byte-level
+  /// mapped once a ByteLevel step has run). Added tokens are not matched here. For tests and
+  /// debugging.
+  std::vector<std::string> PreTokenize(std::string_view text) const;
   /// Decodes ids to text (byte-level, invalid UTF-8 kept as bytes).
   std::string Decode(std::span<const int32_t> ids) const;
+  /// One more than the largest id of the model vocabulary and the added tokens.
   int vocab_size() const;
+  /// The id of a token given as written in tokenizer.json ("Ġthe", "<|endoftext|>").
   std::optional<int32_t> TokenId(std::string_view token) const;
+  /// The token string of `id` as written in tokenizer.json, or nullopt for an unused id.
+  std::optional<std::string> IdToToken(int32_t id) const;
+  /// True when `id` is an added token marked "special": true.
+  bool IsSpecial(int32_t id) const;
 
  private:
   struct Impl;
