@@ -6,8 +6,8 @@
 -- trial (and not the model: a campaign evaluates one model).
 CREATE VIEW v_job_config AS
 SELECT j.key, j.model_digest, j.engine_version, j.task, j.haystack, j.context_length,
-       j.needle_position, j.topk, j.precision, j.backend, j.seed, j.trial, j.probe, j.state,
-       j.attempts, j.last_error, j.created_ms, j.updated_ms,
+       j.needle_position, j.topk, j.precision, j.precision_json, j.backend, j.seed, j.trial,
+       j.max_new_tokens, j.probe, j.state, j.attempts, j.last_error, j.created_ms, j.updated_ms,
        'topk=' || j.topk || ' precision=' || j.precision || ' backend=' || j.backend ||
        ' task=' || j.task || ' haystack=' || j.haystack AS config
 FROM jobs j;
