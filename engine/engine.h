@@ -16,6 +16,7 @@
 
 #include "common/status.h"
 #include "engine/checkpoint/config.h"
+#include "engine/checkpoint/weights.h"
 #include "engine/precision.h"
 
 namespace nw {
@@ -40,8 +41,8 @@ struct EngineOptions {
 struct ProbeRequest {
   int64_t needle_begin = 0;  // token range of the needle in the prompt, [begin, end)
   int64_t needle_end = 0;
-  int64_t query_begin = 0;   // probe every query position t in [query_begin, prompt_len) and
-                             // every decode step
+  int64_t query_begin = 0;      // probe every query position t in [query_begin, prompt_len) and
+                                // every decode step
   bool keep_topk_sets = false;  // also return the selected entry ids per position
 };
 
@@ -88,9 +89,17 @@ class Engine {
   virtual Result<GenerateResult> Generate(const GenerateRequest& request) = 0;
 };
 
-/// Loads DIR (config.json, model.safetensors or an index, tokenizer.json) on a backend.
+/// Loads DIR (config.json, model.safetensors or an index, tokenizer.json) on a backend. Errors
+/// name the file at fault.
 Result<std::unique_ptr<Engine>> LoadEngine(const std::filesystem::path& model_dir,
                                            const EngineOptions& options);
+
+/// Builds an engine from a model already in memory (tests, benchmarks, tools): the config must
+/// validate and the weights must match it (every tensor the forward pass reads is checked).
+/// `model_digest` is reported as is.
+Result<std::unique_ptr<Engine>> CreateEngine(ModelConfig config, Tokenizer tokenizer,
+                                             ModelWeights weights, std::string model_digest,
+                                             const EngineOptions& options);
 
 /// Backends this build can run ("cpu", "cpu-paged", and "cuda", "cuda-paged" with CUDA).
 std::vector<std::string> AvailableBackends();

@@ -1,0 +1,39 @@
+// Greedy generation on the CPU reference backend: prefill, then step decode with argmax until a
+// stop token or max_new_tokens, with optional indexer probes. The two CPU backends differ only in
+// how they run the same math (see sequence.h):
+//   "cpu"        contiguous KV, the whole prompt in one pass (ragged prefill);
+//   "cpu-paged"  paged KV (pages of 64 entries), prefill in chunks of 256 tokens through the
+//                paged cache and the paged indexer, as decode does.
+// Thread-safety: pure function of its arguments (the weights are only read).
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+#include "common/status.h"
+#include "engine/checkpoint/config.h"
+#include "engine/checkpoint/weights.h"
+#include "engine/engine.h"
+
+namespace nw::cpu {
+
+struct BackendOptions {
+  KvLayout layout = KvLayout::kContiguous;
+  int64_t prefill_chunk = 0;  // 0 = whole prompt in one pass
+};
+
+inline constexpr int64_t kPagedPrefillChunk = 256;
+
+/// "cpu" or "cpu-paged"; anything else is an error.
+Result<BackendOptions> CpuBackendOptions(std::string_view backend);
+
+/// Index of the largest logit; ties go to the lowest id (NaN never wins over a number).
+int32_t Argmax(const float* logits, int64_t n);
+
+/// Runs `request` on `weights` (already in the request's weight format; request.precision.weights
+/// is not applied here). Errors: empty prompt, token ids outside the vocabulary, negative
+/// max_new_tokens or index_topk, an invalid profile, or a length above max_position_embeddings.
+Result<GenerateResult> Generate(const ModelConfig& cfg, const ModelWeights& weights,
+                                const GenerateRequest& request, const BackendOptions& backend);
+
+}  // namespace nw::cpu

@@ -1,0 +1,652 @@
+#include "engine/cpu/sequence.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <utility>
+
+#include "engine/cpu/kv_cache.h"
+#include "engine/cpu/mhc.h"
+#include "engine/cpu/moe.h"
+#include "engine/cpu/numerics.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/hadamard.h"
+#include "kernels/cpu/ops.h"
+#include "kernels/cpu/rope.h"
+#include "kernels/cpu/topk.h"
+
+namespace nw::cpu {
+
+namespace {
+
+// ---- Weight validation -------------------------------------------------------------------------
+
+std::string ShapeString(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? "," : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+Status CheckShape(const Tensor& t, const std::vector<int64_t>& want, const std::string& name) {
+  if (t.shape != want || t.numel() != Tensor::Numel(want)) {
+    return Status::InvalidArgument("weight " + name + " has shape " + t.ShapeString() + " with " +
+                                   std::to_string(t.numel()) + " values, expected " +
+                                   ShapeString(want));
+  }
+  return Status::Ok();
+}
+
+Status CheckHc(const HcWeights& hc, int64_t mix, int64_t scales, int64_t nd,
+               const std::string& name) {
+  NW_RETURN_IF_ERROR(CheckShape(hc.fn, {mix, nd}, name + "_fn"));
+  NW_RETURN_IF_ERROR(CheckShape(hc.base, {mix}, name + "_base"));
+  return CheckShape(hc.scale, {scales}, name + "_scale");
+}
+
+Status CheckCompressor(const CompressorWeights& c, int ratio, int64_t dim, int64_t d_model,
+                       const std::string& name) {
+  if (c.ratio != ratio || c.dim != dim) {
+    return Status::InvalidArgument(name + ": ratio/dim " + std::to_string(c.ratio) + "/" +
+                                   std::to_string(c.dim) + ", expected " + std::to_string(ratio) +
+                                   "/" + std::to_string(dim));
+  }
+  const int64_t coff = ratio == 4 ? 2 : 1;
+  NW_RETURN_IF_ERROR(CheckShape(c.wkv, {coff * dim, d_model}, name + ".wkv.weight"));
+  NW_RETURN_IF_ERROR(CheckShape(c.wgate, {coff * dim, d_model}, name + ".wgate.weight"));
+  NW_RETURN_IF_ERROR(CheckShape(c.ape, {ratio, coff * dim}, name + ".ape"));
+  return CheckShape(c.norm, {dim}, name + ".norm.weight");
+}
+
+Status CheckExpert(const ExpertWeights& e, int64_t d_model, int64_t inter,
+                   const std::string& name) {
+  NW_RETURN_IF_ERROR(CheckShape(e.w1, {inter, d_model}, name + ".w1.weight"));
+  NW_RETURN_IF_ERROR(CheckShape(e.w3, {inter, d_model}, name + ".w3.weight"));
+  return CheckShape(e.w2, {d_model, inter}, name + ".w2.weight");
+}
+
+// ---- Request state -----------------------------------------------------------------------------
+
+// Projections (kv and score + ape) of the last span = coff * ratio tokens of one compressor,
+// a ring by token position: what the next entries need from earlier chunks.
+struct CompressorState {
+  int64_t span = 0;
+  int64_t width = 0;
+  std::vector<float> kv;
+  std::vector<float> score;
+
+  CompressorState() = default;
+  CompressorState(int64_t s, int64_t w)
+      : span(s), width(w), kv(static_cast<size_t>(s * w)), score(static_cast<size_t>(s * w)) {}
+  float* kv_row(int64_t pos) { return kv.data() + (pos % span) * width; }
+  float* score_row(int64_t pos) { return score.data() + (pos % span) * width; }
+};
+
+struct LayerCache {
+  RowStore window;      // raw KV ring, window_size slots
+  RowStore compressed;  // compressed KV entries (ratio > 0)
+  RowStore index_keys;  // indexer keys (ratio 4)
+  CompressorState kv_state;
+  CompressorState index_state;
+};
+
+}  // namespace
+
+Status ValidateWeights(const ModelConfig& cfg, const ModelWeights& w) {
+  const int64_t V = cfg.vocab_size, D = cfg.dim, H = cfg.n_heads, d = cfg.head_dim;
+  const int64_t q = cfg.q_lora_rank, g = cfg.o_groups, R = cfg.o_lora_rank, n = cfg.hc_mult;
+  if (V <= 0 || D <= 0 || H <= 0 || d <= 0 || q <= 0 || g <= 0 || R <= 0 || n <= 0 ||
+      cfg.n_layers <= 0 || cfg.window_size <= 0) {
+    return Status::InvalidArgument("config has a non-positive dimension");
+  }
+  if (H % g != 0) return Status::InvalidArgument("n_heads must be a multiple of o_groups");
+  if (cfg.rope_head_dim <= 0 || cfg.rope_head_dim % 2 != 0 || cfg.rope_head_dim > d) {
+    return Status::InvalidArgument("rope_head_dim must be even and at most head_dim");
+  }
+  if (static_cast<int>(cfg.compress_ratios.size()) < cfg.n_layers) {
+    return Status::InvalidArgument("compress_ratios has fewer entries than n_layers");
+  }
+  NW_RETURN_IF_ERROR(CheckShape(w.embed, {V, D}, "embed.weight"));
+  NW_RETURN_IF_ERROR(CheckShape(w.norm, {D}, "norm.weight"));
+  NW_RETURN_IF_ERROR(CheckShape(w.head, {V, D}, "head.weight"));
+  NW_RETURN_IF_ERROR(CheckHc(w.hc_head, n, 1, n * D, "hc_head"));
+  if (static_cast<int>(w.layers.size()) != cfg.n_layers) {
+    return Status::InvalidArgument("weights have " + std::to_string(w.layers.size()) +
+                                   " layers, config has " + std::to_string(cfg.n_layers));
+  }
+  for (int l = 0; l < cfg.n_layers; ++l) {
+    const BlockWeights& b = w.layers[static_cast<size_t>(l)];
+    const std::string P = "layers." + std::to_string(l) + ".";
+    const int64_t mix = (2 + n) * n;
+    NW_RETURN_IF_ERROR(CheckHc(b.hc_attn, mix, 3, n * D, P + "hc_attn"));
+    NW_RETURN_IF_ERROR(CheckHc(b.hc_ffn, mix, 3, n * D, P + "hc_ffn"));
+    NW_RETURN_IF_ERROR(CheckShape(b.attn_norm, {D}, P + "attn_norm.weight"));
+    NW_RETURN_IF_ERROR(CheckShape(b.ffn_norm, {D}, P + "ffn_norm.weight"));
+    const AttentionWeights& a = b.attn;
+    NW_RETURN_IF_ERROR(CheckShape(a.attn_sink, {H}, P + "attn.attn_sink"));
+    NW_RETURN_IF_ERROR(CheckShape(a.wq_a, {q, D}, P + "attn.wq_a.weight"));
+    NW_RETURN_IF_ERROR(CheckShape(a.q_norm, {q}, P + "attn.q_norm.weight"));
+    NW_RETURN_IF_ERROR(CheckShape(a.wq_b, {H * d, q}, P + "attn.wq_b.weight"));
+    NW_RETURN_IF_ERROR(CheckShape(a.wkv, {d, D}, P + "attn.wkv.weight"));
+    NW_RETURN_IF_ERROR(CheckShape(a.kv_norm, {d}, P + "attn.kv_norm.weight"));
+    NW_RETURN_IF_ERROR(CheckShape(a.wo_a, {g * R, H * d / g}, P + "attn.wo_a.weight"));
+    NW_RETURN_IF_ERROR(CheckShape(a.wo_b, {D, g * R}, P + "attn.wo_b.weight"));
+    const int ratio = cfg.ratio(l);
+    if (ratio != 0 && ratio != 4 && ratio != 128) {
+      return Status::InvalidArgument(P + ": compress ratio " + std::to_string(ratio) +
+                                     " is not 0, 4 or 128");
+    }
+    if (ratio > 0) {
+      if (!a.compressor) return Status::InvalidArgument(P + "attn.compressor is missing");
+      NW_RETURN_IF_ERROR(CheckCompressor(*a.compressor, ratio, d, D, P + "attn.compressor"));
+    }
+    if (ratio == 4) {
+      const int64_t hI = cfg.index_n_heads, cI = cfg.index_head_dim;
+      if (!a.indexer) return Status::InvalidArgument(P + "attn.indexer is missing");
+      if (hI <= 0 || !IsPowerOfTwo(cI) || cI < cfg.rope_head_dim) {
+        return Status::InvalidArgument(
+            "index_head_dim must be a power of two >= rope_head_dim and index_n_heads > 0");
+      }
+      NW_RETURN_IF_ERROR(CheckShape(a.indexer->wq_b, {hI * cI, q}, P + "attn.indexer.wq_b"));
+      NW_RETURN_IF_ERROR(
+          CheckShape(a.indexer->weights_proj, {hI, D}, P + "attn.indexer.weights_proj.weight"));
+      NW_RETURN_IF_ERROR(
+          CheckCompressor(a.indexer->compressor, 4, cI, D, P + "attn.indexer.compressor"));
+    }
+    const FfnWeights& f = b.ffn;
+    const int64_t E = cfg.n_routed_experts, I = cfg.moe_inter_dim;
+    NW_RETURN_IF_ERROR(CheckShape(f.gate, {E, D}, P + "ffn.gate.weight"));
+    if (static_cast<int64_t>(f.experts.size()) != E) {
+      return Status::InvalidArgument(P + "ffn has " + std::to_string(f.experts.size()) +
+                                     " experts, expected " + std::to_string(E));
+    }
+    for (int64_t e = 0; e < E; ++e) {
+      NW_RETURN_IF_ERROR(CheckExpert(f.experts[static_cast<size_t>(e)], D, I,
+                                     P + "ffn.experts." + std::to_string(e)));
+    }
+    NW_RETURN_IF_ERROR(CheckExpert(f.shared, D, I, P + "ffn.shared_experts"));
+    if (cfg.is_hash_layer(l)) {
+      const int64_t k = cfg.n_activated_experts;
+      if (static_cast<int64_t>(f.tid2eid.size()) != V * k) {
+        return Status::InvalidArgument(P + "ffn.gate.tid2eid has " +
+                                       std::to_string(f.tid2eid.size()) + " entries, expected " +
+                                       std::to_string(V * k));
+      }
+      for (int32_t e : f.tid2eid) {
+        if (e < 0 || e >= E) {
+          return Status::InvalidArgument(P + "ffn.gate.tid2eid has expert id " + std::to_string(e) +
+                                         " outside [0, " + std::to_string(E) + ")");
+        }
+      }
+    } else {
+      NW_RETURN_IF_ERROR(CheckShape(f.gate_bias, {E}, P + "ffn.gate.bias"));
+    }
+  }
+  return Status::Ok();
+}
+
+// ---- The forward pass --------------------------------------------------------------------------
+
+struct Sequence::Impl {
+  const ModelConfig& cfg;
+  const ModelWeights& w;
+  SequenceOptions opts;
+  Numerics num;
+  int topk = 0;
+  MhcParams mhc;
+  RopeTable rope_plain;     // ratio-0 layers: rope_theta, no YaRN
+  RopeTable rope_compress;  // ratio > 0 layers and their indexer: compress_rope_theta, YaRN
+  std::unique_ptr<PagePool> kv_pool;     // head_dim rows (window + compressed KV)
+  std::unique_ptr<PagePool> index_pool;  // index_head_dim rows
+  std::vector<LayerCache> layers;
+  std::vector<IndexerProbe> probes;
+  std::vector<int> probe_slot;  // layer -> index into probes, -1 if not an indexer layer
+  int64_t pos = 0;
+
+  Impl(const ModelConfig& c, const ModelWeights& weights, const SequenceOptions& o)
+      : cfg(c), w(weights), opts(o) {}
+
+  void Init();
+  void Attention(int layer, const float* x, int64_t n, int64_t s, float* y);
+  void Compress(const CompressorWeights& cw, bool indexer, const RopeTable& rope, const float* x,
+                int64_t n, int64_t s, CompressorState& state, RowStore& store);
+  // Indexer selection for the token at position p; returns the entries to attend, ascending.
+  void SelectEntries(int layer, int64_t p, int64_t visible, const float* iq, const float* iw,
+                     std::vector<int32_t>& selected, std::vector<float>& scores,
+                     std::vector<int32_t>& topk_out, std::vector<int32_t>& scratch);
+  void RecordProbe(int layer, int64_t p, int64_t visible, const float* scores,
+                   const int32_t* topk_out, int n_selected);
+  Status Forward(std::span<const int32_t> tokens, std::vector<float>* last_logits,
+                 std::vector<float>* all_logits);
+};
+
+void Sequence::Impl::Init() {
+  topk = opts.index_topk > 0 ? opts.index_topk : cfg.index_topk;
+  num = Numerics(opts.precision, cfg.head_dim, cfg.rope_head_dim);
+  mhc.n = cfg.hc_mult;
+  mhc.dim = cfg.dim;
+  mhc.sinkhorn_iters = cfg.hc_sinkhorn_iters;
+  mhc.hc_eps = static_cast<float>(cfg.hc_eps);
+  mhc.norm_eps = static_cast<float>(cfg.norm_eps);
+  RopeParams plain;
+  plain.rope_dim = cfg.rope_head_dim;
+  plain.base = cfg.rope_theta;
+  plain.original_seq_len = 0;
+  rope_plain = RopeTable(plain, opts.max_tokens);
+  RopeParams yarn = plain;
+  yarn.base = cfg.compress_rope_theta;
+  yarn.original_seq_len = cfg.original_seq_len;
+  yarn.factor = cfg.rope_factor;
+  yarn.beta_fast = cfg.beta_fast;
+  yarn.beta_slow = cfg.beta_slow;
+  rope_compress = RopeTable(yarn, opts.max_tokens);
+
+  const bool paged = opts.layout == KvLayout::kPaged;
+  kv_pool = std::make_unique<PagePool>(cfg.head_dim);
+  index_pool = std::make_unique<PagePool>(std::max(cfg.index_head_dim, 1));
+  layers.resize(static_cast<size_t>(cfg.n_layers));
+  probe_slot.assign(static_cast<size_t>(cfg.n_layers), -1);
+  for (int l = 0; l < cfg.n_layers; ++l) {
+    LayerCache& c = layers[static_cast<size_t>(l)];
+    const int ratio = cfg.ratio(l);
+    c.window = paged ? RowStore::Paged(kv_pool.get(), cfg.window_size)
+                     : RowStore::Contiguous(cfg.head_dim, cfg.window_size, 0);
+    if (ratio > 0) {
+      const int64_t entries = opts.max_tokens / ratio;
+      c.compressed = paged ? RowStore::Paged(kv_pool.get(), 0)
+                           : RowStore::Contiguous(cfg.head_dim, 0, entries);
+      const int64_t coff = ratio == 4 ? 2 : 1;
+      c.kv_state = CompressorState(coff * ratio, coff * cfg.head_dim);
+    }
+    if (ratio == 4) {
+      const int64_t entries = opts.max_tokens / ratio;
+      c.index_keys = paged ? RowStore::Paged(index_pool.get(), 0)
+                           : RowStore::Contiguous(cfg.index_head_dim, 0, entries);
+      c.index_state = CompressorState(2 * ratio, 2 * cfg.index_head_dim);
+      if (opts.probe) {
+        probe_slot[static_cast<size_t>(l)] = static_cast<int>(probes.size());
+        IndexerProbe p;
+        p.layer = l;
+        p.topk = topk;
+        probes.push_back(std::move(p));
+      }
+    }
+  }
+}
+
+void Sequence::Impl::Compress(const CompressorWeights& cw, bool indexer, const RopeTable& rope,
+                              const float* x, int64_t n, int64_t s, CompressorState& state,
+                              RowStore& store) {
+  const int64_t D = cfg.dim, r = cw.ratio, d = cw.dim, rd = cfg.rope_head_dim;
+  const bool overlap = r == 4;
+  const int64_t width = (overlap ? 2 : 1) * d;
+  const int64_t span = (overlap ? 2 : 1) * r;
+  std::vector<float> kv(static_cast<size_t>(n * width)), score(kv.size());
+  Linear(x, n, D, cw.wkv.ptr(), width, kv.data());
+  Linear(x, n, D, cw.wgate.ptr(), width, score.data());
+  for (int64_t t = 0; t < n; ++t) {
+    const float* ape = cw.ape.ptr() + ((s + t) % r) * width;
+    float* sc = score.data() + t * width;
+    for (int64_t c = 0; c < width; ++c) sc[c] += ape[c];
+  }
+  std::vector<const float*> kv_rows(static_cast<size_t>(span)), score_rows(kv_rows.size());
+  std::vector<float> entry(static_cast<size_t>(d)), scratch(static_cast<size_t>((span + 1) * d));
+  const CompressParams cp{static_cast<int>(r), static_cast<int>(d), overlap};
+  const float hadamard_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(d)));
+  const float eps = static_cast<float>(cfg.norm_eps);
+  // Entries whose block ends inside the chunk: blocks b with s <= (b+1)r - 1 < s + n.
+  for (int64_t b = s / r; b < (s + n) / r; ++b) {
+    const int64_t first = overlap ? (b - 1) * r : b * r;
+    for (int64_t k = 0; k < span; ++k) {
+      const int64_t p = first + k;
+      const size_t ks = static_cast<size_t>(k);
+      if (p < 0) {
+        kv_rows[ks] = score_rows[ks] = nullptr;
+      } else if (p >= s) {
+        kv_rows[ks] = kv.data() + (p - s) * width;
+        score_rows[ks] = score.data() + (p - s) * width;
+      } else {
+        kv_rows[ks] = state.kv_row(p);
+        score_rows[ks] = state.score_row(p);
+      }
+    }
+    CompressPool(cp, kv_rows.data(), score_rows.data(), entry.data(), scratch.data());
+    num.Act(entry.data(), d);
+    RmsNorm(entry.data(), cw.norm.ptr(), d, eps, entry.data());
+    num.Act(entry.data(), d);
+    ApplyRope(entry.data() + d - rd, static_cast<int>(rd / 2), rope.cos(b * r), rope.sin(b * r),
+              false);
+    num.Act(entry.data(), d);
+    if (indexer) {
+      HadamardTransform(entry.data(), d, hadamard_scale);
+      num.Act(entry.data(), d);
+      num.IndexK(entry.data(), d);
+    } else {
+      num.Kv(entry.data());
+    }
+    std::copy(entry.begin(), entry.end(), store.MutableRow(b));
+  }
+  // Keep the projections of the last `span` tokens for the entries of later chunks.
+  for (int64_t p = std::max(s, s + n - span); p < s + n; ++p) {
+    std::copy_n(kv.data() + (p - s) * width, width, state.kv_row(p));
+    std::copy_n(score.data() + (p - s) * width, width, state.score_row(p));
+  }
+}
+
+void Sequence::Impl::RecordProbe(int layer, int64_t p, int64_t visible, const float* scores,
+                                 const int32_t* topk_out, int n_selected) {
+  IndexerProbe& pr = probes[static_cast<size_t>(probe_slot[static_cast<size_t>(layer)])];
+  const ProbeRequest& req = *opts.probe;
+  const int64_t r = cfg.ratio(layer);
+  int64_t best = -1;
+  bool hit = false;
+  if (req.needle_end > req.needle_begin) {
+    // Entry i pools tokens [r(i-1), r(i+1)) (ratio 4 overlaps the previous block).
+    const int64_t lo = std::max<int64_t>(0, req.needle_begin / r - 1);
+    const int64_t hi = std::min<int64_t>(visible - 1, (req.needle_end - 1) / r + 1);
+    for (int64_t i = lo; i <= hi; ++i) {
+      const int64_t first = r * (i - 1), last = r * (i + 1) - 1;
+      if (last < req.needle_begin || first >= req.needle_end) continue;
+      const int64_t rank = RankOf(scores, visible, i);
+      if (best < 0 || rank < best) best = rank;
+      for (int j = 0; j < n_selected; ++j) hit = hit || topk_out[j] == i;
+    }
+  }
+  pr.positions.push_back(p);
+  pr.needle_rank.push_back(static_cast<int32_t>(best));
+  pr.in_topk.push_back(hit ? 1 : 0);
+  pr.num_visible.push_back(static_cast<int32_t>(visible));
+  if (req.keep_topk_sets) pr.topk_sets.insert(pr.topk_sets.end(), topk_out, topk_out + topk);
+}
+
+void Sequence::Impl::SelectEntries(int layer, int64_t p, int64_t visible, const float* iq,
+                                   const float* iw, std::vector<int32_t>& selected,
+                                   std::vector<float>& scores, std::vector<int32_t>& topk_out,
+                                   std::vector<int32_t>& scratch) {
+  const bool probe = opts.probe.has_value() && p >= opts.probe->query_begin;
+  const bool need_scores = probe || (!opts.dense_compressed && visible > topk);
+  topk_out.assign(static_cast<size_t>(topk), -1);
+  int n_sel = 0;
+  if (need_scores) {
+    scores.resize(static_cast<size_t>(visible));
+    scratch.resize(static_cast<size_t>(visible));
+    const IndexerParams ip{cfg.index_n_heads, cfg.index_head_dim};
+    layers[static_cast<size_t>(layer)].index_keys.ForEachRun(
+        0, visible, [&](int64_t first, const float* rows, int64_t count) {
+          IndexerScores(ip, iq, iw, rows, count, scores.data() + first);
+        });
+    n_sel = TopK(scores.data(), visible, topk, topk_out.data(), scratch.data());
+  } else {
+    // Every visible entry is selected (k >= visible): no scores needed.
+    n_sel = static_cast<int>(std::min<int64_t>(visible, topk));
+    for (int j = 0; j < n_sel; ++j) topk_out[static_cast<size_t>(j)] = j;
+  }
+  if (probe) RecordProbe(layer, p, visible, scores.data(), topk_out.data(), n_sel);
+  if (opts.dense_compressed) {
+    selected.resize(static_cast<size_t>(visible));
+    for (int64_t i = 0; i < visible; ++i)
+      selected[static_cast<size_t>(i)] = static_cast<int32_t>(i);
+  } else {
+    selected.assign(topk_out.begin(), topk_out.begin() + n_sel);
+    std::sort(selected.begin(), selected.end());
+  }
+}
+
+void Sequence::Impl::Attention(int layer, const float* x, int64_t n, int64_t s, float* y) {
+  const AttentionWeights& a = w.layers[static_cast<size_t>(layer)].attn;
+  LayerCache& cache = layers[static_cast<size_t>(layer)];
+  const int64_t D = cfg.dim, H = cfg.n_heads, d = cfg.head_dim, rd = cfg.rope_head_dim;
+  const int64_t nope = d - rd, q = cfg.q_lora_rank, W = cfg.window_size;
+  const int64_t g = cfg.o_groups, R = cfg.o_lora_rank;
+  const int pairs = static_cast<int>(rd / 2);
+  const int ratio = cfg.ratio(layer);
+  const RopeTable& rope = ratio > 0 ? rope_compress : rope_plain;
+  const float eps = static_cast<float>(cfg.norm_eps);
+
+  // 1. Query latent, query heads and the raw KV of every token of the chunk.
+  std::vector<float> qr(static_cast<size_t>(n * q)), qh(static_cast<size_t>(n * H * d));
+  std::vector<float> kv(static_cast<size_t>(n * d));
+  Linear(x, n, D, a.wq_a.ptr(), q, qr.data());
+  num.Act(qr.data(), n * q);
+  for (int64_t t = 0; t < n; ++t)
+    RmsNorm(qr.data() + t * q, a.q_norm.ptr(), q, eps, qr.data() + t * q);
+  num.Act(qr.data(), n * q);
+  Linear(qr.data(), n, q, a.wq_b.ptr(), H * d, qh.data());
+  num.Act(qh.data(), n * H * d);
+  for (int64_t t = 0; t < n; ++t) {
+    for (int64_t h = 0; h < H; ++h) {
+      float* v = qh.data() + (t * H + h) * d;
+      RmsNorm(v, nullptr, d, eps, v);
+      num.Act(v, d);
+      ApplyRope(v + nope, pairs, rope.cos(s + t), rope.sin(s + t), false);
+      num.Act(v, d);
+    }
+  }
+  Linear(x, n, D, a.wkv.ptr(), d, kv.data());
+  num.Act(kv.data(), n * d);
+  for (int64_t t = 0; t < n; ++t) {
+    float* v = kv.data() + t * d;
+    RmsNorm(v, a.kv_norm.ptr(), d, eps, v);
+    num.Act(v, d);
+    ApplyRope(v + nope, pairs, rope.cos(s + t), rope.sin(s + t), false);
+    num.Act(v, d);
+    num.Kv(v);
+  }
+
+  // 2. Compressed entries completed by this chunk, and the indexer's queries and weights.
+  if (ratio > 0) {
+    Compress(*a.compressor, false, rope, x, n, s, cache.kv_state, cache.compressed);
+  }
+  const int64_t hI = cfg.index_n_heads, cI = cfg.index_head_dim;
+  std::vector<float> iq, iw;
+  if (ratio == 4) {
+    const IndexerWeights& ix = *a.indexer;
+    Compress(ix.compressor, true, rope, x, n, s, cache.index_state, cache.index_keys);
+    iq.resize(static_cast<size_t>(n * hI * cI));
+    Linear(qr.data(), n, q, ix.wq_b.ptr(), hI * cI, iq.data());
+    num.Act(iq.data(), n * hI * cI);
+    const float hscale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(cI)));
+    for (int64_t t = 0; t < n; ++t) {
+      for (int64_t h = 0; h < hI; ++h) {
+        float* v = iq.data() + (t * hI + h) * cI;
+        ApplyRope(v + cI - rd, pairs, rope.cos(s + t), rope.sin(s + t), false);
+        num.Act(v, cI);
+        HadamardTransform(v, cI, hscale);
+        num.Act(v, cI);
+        num.IndexQ(v, cI);
+      }
+    }
+    iw.resize(static_cast<size_t>(n * hI));
+    Linear(x, n, D, ix.weights_proj.ptr(), hI, iw.data());
+    num.Act(iw.data(), n * hI);
+    const float wscale = static_cast<float>(std::pow(static_cast<double>(cI), -0.5) *
+                                            std::pow(static_cast<double>(hI), -0.5));
+    for (float& v : iw) v *= wscale;
+  }
+
+  // 3. Per token: gather window + compressed entries, attend, project out.
+  const SparseAttnParams sp{static_cast<int>(H), static_cast<int>(d),
+                            static_cast<float>(std::pow(static_cast<double>(d), -0.5))};
+  std::vector<const float*> entries;
+  std::vector<int32_t> selected, topk_out, scratch_idx;
+  std::vector<float> scores, attn_scratch, o(static_cast<size_t>(H * d)),
+      oa(static_cast<size_t>(g * R));
+  for (int64_t t = 0; t < n; ++t) {
+    const int64_t p = s + t;
+    entries.clear();
+    for (int64_t wp = std::max<int64_t>(0, p - W + 1); wp <= p; ++wp) {
+      entries.push_back(wp >= s ? kv.data() + (wp - s) * d : cache.window.Row(wp));
+    }
+    if (ratio > 0) {
+      const int64_t visible = (p + 1) / ratio;
+      if (ratio == 4) {
+        SelectEntries(layer, p, visible, iq.data() + t * hI * cI, iw.data() + t * hI, selected,
+                      scores, topk_out, scratch_idx);
+        for (int32_t i : selected) entries.push_back(cache.compressed.Row(i));
+      } else {
+        for (int64_t i = 0; i < visible; ++i) entries.push_back(cache.compressed.Row(i));
+      }
+    }
+    const int64_t m = static_cast<int64_t>(entries.size());
+    attn_scratch.resize(static_cast<size_t>(H * (m + 1)));
+    SparseAttention(sp, qh.data() + t * H * d, entries.data(), m, a.attn_sink.ptr(), o.data(),
+                    attn_scratch.data());
+    num.Act(o.data(), H * d);
+    for (int64_t h = 0; h < H; ++h) {
+      ApplyRope(o.data() + h * d + nope, pairs, rope.cos(p), rope.sin(p), true);
+    }
+    num.Act(o.data(), H * d);
+    GroupedLinear(o.data(), a.wo_a.ptr(), static_cast<int>(g), H * d / g, R, oa.data());
+    num.Act(oa.data(), g * R);
+    Linear(oa.data(), 1, g * R, a.wo_b.ptr(), D, y + t * D);
+    num.Act(y + t * D, D);
+  }
+
+  // 4. The chunk's raw KV joins the window ring (the last W tokens are enough).
+  for (int64_t p = std::max(s, s + n - W); p < s + n; ++p) {
+    std::copy_n(kv.data() + (p - s) * d, d, cache.window.MutableRow(p));
+  }
+}
+
+Status Sequence::Impl::Forward(std::span<const int32_t> tokens, std::vector<float>* last_logits,
+                               std::vector<float>* all_logits) {
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  if (n == 0) return Status::InvalidArgument("forward needs at least one token");
+  if (pos + n > opts.max_tokens) {
+    return Status::OutOfRange("sequence would reach " + std::to_string(pos + n) +
+                              " tokens, above its capacity of " + std::to_string(opts.max_tokens));
+  }
+  for (int32_t tok : tokens) {
+    if (tok < 0 || tok >= cfg.vocab_size) {
+      return Status::InvalidArgument("token id " + std::to_string(tok) + " outside [0, " +
+                                     std::to_string(cfg.vocab_size) + ")");
+    }
+  }
+  const int64_t s = pos, D = cfg.dim, hc = cfg.hc_mult, V = cfg.vocab_size;
+  const int64_t stream = hc * D;
+  const float eps = static_cast<float>(cfg.norm_eps);
+  std::vector<float> X(static_cast<size_t>(n * stream)), Xn(X.size());
+  for (int64_t t = 0; t < n; ++t) {
+    const float* e = w.embed.ptr() + static_cast<int64_t>(tokens[static_cast<size_t>(t)]) * D;
+    for (int64_t i = 0; i < hc; ++i) std::copy_n(e, D, X.data() + t * stream + i * D);
+  }
+  num.Act(X.data(), n * stream);
+
+  std::vector<float> u(static_cast<size_t>(D)), x(static_cast<size_t>(n * D)), y(x.size());
+  std::vector<MhcMix> mix(static_cast<size_t>(n));
+  for (int l = 0; l < cfg.n_layers; ++l) {
+    const BlockWeights& b = w.layers[static_cast<size_t>(l)];
+    // Attention sub-layer.
+    for (int64_t t = 0; t < n; ++t) {
+      mix[static_cast<size_t>(t)] = MhcPre(mhc, b.hc_attn, X.data() + t * stream, u.data());
+      num.Act(u.data(), D);
+      RmsNorm(u.data(), b.attn_norm.ptr(), D, eps, x.data() + t * D);
+      num.Act(x.data() + t * D, D);
+    }
+    Attention(l, x.data(), n, s, y.data());
+    for (int64_t t = 0; t < n; ++t) {
+      MhcPost(mhc, mix[static_cast<size_t>(t)], X.data() + t * stream, y.data() + t * D,
+              Xn.data() + t * stream);
+    }
+    num.Act(Xn.data(), n * stream);
+    std::swap(X, Xn);
+    // MoE sub-layer.
+    for (int64_t t = 0; t < n; ++t) {
+      const MhcMix m = MhcPre(mhc, b.hc_ffn, X.data() + t * stream, u.data());
+      num.Act(u.data(), D);
+      float* xt = x.data() + t * D;
+      RmsNorm(u.data(), b.ffn_norm.ptr(), D, eps, xt);
+      num.Act(xt, D);
+      MoeForward(cfg, b.ffn, l, xt, tokens[static_cast<size_t>(t)], y.data() + t * D);
+      num.Act(y.data() + t * D, D);
+      MhcPost(mhc, m, X.data() + t * stream, y.data() + t * D, Xn.data() + t * stream);
+      num.Act(Xn.data() + t * stream, stream);
+    }
+    std::swap(X, Xn);
+  }
+
+  auto logits_of = [&](int64_t t, float* out) {
+    MhcHead(mhc, w.hc_head, X.data() + t * stream, u.data());
+    num.Act(u.data(), D);
+    std::vector<float> h(static_cast<size_t>(D));
+    RmsNorm(u.data(), w.norm.ptr(), D, eps, h.data());
+    num.Act(h.data(), D);
+    Linear(h.data(), 1, D, w.head.ptr(), V, out);
+  };
+  if (all_logits != nullptr) {
+    all_logits->assign(static_cast<size_t>(n * V), 0.0f);
+    for (int64_t t = 0; t < n; ++t) logits_of(t, all_logits->data() + t * V);
+    if (last_logits != nullptr) {
+      last_logits->assign(all_logits->end() - V, all_logits->end());
+    }
+  } else if (last_logits != nullptr) {
+    last_logits->assign(static_cast<size_t>(V), 0.0f);
+    logits_of(n - 1, last_logits->data());
+  }
+  pos += n;
+  return Status::Ok();
+}
+
+// ---- Sequence ----------------------------------------------------------------------------------
+
+Sequence::Sequence(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Sequence::Sequence(Sequence&&) noexcept = default;
+Sequence& Sequence::operator=(Sequence&&) noexcept = default;
+Sequence::~Sequence() = default;
+
+Result<Sequence> Sequence::Create(const ModelConfig& cfg, const ModelWeights& weights,
+                                  const SequenceOptions& options) {
+  NW_RETURN_IF_ERROR(ValidateWeights(cfg, weights));
+  NW_RETURN_IF_ERROR(options.precision.Validate());
+  if (options.max_tokens <= 0) {
+    return Status::InvalidArgument("sequence capacity (max_tokens) must be positive");
+  }
+  if (options.prefill_chunk < 0 || options.index_topk < 0) {
+    return Status::InvalidArgument("prefill_chunk and index_topk must be >= 0");
+  }
+  if (cfg.num_indexer_layers() > 0 && options.index_topk == 0 && cfg.index_topk <= 0) {
+    return Status::InvalidArgument("index_topk must be positive");
+  }
+  if (options.probe) {
+    const ProbeRequest& p = *options.probe;
+    if (p.needle_begin < 0 || p.needle_end < p.needle_begin || p.query_begin < 0) {
+      return Status::InvalidArgument(
+          "probe ranges must satisfy 0 <= needle_begin <= needle_end "
+          "and query_begin >= 0");
+    }
+  }
+  auto impl = std::make_unique<Impl>(cfg, weights, options);
+  impl->Init();
+  return Sequence(std::move(impl));
+}
+
+int64_t Sequence::position() const { return impl_->pos; }
+int Sequence::index_topk() const { return impl_->topk; }
+const std::vector<IndexerProbe>& Sequence::probes() const { return impl_->probes; }
+
+int64_t Sequence::pages_in_use() const {
+  return impl_->kv_pool->pages_in_use() + impl_->index_pool->pages_in_use();
+}
+
+Status Sequence::Forward(std::span<const int32_t> tokens, std::vector<float>* last_logits,
+                         std::vector<float>* all_logits) {
+  return impl_->Forward(tokens, last_logits, all_logits);
+}
+
+Status Sequence::Prefill(std::span<const int32_t> tokens, std::vector<float>* logits) {
+  if (tokens.empty()) return Status::InvalidArgument("prefill needs at least one token");
+  const size_t chunk = impl_->opts.prefill_chunk > 0
+                           ? static_cast<size_t>(impl_->opts.prefill_chunk)
+                           : tokens.size();
+  for (size_t b = 0; b < tokens.size(); b += chunk) {
+    const size_t e = std::min(tokens.size(), b + chunk);
+    NW_RETURN_IF_ERROR(
+        impl_->Forward(tokens.subspan(b, e - b), e == tokens.size() ? logits : nullptr, nullptr));
+  }
+  return Status::Ok();
+}
+
+Status Sequence::Decode(int32_t token, std::vector<float>* logits) {
+  return impl_->Forward(std::span<const int32_t>(&token, 1), logits, nullptr);
+}
+
+}  // namespace nw::cpu
