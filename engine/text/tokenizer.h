@@ -65,6 +65,13 @@ class Tokenizer {
 
 /// Trains a byte-level BPE tokenizer on `corpus` up to `vocab_size` tokens (256 byte tokens +
 /// merges + `special_tokens`), deterministically, and returns tokenizer.json content.
+/// Words come from the GPT-2 regex (special tokens in the corpus are cut out and not learned);
+/// each step merges the most frequent adjacent pair, ties going to the lexicographically smallest
+/// (left, right) pair of token strings (bytewise, as written in the vocab, e.g. "Ġab"). Ids: the
+/// 256 byte tokens in bytes_to_unicode order, then one per merge, then the special tokens
+/// (added_tokens with "special": true). Training stops early when no pair is left, so the
+/// vocabulary can come out smaller than `vocab_size`. Errors: InvalidArgument when vocab_size is
+/// below 256 + special_tokens.size() or a special token is empty or repeated.
 Result<nlohmann::json> TrainByteLevelBpe(std::string_view corpus, int vocab_size,
                                          const std::vector<std::string>& special_tokens);
 
