@@ -1,0 +1,363 @@
+#include "report/report.h"
+
+#include <algorithm>
+#include <map>
+#include <utility>
+
+#include "report/stats.h"
+
+namespace nw::report {
+namespace {
+
+using json = nlohmann::json;
+
+size_t OutcomeIndex(Outcome o) {
+  for (size_t i = 0; i < kOutcomeOrder.size(); ++i) {
+    if (kOutcomeOrder[i] == o) return i;
+  }
+  return 0;
+}
+
+// Fractions first (0% .. 100%), then offsets from the end, farthest from the end first.
+bool PositionLess(double a, double b) {
+  const bool ea = a < 0, eb = b < 0;
+  if (ea != eb) return !ea;
+  return a < b;
+}
+
+// The heatmap of one configuration as a grid.
+struct Grid {
+  std::vector<int64_t> lengths;
+  std::vector<double> positions;
+  std::map<std::pair<int64_t, double>, const HeatmapCell*> at;
+};
+
+Grid MakeGrid(const std::vector<HeatmapCell>& cells) {
+  Grid g;
+  for (const HeatmapCell& c : cells) {
+    g.lengths.push_back(c.context_length);
+    g.positions.push_back(c.needle_position);
+    g.at[{c.context_length, c.needle_position}] = &c;
+  }
+  std::sort(g.lengths.begin(), g.lengths.end());
+  g.lengths.erase(std::unique(g.lengths.begin(), g.lengths.end()), g.lengths.end());
+  std::sort(g.positions.begin(), g.positions.end(), PositionLess);
+  g.positions.erase(std::unique(g.positions.begin(), g.positions.end()), g.positions.end());
+  return g;
+}
+
+const HeatmapCell* CellAt(const Grid& g, int64_t length, double position) {
+  auto it = g.at.find({length, position});
+  return it == g.at.end() ? nullptr : it->second;
+}
+
+// "3/4", "- e2", "1/2 e1 p1": passes/answers, then runs without an answer and pending jobs.
+std::string CellText(const HeatmapCell* c) {
+  if (c == nullptr) return "";
+  std::string s = c->trials > 0 ? std::to_string(c->passes) + "/" + std::to_string(c->trials)
+                                : std::string("-");
+  if (c->errors > 0) s += " e" + std::to_string(c->errors);
+  if (c->pending > 0) s += " p" + std::to_string(c->pending);
+  return s;
+}
+
+const char* CellColor(const HeatmapCell* c) {
+  if (c == nullptr || c->trials == 0) return nullptr;
+  if (c->passes == c->trials) return "\x1b[32m";  // green: found every time
+  if (c->passes == 0) return "\x1b[31m";          // red: lost every time
+  return "\x1b[33m";                              // yellow: sometimes
+}
+
+std::string PadLeft(const std::string& s, size_t width) {
+  return s.size() >= width ? s : std::string(width - s.size(), ' ') + s;
+}
+
+std::string OutcomeList(const std::array<int64_t, 6>& counts) {
+  std::string s;
+  for (size_t i = 0; i < kOutcomeOrder.size(); ++i) {
+    if (i > 0) s += ", ";
+    s += std::string(OutcomeName(kOutcomeOrder[i])) + " " + FormatThousands(counts[i]);
+  }
+  return s;
+}
+
+std::string ProgressLine(const CampaignProgress& p) {
+  return FormatThousands(p.total) + " total, " + FormatThousands(p.done) + " done, " +
+         FormatThousands(p.failed) + " failed, " + FormatThousands(p.leased) + " leased, " +
+         FormatThousands(p.queued) + " queued";
+}
+
+std::string ProbeLine(const LayerProbeStats& s) {
+  std::string line = "layer " + std::to_string(s.layer) +
+                     ": needle in the top-k at the last prompt position in " +
+                     FormatThousands(s.in_topk_last) + "/" + FormatThousands(s.answers) +
+                     " answers (" + FormatPercent(s.in_topk_last, s.answers) + ")";
+  if (s.median_rank) {
+    line += ", median rank " + FormatNumber(*s.median_rank);
+    if (s.best_rank) line += ", best " + FormatThousands(*s.best_rank);
+  } else {
+    line += ", never visible";
+  }
+  return line;
+}
+
+constexpr const char* kLegend =
+    "cells: passes/answers; eN = N runs without an answer (engine_error, timeout, truncated, "
+    "empty; never counted as misses); pN = N jobs pending; - = no answers";
+
+json Opt(const std::optional<int64_t>& v) { return v ? json(*v) : json(nullptr); }
+
+json CiJson(int64_t passes, int64_t trials) {
+  const Interval ci = WilsonInterval(passes, trials);
+  return json::array({ci.lo, ci.hi});
+}
+
+json OutcomesJson(const std::array<int64_t, 6>& counts) {
+  json j = json::object();
+  for (size_t i = 0; i < kOutcomeOrder.size(); ++i) j[OutcomeName(kOutcomeOrder[i])] = counts[i];
+  return j;
+}
+
+}  // namespace
+
+CampaignReport BuildCampaignReport(const CampaignRecord& campaign, const CampaignProgress& progress,
+                                   const std::vector<HeatmapCell>& cells,
+                                   const std::vector<OutcomeCount>& outcomes,
+                                   const std::vector<LayerProbeStats>& probes) {
+  CampaignReport r;
+  r.campaign = campaign;
+  r.progress = progress;
+  std::map<std::string, size_t> index;
+  for (ConfigBoundary& b : ExtractBoundaries(cells)) {
+    index[b.config] = r.configs.size();
+    ConfigReport c;
+    c.boundary = std::move(b);
+    r.configs.push_back(std::move(c));
+  }
+  // Configurations with outcomes or probes but no heatmap cell cannot exist (cells come from
+  // the same jobs); anything unmatched is ignored rather than invented.
+  for (const HeatmapCell& cell : cells) r.configs[index.at(cell.config)].cells.push_back(cell);
+  for (ConfigReport& c : r.configs) {
+    std::sort(c.cells.begin(), c.cells.end(), [](const HeatmapCell& a, const HeatmapCell& b) {
+      if (a.context_length != b.context_length) return a.context_length < b.context_length;
+      return PositionLess(a.needle_position, b.needle_position);
+    });
+  }
+  for (const OutcomeCount& o : outcomes) {
+    r.outcomes[OutcomeIndex(o.outcome)] += o.count;
+    auto it = index.find(o.config);
+    if (it != index.end()) r.configs[it->second].outcomes[OutcomeIndex(o.outcome)] += o.count;
+  }
+  for (const LayerProbeStats& p : probes) {
+    auto it = index.find(p.config);
+    if (it != index.end()) r.configs[it->second].probes.push_back(p);
+  }
+  for (ConfigReport& c : r.configs) {
+    std::sort(c.probes.begin(), c.probes.end(),
+              [](const LayerProbeStats& a, const LayerProbeStats& b) { return a.layer < b.layer; });
+  }
+  return r;
+}
+
+Result<CampaignReport> LoadCampaignReport(Store& store, const std::string& campaign_name) {
+  NW_ASSIGN_OR_RETURN(std::optional<CampaignRecord> campaign, store.FindCampaign(campaign_name));
+  if (!campaign) {
+    return Status::NotFound(store.path().string() + ": no campaign named '" + campaign_name +
+                            "' in table campaigns");
+  }
+  NW_ASSIGN_OR_RETURN(CampaignProgress progress, store.Progress(campaign->id));
+  NW_ASSIGN_OR_RETURN(std::vector<HeatmapCell> cells, store.Heatmap(campaign->id));
+  NW_ASSIGN_OR_RETURN(std::vector<OutcomeCount> outcomes, store.OutcomeCounts(campaign->id));
+  NW_ASSIGN_OR_RETURN(std::vector<LayerProbeStats> probes, store.ProbeStats(campaign->id));
+  return BuildCampaignReport(*campaign, progress, cells, outcomes, probes);
+}
+
+std::string RenderText(const CampaignReport& r, const TextOptions& options) {
+  std::string out;
+  out += "campaign " + r.campaign.name;
+  if (!r.campaign.source_path.empty()) out += " (" + r.campaign.source_path + ")";
+  out += "\n";
+  out += "jobs: " + ProgressLine(r.progress) + "\n";
+  out += "outcomes: " + OutcomeList(r.outcomes) + "\n";
+  if (r.configs.empty()) {
+    out += "\nno results yet\n";
+    return out;
+  }
+  for (const ConfigReport& c : r.configs) {
+    out += "\n";
+    out += options.color ? "\x1b[1m" + c.boundary.config + "\x1b[0m" : c.boundary.config;
+    out += "\n  " + DescribeBoundary(c.boundary) + "\n";
+    out += "  outcomes: " + OutcomeList(c.outcomes) + "\n";
+    out += "  heatmap (passes/answers; rows: context length, columns: needle position):\n";
+    const Grid g = MakeGrid(c.cells);
+    size_t len_w = std::string("length").size();
+    for (int64_t len : g.lengths) len_w = std::max(len_w, FormatThousands(len).size());
+    std::vector<size_t> col_w;
+    for (double pos : g.positions) {
+      size_t w = FormatPosition(pos).size();
+      for (int64_t len : g.lengths) w = std::max(w, CellText(CellAt(g, len, pos)).size());
+      col_w.push_back(w);
+    }
+    out += "    " + PadLeft("length", len_w);
+    for (size_t i = 0; i < g.positions.size(); ++i) {
+      out += "  " + PadLeft(FormatPosition(g.positions[i]), col_w[i]);
+    }
+    out += "\n";
+    for (int64_t len : g.lengths) {
+      out += "    " + PadLeft(FormatThousands(len), len_w);
+      for (size_t i = 0; i < g.positions.size(); ++i) {
+        const HeatmapCell* cell = CellAt(g, len, g.positions[i]);
+        const std::string text = PadLeft(CellText(cell), col_w[i]);
+        const char* color = options.color ? CellColor(cell) : nullptr;
+        out += "  ";
+        out += color ? std::string(color) + text + "\x1b[0m" : text;
+      }
+      out += "\n";
+    }
+    if (!c.probes.empty()) {
+      out += "  indexer probes:\n";
+      for (const LayerProbeStats& p : c.probes) out += "    " + ProbeLine(p) + "\n";
+    }
+  }
+  out += "\n";
+  out += kLegend;
+  out += "\n";
+  return out;
+}
+
+std::string RenderMarkdown(const CampaignReport& r) {
+  std::string out;
+  out += "# Campaign `" + r.campaign.name + "`\n\n";
+  if (!r.campaign.source_path.empty()) out += "Source: `" + r.campaign.source_path + "`. ";
+  out += "Jobs: " + ProgressLine(r.progress) + ".\n\n";
+  out += "| pass | miss | truncated | empty | engine_error | timeout |\n";
+  out += "|---:|---:|---:|---:|---:|---:|\n|";
+  for (int64_t n : r.outcomes) out += " " + FormatThousands(n) + " |";
+  out += "\n";
+  if (r.configs.empty()) {
+    out += "\nNo results yet.\n";
+    return out;
+  }
+  out += "\n## Summary\n\n| configuration | boundary |\n|---|---|\n";
+  for (const ConfigReport& c : r.configs) {
+    out += "| `" + c.boundary.config + "` | " + DescribeBoundary(c.boundary) + " |\n";
+  }
+  for (const ConfigReport& c : r.configs) {
+    out += "\n## `" + c.boundary.config + "`\n\n";
+    out += DescribeBoundary(c.boundary) + ".\n\n";
+    out += "Outcomes: " + OutcomeList(c.outcomes) + ".\n\n";
+    const Grid g = MakeGrid(c.cells);
+    out += "| length \\ position |";
+    for (double pos : g.positions) out += " " + FormatPosition(pos) + " |";
+    out += "\n|---:|";
+    for (size_t i = 0; i < g.positions.size(); ++i) out += "---:|";
+    out += "\n";
+    for (int64_t len : g.lengths) {
+      out += "| " + FormatThousands(len) + " |";
+      for (double pos : g.positions) out += " " + CellText(CellAt(g, len, pos)) + " |";
+      out += "\n";
+    }
+    if (!c.probes.empty()) {
+      out +=
+          "\n| indexer layer | needle in top-k at last prompt position | median rank |"
+          " best rank |\n|---:|---:|---:|---:|\n";
+      for (const LayerProbeStats& p : c.probes) {
+        out += "| " + std::to_string(p.layer) + " | " + FormatThousands(p.in_topk_last) + "/" +
+               FormatThousands(p.answers) + " (" + FormatPercent(p.in_topk_last, p.answers) +
+               ") | " + (p.median_rank ? FormatNumber(*p.median_rank) : std::string("-")) + " | " +
+               (p.best_rank ? FormatThousands(*p.best_rank) : std::string("-")) + " |\n";
+      }
+    }
+  }
+  out += "\n";
+  out += kLegend;
+  out += ".\n";
+  return out;
+}
+
+json RenderJson(const CampaignReport& r) {
+  json j;
+  j["campaign"] = {{"id", r.campaign.id},
+                   {"name", r.campaign.name},
+                   {"source_path", r.campaign.source_path},
+                   {"created_ms", r.campaign.created_ms},
+                   {"updated_ms", r.campaign.updated_ms}};
+  j["progress"] = {{"total", r.progress.total},   {"queued", r.progress.queued},
+                   {"leased", r.progress.leased}, {"done", r.progress.done},
+                   {"failed", r.progress.failed}, {"pass", r.progress.pass},
+                   {"miss", r.progress.miss},     {"other", r.progress.other}};
+  j["outcomes"] = OutcomesJson(r.outcomes);
+  json configs = json::array();
+  for (const ConfigReport& c : r.configs) {
+    const ConfigBoundary& b = c.boundary;
+    json cj;
+    cj["config"] = b.config;
+    cj["summary"] = DescribeBoundary(b);
+    json fail = nullptr;
+    if (b.l_fail) {
+      fail = {{"length", *b.l_fail},
+              {"passes", b.fail_passes},
+              {"trials", b.fail_trials},
+              {"ci95", CiJson(b.fail_passes, b.fail_trials)}};
+    }
+    cj["boundary"] = {{"l_pass", Opt(b.l_pass)},
+                      {"l_fail", Opt(b.l_fail)},
+                      {"first_unclean", Opt(b.first_unclean)},
+                      {"max_clean", Opt(b.max_clean)},
+                      {"monotone", b.monotone},
+                      {"min_length", b.min_length()},
+                      {"max_length", b.max_length()},
+                      {"fail", fail}};
+    cj["totals"] = {{"trials", b.trials},
+                    {"passes", b.passes},
+                    {"errors", b.errors},
+                    {"pending", b.pending},
+                    {"ci95", CiJson(b.passes, b.trials)}};
+    cj["outcomes"] = OutcomesJson(c.outcomes);
+    json lengths = json::array();
+    for (const LengthSummary& l : b.lengths) {
+      lengths.push_back({{"length", l.length},
+                         {"positions", l.cells},
+                         {"clean", l.clean()},
+                         {"failing", l.failing()},
+                         {"trials", l.trials},
+                         {"passes", l.passes},
+                         {"errors", l.errors},
+                         {"pending", l.pending}});
+    }
+    cj["lengths"] = lengths;
+    json cells = json::array();
+    for (const HeatmapCell& cell : c.cells) {
+      cells.push_back({{"length", cell.context_length},
+                       {"position", cell.needle_position},
+                       {"position_label", FormatPosition(cell.needle_position)},
+                       {"trials", cell.trials},
+                       {"passes", cell.passes},
+                       {"errors", cell.errors},
+                       {"pending", cell.pending},
+                       {"pass_rate", cell.trials > 0 ? json(static_cast<double>(cell.passes) /
+                                                            static_cast<double>(cell.trials))
+                                                     : json(nullptr)},
+                       {"ci95", CiJson(cell.passes, cell.trials)}});
+    }
+    cj["cells"] = cells;
+    json probes = json::array();
+    for (const LayerProbeStats& p : c.probes) {
+      probes.push_back({{"layer", p.layer},
+                        {"answers", p.answers},
+                        {"passes", p.passes},
+                        {"in_topk_last", p.in_topk_last},
+                        {"pass_in_topk_last", p.pass_in_topk_last},
+                        {"visible", p.visible},
+                        {"median_rank", p.median_rank ? json(*p.median_rank) : json(nullptr)},
+                        {"mean_in_topk_fraction", p.mean_in_topk_fraction},
+                        {"best_rank", Opt(p.best_rank)}});
+    }
+    cj["probes"] = probes;
+    configs.push_back(std::move(cj));
+  }
+  j["configs"] = configs;
+  return j;
+}
+
+}  // namespace nw::report
