@@ -88,22 +88,21 @@ std::string ProgressLine(const CampaignProgress& p) {
 }
 
 std::string ProbeLine(const LayerProbeStats& s) {
-  std::string line = "layer " + std::to_string(s.layer) +
-                     ": needle in the top-k at the last prompt position in " +
-                     FormatThousands(s.in_topk_last) + "/" + FormatThousands(s.answers) +
-                     " answers (" + FormatPercent(s.in_topk_last, s.answers) + ")";
+  std::string line = "layer " + std::to_string(s.layer) + ": " + FormatThousands(s.in_topk_last) +
+                     "/" + FormatThousands(s.answers) + " answers (" +
+                     FormatPercent(s.in_topk_last, s.answers) + ")";
   if (s.median_rank) {
     line += ", median rank " + FormatNumber(*s.median_rank);
     if (s.best_rank) line += ", best " + FormatThousands(*s.best_rank);
   } else {
-    line += ", never visible";
+    line += ", needle never visible";
   }
   return line;
 }
 
 constexpr const char* kLegend =
-    "cells: passes/answers; eN = N runs without an answer (engine_error, timeout, truncated, "
-    "empty; never counted as misses); pN = N jobs pending; - = no answers";
+    "cells: passes/answers; eN = N runs without an answer (engine_error, timeout, truncated,\n"
+    "       empty: never counted as misses); pN = N jobs pending; - = no answers";
 
 json Opt(const std::optional<int64_t>& v) { return v ? json(*v) : json(nullptr); }
 
@@ -215,7 +214,7 @@ std::string RenderText(const CampaignReport& r, const TextOptions& options) {
       out += "\n";
     }
     if (!c.probes.empty()) {
-      out += "  indexer probes:\n";
+      out += "  indexer probes (needle in the top-k at the last prompt position; its rank):\n";
       for (const LayerProbeStats& p : c.probes) out += "    " + ProbeLine(p) + "\n";
     }
   }

@@ -1,0 +1,208 @@
+// Campaign reports: a text snapshot of a constructed campaign read back through a read-only
+// Store, colour only on request, and the Markdown and JSON renderings of the same data.
+#include "report/report.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "tests/db/campaign_fixture.h"
+
+namespace nw::report {
+namespace {
+
+using testing_db::CampaignBuilder;
+using testing_db::ConfigLabel;
+using testing_db::MakeProbe;
+using testing_db::Repeat;
+using testing_db::TempDir;
+
+constexpr Outcome P = Outcome::kPass;
+constexpr Outcome M = Outcome::kMiss;
+
+class ReportTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    file_ = dir_.File("nw.db");
+    auto s = Store::Open(file_);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    CampaignBuilder b(**s, "snapshot");
+    // topk=16: found up to 1,850, lost from 4,509; one engine error, one pending job; probes.
+    for (int64_t len : {1000, 1850}) {
+      b.Cell(len, 0.0, Repeat(P, 2)).Cell(len, 0.5, Repeat(P, 2)).Cell(len, 1.0, Repeat(P, 2));
+    }
+    b.Cell(4509, 0.0, {P, M})
+        .WithProbes({MakeProbe(0, false, 12), MakeProbe(2, false, -1, -1)})
+        .Cell(4509, 0.5, {M, M})
+        .WithProbes({MakeProbe(0, false, 30), MakeProbe(2, false, -1, -1)})
+        .Cell(4509, 1.0, {P, Outcome::kEngineError})
+        .Pending(4509, 1.0, 2);
+    b.Cell(1000, -512, {P}).WithProbes({MakeProbe(0, true, 1), MakeProbe(2, true, 4)});
+    b.Cell(1850, -512, {P}).WithProbes({MakeProbe(0, true, 3), MakeProbe(2, false, 9)});
+    b.Cell(4509, -512, {P}).WithProbes({MakeProbe(0, true, 2), MakeProbe(2, false, -1, -1)});
+    // topk=64: found everywhere.
+    for (int64_t len : {1000, 4509}) b.Cell(len, 0.0, Repeat(P, 3), 64).Cell(len, 1.0, {P}, 64);
+    // cpu-paged: lost at every length; one truncated answer.
+    b.Cell(1000, 0.0, {M, Outcome::kTruncated}, 16, "cpu-paged")
+        .Cell(4509, 0.0, {M, P}, 16, "cpu-paged");
+    b.Commit();
+    campaign_id_ = b.id();
+    s->reset();
+    auto ro = Store::Open(file_, Store::Mode::kReadOnly);
+    ASSERT_TRUE(ro.ok()) << ro.status().ToString();
+    store_ = std::move(ro).value();
+    auto r = LoadCampaignReport(*store_, "snapshot");
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    report_ = std::move(r).value();
+  }
+
+  TempDir dir_;
+  std::filesystem::path file_;
+  std::unique_ptr<Store> store_;
+  int64_t campaign_id_ = 0;
+  CampaignReport report_;
+};
+
+// Checked by hand: 34 jobs (22 topk=16/cpu incl. 1 pending, 8 topk=64, 4 cpu-paged); at 4,509
+// the topk=16/cpu answers are 1/2 + 0/2 + 1/1 + 1/1 = 3/6, Wilson 95% [0.19, 0.81]; probe layer
+// 0 median of {1, 2, 3, 12, 30} = 3, layer 2 median of the visible {4, 9} = 6.5.
+constexpr const char* kExpectedText = R"txt(campaign snapshot (snapshot.yaml)
+jobs: 34 total, 33 done, 0 failed, 0 leased, 1 queued
+outcomes: pass 26, miss 5, truncated 1, empty 0, engine_error 1, timeout 0
+
+topk=16 precision=fp32 backend=cpu task=niah-single haystack=noise
+  found at every position up to 1,850 tokens; lost from 4,509 (pass 3/6, 95% CI 0.19-0.81)
+  outcomes: pass 17, miss 3, truncated 0, empty 0, engine_error 1, timeout 0
+  heatmap (passes/answers; rows: context length, columns: needle position):
+    length   0%  50%       100%  end-512
+     1,000  2/2  2/2        2/2      1/1
+     1,850  2/2  2/2        2/2      1/1
+     4,509  1/2  0/2  1/1 e1 p1      1/1
+  indexer probes (needle in the top-k at the last prompt position; its rank):
+    layer 0: 3/5 answers (60%), median rank 3, best 1
+    layer 2: 1/5 answers (20%), median rank 6.5, best 4
+
+topk=16 precision=fp32 backend=cpu-paged task=niah-single haystack=noise
+  lost at every tested length (1,000-4,509 tokens; pass 1/3, 95% CI 0.06-0.79)
+  outcomes: pass 1, miss 2, truncated 1, empty 0, engine_error 0, timeout 0
+  heatmap (passes/answers; rows: context length, columns: needle position):
+    length      0%
+     1,000  0/1 e1
+     4,509     1/2
+
+topk=64 precision=fp32 backend=cpu task=niah-single haystack=noise
+  found at every position at every tested length (up to 4,509 tokens; pass 8/8, 95% CI 0.68-1.00)
+  outcomes: pass 8, miss 0, truncated 0, empty 0, engine_error 0, timeout 0
+  heatmap (passes/answers; rows: context length, columns: needle position):
+    length   0%  100%
+     1,000  3/3   1/1
+     4,509  3/3   1/1
+
+cells: passes/answers; eN = N runs without an answer (engine_error, timeout, truncated,
+       empty: never counted as misses); pN = N jobs pending; - = no answers
+)txt";
+
+TEST_F(ReportTest, TextSnapshot) { EXPECT_EQ(RenderText(report_), kExpectedText); }
+
+TEST_F(ReportTest, ColourOnlyWhenAsked) {
+  const std::string plain = RenderText(report_);
+  EXPECT_EQ(plain.find('\x1b'), std::string::npos);
+  const std::string colour = RenderText(report_, TextOptions{.color = true});
+  EXPECT_NE(colour.find("\x1b[32m2/2\x1b[0m"), std::string::npos);  // all passed: green
+  EXPECT_NE(colour.find("\x1b[31m0/2\x1b[0m"), std::string::npos);  // none passed: red
+  EXPECT_NE(colour.find("\x1b[33m1/2\x1b[0m"), std::string::npos);  // some passed: yellow
+  EXPECT_NE(colour.find("\x1b[1m" + ConfigLabel() + "\x1b[0m"), std::string::npos);
+  // Padding is computed on the visible text, so stripping the codes gives the plain report.
+  std::string stripped;
+  for (size_t i = 0; i < colour.size(); ++i) {
+    if (colour[i] == '\x1b') {
+      while (i < colour.size() && colour[i] != 'm') ++i;
+    } else {
+      stripped += colour[i];
+    }
+  }
+  EXPECT_EQ(stripped, plain);
+}
+
+TEST_F(ReportTest, MarkdownHasTheSameData) {
+  const std::string md = RenderMarkdown(report_);
+  EXPECT_EQ(md.rfind("# Campaign `snapshot`\n", 0), 0u) << md;
+  EXPECT_NE(md.find("| pass | miss | truncated | empty | engine_error | timeout |\n"
+                    "|---:|---:|---:|---:|---:|---:|\n| 26 | 5 | 1 | 0 | 1 | 0 |"),
+            std::string::npos)
+      << md;
+  EXPECT_NE(md.find("| `" + ConfigLabel() +
+                    "` | found at every position up to 1,850 tokens; lost from 4,509 (pass 3/6, "
+                    "95% CI 0.19-0.81) |"),
+            std::string::npos)
+      << md;
+  EXPECT_NE(
+      md.find("| length \\ position | 0% | 50% | 100% | end-512 |\n|---:|---:|---:|---:|---:|"),
+      std::string::npos)
+      << md;
+  EXPECT_NE(md.find("| 4,509 | 1/2 | 0/2 | 1/1 e1 p1 | 1/1 |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| 0 | 3/5 (60%) | 3 | 1 |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| 2 | 1/5 (20%) | 6.5 | 4 |"), std::string::npos) << md;
+  EXPECT_NE(md.find("lost at every tested length (1,000-4,509 tokens"), std::string::npos);
+}
+
+TEST_F(ReportTest, JsonHasTheSameData) {
+  const nlohmann::json j = RenderJson(report_);
+  EXPECT_EQ(j["campaign"]["name"], "snapshot");
+  EXPECT_EQ(j["progress"]["total"], 34);
+  EXPECT_EQ(j["progress"]["queued"], 1);
+  EXPECT_EQ(j["outcomes"]["pass"], 26);
+  EXPECT_EQ(j["outcomes"]["engine_error"], 1);
+  ASSERT_EQ(j["configs"].size(), 3u);
+  const nlohmann::json& c = j["configs"][0];
+  EXPECT_EQ(c["config"], ConfigLabel());
+  EXPECT_EQ(c["summary"],
+            "found at every position up to 1,850 tokens; lost from 4,509 (pass 3/6, 95% CI "
+            "0.19-0.81)");
+  EXPECT_EQ(c["boundary"]["l_pass"], 1850);
+  EXPECT_EQ(c["boundary"]["l_fail"], 4509);
+  EXPECT_EQ(c["boundary"]["monotone"], true);
+  EXPECT_EQ(c["boundary"]["fail"]["passes"], 3);
+  EXPECT_EQ(c["boundary"]["fail"]["trials"], 6);
+  EXPECT_NEAR(c["boundary"]["fail"]["ci95"][0].get<double>(), 0.187610, 1e-5);
+  EXPECT_NEAR(c["boundary"]["fail"]["ci95"][1].get<double>(), 0.812390, 1e-5);
+  EXPECT_EQ(c["totals"]["pending"], 1);
+  EXPECT_EQ(c["cells"].size(), 12u);
+  EXPECT_EQ(c["cells"][3]["position_label"], "end-512");
+  EXPECT_EQ(c["lengths"].size(), 3u);
+  EXPECT_EQ(c["lengths"][2]["failing"], true);
+  ASSERT_EQ(c["probes"].size(), 2u);
+  EXPECT_EQ(c["probes"][1]["median_rank"], 6.5);
+  EXPECT_EQ(j["configs"][2]["boundary"]["l_fail"], nullptr);
+  EXPECT_EQ(j["configs"][2]["boundary"]["fail"], nullptr);
+  EXPECT_EQ(j["configs"][2]["probes"].size(), 0u);
+  // Round-trips through text.
+  EXPECT_EQ(nlohmann::json::parse(j.dump()), j);
+}
+
+TEST_F(ReportTest, UnknownCampaignIsNotFound) {
+  auto r = LoadCampaignReport(*store_, "nope");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kNotFound);
+  EXPECT_NE(r.status().message().find("'nope'"), std::string::npos);
+  EXPECT_NE(r.status().message().find(file_.string()), std::string::npos);
+}
+
+TEST(ReportEmpty, ACampaignWithoutResults) {
+  CampaignRecord c;
+  c.name = "empty";
+  CampaignProgress p;
+  p.total = 3;
+  p.queued = 3;
+  const CampaignReport r = BuildCampaignReport(c, p, {}, {}, {});
+  EXPECT_EQ(RenderText(r),
+            "campaign empty\n"
+            "jobs: 3 total, 0 done, 0 failed, 0 leased, 3 queued\n"
+            "outcomes: pass 0, miss 0, truncated 0, empty 0, engine_error 0, timeout 0\n"
+            "\nno results yet\n");
+  EXPECT_NE(RenderMarkdown(r).find("No results yet."), std::string::npos);
+  EXPECT_TRUE(RenderJson(r)["configs"].empty());
+}
+
+}  // namespace
+}  // namespace nw::report
