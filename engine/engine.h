@@ -33,8 +33,10 @@ enum class KvLayout {
 };
 
 struct EngineOptions {
-  std::string backend = "cpu";  // "cpu" (contiguous KV) or "cpu-paged" (paged KV, chunked
-                                // prefill through the paged indexer path)
+  std::string backend = "cpu";  // "cpu": contiguous KV, the whole prompt in one pass (ragged
+                                // prefill); "cpu-paged": paged KV, prefill in chunks of 256
+                                // tokens through the paged cache and indexer, like decode.
+                                // Both give bit-identical results (engine/cpu/sequence.h).
 };
 
 /// What to capture from the indexer for one request.
@@ -46,17 +48,22 @@ struct ProbeRequest {
   bool keep_topk_sets = false;  // also return the selected entry ids per position
 };
 
-/// Probe output for one indexer layer (a ratio-4 layer).
+/// Probe output for one indexer layer (a ratio-4 layer). Entry i of a ratio-4 layer pools
+/// tokens 4(i-1) .. 4i+3 and is visible to query t iff i < (t+1)/4; it "covers the needle" when
+/// that token range overlaps [needle_begin, needle_end). Ranks order the visible entries by
+/// indexer score, higher first, ties to the lower entry id (the order top-k selects in).
 struct IndexerProbe {
   int layer = 0;                     // layer id
-  std::vector<int64_t> positions;    // query positions probed
+  std::vector<int64_t> positions;    // query positions probed (prompt positions, then the
+                                     // position of each decode step)
   std::vector<int32_t> needle_rank;  // per position: best (0-based) rank among the visible
                                      // compressed entries that cover the needle; -1 if none
                                      // is visible yet
   std::vector<uint8_t> in_topk;      // per position: 1 if any needle entry was selected
   std::vector<int32_t> num_visible;  // per position: visible compressed entries
-  std::vector<int32_t> topk_sets;    // positions.size() * topk entry ids (-1 padded), if asked
-  int topk = 0;
+  std::vector<int32_t> topk_sets;    // positions.size() * topk entry ids in rank order (-1
+                                     // padded), if asked
+  int topk = 0;                      // the request's effective top-k
 };
 
 struct GenerateRequest {
