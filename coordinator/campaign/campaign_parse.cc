@@ -8,6 +8,7 @@
 #include <fstream>
 #include <initializer_list>
 #include <map>
+#include <span>
 #include <sstream>
 #include <system_error>
 
@@ -87,16 +88,22 @@ constexpr size_t kMaxNameLength = 64;
 
 constexpr std::string_view kCoreTagPrefix = "tag:yaml.org,2002:";
 
-const std::vector<std::string_view> kTopKeys = {
+using Names = std::span<const std::string_view>;
+
+constexpr std::string_view kTopKeys[] = {
     "name",       "description", "model", "task", "haystack",   "matrix", "include", "exclude",
     "precisions", "trials",      "seeds", "seed", "generation", "probe",  "max_jobs"};
-const std::vector<std::string_view> kAxisKeys = {
-    "task", "haystack", "backend", "precision", "topk", "context_length", "needle_position"};
-const std::vector<std::string_view> kIncludeKeys = {
+constexpr std::string_view kAxisKeys[] = {"task", "haystack",       "backend",        "precision",
+                                          "topk", "context_length", "needle_position"};
+constexpr std::string_view kIncludeKeys[] = {
     "task",           "haystack",        "backend",        "precision", "topk",
     "context_length", "needle_position", "max_new_tokens", "probe"};
-const std::vector<std::string_view> kProfileKeys = {"base",    "weights", "activations",
-                                                    "index_q", "index_k", "kv"};
+constexpr std::string_view kProfileKeys[] = {"base",    "weights", "activations",
+                                             "index_q", "index_k", "kv"};
+constexpr std::string_view kRangeKinds[] = {"linear", "geometric"};
+constexpr std::string_view kLinearKeys[] = {"from", "to", "step", "count"};
+constexpr std::string_view kGeometricKeys[] = {"from", "to", "factor", "count"};
+constexpr std::string_view kGenerationKeys[] = {"max_new_tokens"};
 
 size_t EditDistance(std::string_view a, std::string_view b) {
   std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
@@ -112,7 +119,7 @@ size_t EditDistance(std::string_view a, std::string_view b) {
   return prev[b.size()];
 }
 
-std::string JoinNames(const std::vector<std::string_view>& names) {
+std::string JoinNames(Names names) {
   std::string out;
   for (std::string_view n : names) {
     if (!out.empty()) out += ", ";
@@ -122,7 +129,7 @@ std::string JoinNames(const std::vector<std::string_view>& names) {
 }
 
 // "; did you mean 'topk'?" when one known name is close, else "".
-std::string Suggestion(std::string_view word, const std::vector<std::string_view>& known) {
+std::string Suggestion(std::string_view word, Names known) {
   std::string_view best;
   size_t best_d = std::max<size_t>(2, word.size() / 3) + 1;
   for (std::string_view k : known) {
@@ -300,7 +307,7 @@ class Parser {
   }
 
   Result<std::vector<Entry>> MapEntries(const YAML::Node& map, const std::string& path,
-                                        const std::vector<std::string_view>& allowed) const;
+                                        Names allowed) const;
   Result<std::string> ReadString(const YAML::Node& n, const std::string& path) const;
   Result<int64_t> ReadInt(const YAML::Node& n, const std::string& path, int64_t min,
                           int64_t max) const;
@@ -325,9 +332,9 @@ class Parser {
   std::map<std::string, PrecisionProfile> custom_;
 };
 
-Result<std::vector<Parser::Entry>> Parser::MapEntries(
-    const YAML::Node& map, const std::string& path,
-    const std::vector<std::string_view>& allowed) const {
+Result<std::vector<Parser::Entry>> Parser::MapEntries(const YAML::Node& map,
+                                                      const std::string& path,
+                                                      Names allowed) const {
   if (!map.IsMap()) return Error(map, path, "must be a map, got " + Describe(map));
   std::vector<Entry> out;
   for (auto it = map.begin(); it != map.end(); ++it) {
@@ -391,7 +398,7 @@ Result<bool> Parser::ReadBool(const YAML::Node& n, const std::string& path) cons
 }
 
 Status Parser::ParsePrecisions(const Entry& e) {
-  NW_ASSIGN_OR_RETURN(std::vector<Entry> profiles, MapEntries(e.value, e.path, {}));
+  NW_ASSIGN_OR_RETURN(std::vector<Entry> profiles, MapEntries(e.value, e.path, Names()));
   if (profiles.empty()) return Error(e.value, e.path, "must define at least one profile");
   const std::vector<std::string> builtins = NamedPrecisionProfileNames();
   for (const Entry& pe : profiles) {
@@ -610,7 +617,7 @@ Status Parser::ParseRange(Axis axis, const YAML::Node& n, const std::string& pat
   if (IsNameAxis(axis)) {
     return Error(n, path, "must be a name or a list of names, got " + Describe(n));
   }
-  NW_ASSIGN_OR_RETURN(std::vector<Entry> kind, MapEntries(n, path, {"linear", "geometric"}));
+  NW_ASSIGN_OR_RETURN(std::vector<Entry> kind, MapEntries(n, path, kRangeKinds));
   if (kind.size() != 1) {
     return Error(n, path, "a range is a map with one key, linear or geometric");
   }
@@ -621,9 +628,7 @@ Status Parser::ParseRange(Axis axis, const YAML::Node& n, const std::string& pat
     return Error(r.key_node, r.path,
                  "geometric ranges are for context_length and topk; use linear or a list");
   }
-  const std::vector<std::string_view> keys =
-      geometric ? std::vector<std::string_view>{"from", "to", "factor", "count"}
-                : std::vector<std::string_view>{"from", "to", "step", "count"};
+  const Names keys = geometric ? Names(kGeometricKeys) : Names(kLinearKeys);
   NW_ASSIGN_OR_RETURN(std::vector<Entry> fields, MapEntries(r.value, r.path, keys));
   const Entry* from = nullptr;
   const Entry* to = nullptr;
@@ -773,7 +778,7 @@ Status Parser::ParseMatrixEntries(const Entry& e, bool include,
     const YAML::Node item = e.value[i];
     const std::string ipath = e.path + "[" + std::to_string(i) + "]";
     NW_ASSIGN_OR_RETURN(std::vector<Entry> fields,
-                        MapEntries(item, ipath, include ? kIncludeKeys : kAxisKeys));
+                        MapEntries(item, ipath, include ? Names(kIncludeKeys) : Names(kAxisKeys)));
     if (fields.empty()) {
       return Error(item, ipath,
                    include ? "an include entry names at least one axis or setting"
@@ -1153,7 +1158,7 @@ Result<Campaign> Parser::Run(std::string_view text) {
     NW_RETURN_IF_ERROR(ParseMatrixEntries(*e, false, &c_.exclude));
   NW_RETURN_IF_ERROR(ParseTrials(get("trials"), get("seeds"), get("seed")));
   if (const Entry* g = get("generation")) {
-    NW_ASSIGN_OR_RETURN(std::vector<Entry> gen, MapEntries(g->value, g->path, {"max_new_tokens"}));
+    NW_ASSIGN_OR_RETURN(std::vector<Entry> gen, MapEntries(g->value, g->path, kGenerationKeys));
     for (const Entry& f : gen) {
       NW_ASSIGN_OR_RETURN(int64_t t, ReadInt(f.value, f.path, 1, kMaxNewTokens));
       c_.max_new_tokens = static_cast<int>(t);

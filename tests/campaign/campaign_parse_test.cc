@@ -257,6 +257,32 @@ TEST(CampaignParseTest, ExcludeStillAppliesToAxesAnIncludeLeavesToTheMatrix) {
   }
 }
 
+TEST(CampaignParseTest, DocumentedIncludeExcludeExample) {
+  // The example in docs/campaigns.md, "include and exclude".
+  Campaign c =
+      MustParse(Yaml("  context_length: [1024, 4096]\n  needle_position: [0.0, 1.0]\n  topk: 16\n"
+                     "  precision: fp32\n  backend: [cpu, cpu-paged]\n",
+                     "exclude:\n  - {backend: cpu-paged, context_length: 4096}\n"
+                     "include:\n  - {topk: 64, precision: fp8-index}\n"
+                     "  - {context_length: 4096, max_new_tokens: 32}\n"
+                     "  - {backend: cpu-paged, context_length: 4096}\n"));
+  const std::vector<std::string> cells = CellStrings(c);
+  ASSERT_EQ(cells.size(), 14u);
+  std::vector<int> origin;
+  for (const Cell& cell : c.cells) origin.push_back(cell.include);
+  EXPECT_EQ(origin, (std::vector<int>{-1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 2, 2}));
+  EXPECT_EQ(cells[6], "niah-single noise cpu fp8-index 64 1024 0");
+  EXPECT_EQ(cells[11], "niah-single noise cpu-paged fp8-index 64 1024 1");
+  EXPECT_EQ(cells[12], "niah-single noise cpu-paged fp32 16 4096 0");
+  EXPECT_EQ(cells[13], "niah-single noise cpu-paged fp32 16 4096 1");
+  for (size_t i = 0; i < cells.size(); ++i) {
+    // Entry 1 extended the 4096 cells that existed when it ran; entry 2's cells came later.
+    const bool long_ctx = c.value(c.cells[i], Axis::kContextLength).integer() == 4096;
+    EXPECT_EQ(c.cells[i].max_new_tokens, long_ctx && i < 12 ? 32 : 16) << cells[i];
+  }
+  EXPECT_TRUE(c.warnings.empty());
+}
+
 TEST(CampaignParseTest, IncludeListsExpandToEachCombination) {
   Campaign c = MustParse(Yaml("  context_length: 256\n  needle_position: 0.5\n  topk: 16\n",
                               "include:\n  - {topk: [32, 64], backend: [cpu, cpu-paged]}\n"));

@@ -3,9 +3,9 @@
 // weights, which LocateModel only hashes).
 #pragma once
 
-#include <unistd.h>
+#include <gtest/gtest.h>
+#include <stdlib.h>
 
-#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -66,12 +66,10 @@ inline void WriteFile(const std::filesystem::path& p, const std::string& text) {
 class TempDir {
  public:
   TempDir() {
-    static std::atomic<int> counter{0};
-    path_ =
-        std::filesystem::temp_directory_path() / ("nw-campaign-test-" + std::to_string(::getpid()) +
-                                                  "-" + std::to_string(counter.fetch_add(1)));
-    std::filesystem::remove_all(path_);
-    std::filesystem::create_directories(path_);
+    std::string tmpl =
+        (std::filesystem::temp_directory_path() / "nw-campaign-test-XXXXXX").string();
+    if (::mkdtemp(tmpl.data()) == nullptr) ADD_FAILURE() << "mkdtemp failed for " << tmpl;
+    path_ = tmpl;
   }
   ~TempDir() {
     std::error_code ec;
