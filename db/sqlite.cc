@@ -202,14 +202,20 @@ Txn::~Txn() {
 }
 
 Status Txn::Begin(std::string_view purpose) {
-  purpose_ = purpose;
   if (db_.read_only()) {
-    return Status::FailedPrecondition(db_.file() + ": " + purpose_ +
+    return Status::FailedPrecondition(db_.file() + ": " + std::string(purpose) +
                                       ": the database is open read-only");
   }
+  return Start(purpose, "BEGIN IMMEDIATE");
+}
+
+Status Txn::BeginRead(std::string_view purpose) { return Start(purpose, "BEGIN DEFERRED"); }
+
+Status Txn::Start(std::string_view purpose, const char* begin_sql) {
+  purpose_ = purpose;
   level_ = db_.txn_depth_ + 1;
   if (level_ == 1) {
-    NW_RETURN_IF_ERROR(db_.Exec("BEGIN IMMEDIATE", purpose_ + " (beginning transaction)"));
+    NW_RETURN_IF_ERROR(db_.Exec(begin_sql, purpose_ + " (beginning transaction)"));
   } else {
     NW_RETURN_IF_ERROR(
         db_.Exec("SAVEPOINT nw_sp" + std::to_string(level_), purpose_ + " (savepoint)"));

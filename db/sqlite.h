@@ -134,10 +134,16 @@ class Txn {
   Txn& operator=(const Txn&) = delete;
   ~Txn();
 
+  /// A write transaction (BEGIN IMMEDIATE; refused on a read-only connection).
   Status Begin(std::string_view purpose);
+  /// A read transaction (BEGIN DEFERRED): one consistent snapshot for several reads; allowed on
+  /// read-only connections.
+  Status BeginRead(std::string_view purpose);
   Status Commit();
 
  private:
+  Status Start(std::string_view purpose, const char* begin_sql);
+
   Db& db_;
   std::string purpose_;
   int level_ = 0;  // 0: not begun; 1: outermost; >1: savepoint

@@ -361,6 +361,13 @@ Status Store::InTransaction(const std::function<Status()>& body) {
   return impl_->Write("running a batch", body);
 }
 
+Status Store::InReadTransaction(const std::function<Status()>& body) {
+  Txn txn(*impl_->db);
+  NW_RETURN_IF_ERROR(txn.BeginRead("reading a snapshot"));
+  NW_RETURN_IF_ERROR(body());
+  return txn.Commit();
+}
+
 // ---- Campaigns ----
 
 Result<int64_t> Store::UpsertCampaign(const std::string& name, const std::string& source_path,

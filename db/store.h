@@ -171,6 +171,10 @@ class Store {
   /// the transaction instead of committing on their own. Commits if `body` returns OK, rolls
   /// everything back otherwise and returns its Status. May nest (savepoints).
   Status InTransaction(const std::function<Status()>& body);
+  /// Runs `body` inside one read transaction, so every read in it sees the same snapshot while
+  /// the writer goes on (reports use it). Works on read-only stores. Inside InTransaction it just
+  /// joins. `body` should only read.
+  Status InReadTransaction(const std::function<Status()>& body);
 
   // ---- Campaigns ----
   /// Creates or updates the campaign by name; returns its id.

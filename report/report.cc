@@ -159,16 +159,23 @@ CampaignReport BuildCampaignReport(const CampaignRecord& campaign, const Campaig
 }
 
 Result<CampaignReport> LoadCampaignReport(Store& store, const std::string& campaign_name) {
-  NW_ASSIGN_OR_RETURN(std::optional<CampaignRecord> campaign, store.FindCampaign(campaign_name));
-  if (!campaign) {
-    return Status::NotFound(store.path().string() + ": no campaign named '" + campaign_name +
-                            "' in table campaigns");
-  }
-  NW_ASSIGN_OR_RETURN(CampaignProgress progress, store.Progress(campaign->id));
-  NW_ASSIGN_OR_RETURN(std::vector<HeatmapCell> cells, store.Heatmap(campaign->id));
-  NW_ASSIGN_OR_RETURN(std::vector<OutcomeCount> outcomes, store.OutcomeCounts(campaign->id));
-  NW_ASSIGN_OR_RETURN(std::vector<LayerProbeStats> probes, store.ProbeStats(campaign->id));
-  return BuildCampaignReport(*campaign, progress, cells, outcomes, probes);
+  CampaignReport report;
+  // One snapshot: the coordinator may be committing results while the report reads.
+  const Status st = store.InReadTransaction([&]() -> Status {
+    NW_ASSIGN_OR_RETURN(std::optional<CampaignRecord> campaign, store.FindCampaign(campaign_name));
+    if (!campaign) {
+      return Status::NotFound(store.path().string() + ": no campaign named '" + campaign_name +
+                              "' in table campaigns");
+    }
+    NW_ASSIGN_OR_RETURN(CampaignProgress progress, store.Progress(campaign->id));
+    NW_ASSIGN_OR_RETURN(std::vector<HeatmapCell> cells, store.Heatmap(campaign->id));
+    NW_ASSIGN_OR_RETURN(std::vector<OutcomeCount> outcomes, store.OutcomeCounts(campaign->id));
+    NW_ASSIGN_OR_RETURN(std::vector<LayerProbeStats> probes, store.ProbeStats(campaign->id));
+    report = BuildCampaignReport(*campaign, progress, cells, outcomes, probes);
+    return Status::Ok();
+  });
+  if (!st.ok()) return st;
+  return report;
 }
 
 std::string RenderText(const CampaignReport& r, const TextOptions& options) {

@@ -478,6 +478,32 @@ TEST_F(StoreTest, OneWriterAtATime) {
   EXPECT_TRUE((*second)->UpsertCampaign("x", "", "", 1).ok());
 }
 
+TEST_F(StoreTest, ReadTransactionSeesOneSnapshot) {
+  auto reader = Store::Open(file_, Store::Mode::kReadOnly);
+  ASSERT_TRUE(reader.ok()) << reader.status().ToString();
+  size_t inside_before = 0, inside_after = 0;
+  ASSERT_TRUE((*reader)
+                  ->InReadTransaction([&]() -> Status {
+                    NW_ASSIGN_OR_RETURN(auto before, (*reader)->ListCampaigns());
+                    inside_before = before.size();
+                    // The writer commits a new campaign while the reader's snapshot is open.
+                    NW_RETURN_IF_ERROR(store_->UpsertCampaign("later", "", "", 5).status());
+                    NW_ASSIGN_OR_RETURN(auto after, (*reader)->ListCampaigns());
+                    inside_after = after.size();
+                    return Status::Ok();
+                  })
+                  .ok());
+  EXPECT_EQ(inside_before, 1u);
+  EXPECT_EQ(inside_after, 1u);
+  auto now = (*reader)->ListCampaigns();
+  ASSERT_TRUE(now.ok());
+  EXPECT_EQ(now->size(), 2u);
+  // A failing body ends the read transaction too, and the error comes back.
+  EXPECT_EQ((*reader)->InReadTransaction([] { return Status::Cancelled("stop"); }).code(),
+            StatusCode::kCancelled);
+  EXPECT_TRUE((*reader)->InReadTransaction([] { return Status::Ok(); }).ok());
+}
+
 TEST_F(StoreTest, ReadOnlyModeRefusesEveryWrite) {
   JobSpec spec = MakeSpec(1024, 0.0);
   ASSERT_TRUE(store_->AddJobs(campaign_, {spec}, 1000).ok());
