@@ -1,0 +1,432 @@
+#include "worker/worker.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <deque>
+#include <exception>
+#include <iterator>
+#include <map>
+#include <optional>
+#include <set>
+#include <thread>
+#include <utility>
+
+namespace nw {
+namespace {
+
+using json = nlohmann::json;
+
+// The loop wakes at least this often to notice Stop().
+constexpr int64_t kMaxPollMs = 50;
+
+// Executes jobs sent down the PAIR socket at `endpoint` until a DISCONNECT arrives. Owns its
+// PAIR end; uses `executor` only from this thread.
+void SlotMain(zmq::context_t& context, const std::string& endpoint, JobExecutor& executor,
+              const std::string& worker_id, CodecLimits limits) {
+  try {
+    zmq::socket_t pair(context, zmq::socket_type::pair);
+    pair.set(zmq::sockopt::linger, 0);
+    pair.connect(endpoint);
+    while (true) {
+      zmq::multipart_t in;
+      if (!in.recv(pair)) continue;
+      // Only a DISCONNECT (or a terminated context) ends the slot: the loop's shutdown sends one
+      // and then joins, so the slot must not leave before it arrives.
+      auto msg = Decode(in, limits);
+      if (!msg.ok()) continue;
+      if (std::holds_alternative<DisconnectMsg>(*msg)) return;
+      const auto* job = std::get_if<JobMsg>(&*msg);
+      if (job == nullptr) continue;
+      JobResult r;
+      try {
+        r = executor.Execute(job->spec, job->job_key, job->attempt);
+      } catch (const std::exception& e) {
+        // The contract says executors never throw; if one does, it is a bug in that job's run.
+        r = JobResult{};
+        r.outcome = Outcome::kEngineError;
+        r.error_code = std::string(StatusCodeName(StatusCode::kInternal));
+        r.error_message = std::string("executor threw: ") + e.what();
+        r.retryable = false;
+      }
+      r.job_key = job->job_key;
+      r.attempt = job->attempt;
+      if (r.worker_id.empty()) r.worker_id = worker_id;
+      auto out = Encode(ResultMsg{r}, limits);
+      if (!out.ok()) {
+        // Too large to send (e.g. huge probes): report that instead, as a job outcome.
+        JobResult small;
+        small.job_key = r.job_key;
+        small.attempt = r.attempt;
+        small.outcome = Outcome::kEngineError;
+        small.worker_id = r.worker_id;
+        small.device = r.device;
+        small.engine_version = r.engine_version;
+        small.error_code = std::string(StatusCodeName(StatusCode::kOutOfRange));
+        small.error_message = "result not sendable: " + out.status().message();
+        small.retryable = false;
+        out = Encode(ResultMsg{small}, limits);
+        if (!out.ok()) continue;
+      }
+      out->send(pair);
+    }
+  } catch (const zmq::error_t&) {
+    // Context terminated: the process is going down.
+  }
+}
+
+std::set<std::string> BackendSet(const json& caps) {
+  std::set<std::string> out;
+  if (!caps.is_object() || !caps.contains("backends") || !caps["backends"].is_array()) return out;
+  for (const auto& b : caps["backends"]) {
+    if (b.is_string()) out.insert(b.get<std::string>());
+  }
+  return out;
+}
+
+}  // namespace
+
+// The state of one Run(): sockets, slots and the protocol's bookkeeping.
+struct Worker::Loop {
+  struct Slot {
+    zmq::socket_t pair;
+    std::string endpoint;
+    std::thread thread;
+    std::optional<AttemptRef> running;
+  };
+  struct Pending {
+    ResultMsg msg;
+    int64_t next_send_ms = 0;
+  };
+
+  Worker& w;
+  CodecLimits limits;
+  json capabilities;
+  std::vector<Slot> slots;
+  std::optional<zmq::socket_t> dealer;
+  std::deque<JobMsg> backlog;             // JOBs received while every slot was busy
+  std::map<AttemptRef, Pending> unacked;  // results sent, waiting for an ACK
+  int64_t next_heartbeat_ms = 0;
+  int64_t liveness_deadline_ms = 0;
+  int64_t reconnect_at_ms = 0;
+  int64_t backoff_ms = 0;
+  bool finished = false;  // DISCONNECT received
+
+  explicit Loop(Worker& worker) : w(worker), limits{worker.options_.max_frame_bytes} {}
+
+  ~Loop() {
+    // Stop and join every slot (a running job finishes first), then close our PAIR ends.
+    for (auto& s : slots) {
+      if (!s.thread.joinable()) continue;
+      try {
+        auto stop = Encode(DisconnectMsg{"worker stopping", false}, limits);
+        if (stop.ok()) stop->send(s.pair);
+      } catch (const zmq::error_t&) {
+      }
+    }
+    for (auto& s : slots) {
+      if (s.thread.joinable()) s.thread.join();
+    }
+  }
+
+  int64_t Now() const { return w.clock_.NowMs(); }
+  int64_t DeadAfter() const {
+    return w.options_.heartbeat_interval_ms * w.options_.heartbeat_liveness;
+  }
+  int64_t ResendMs() const {
+    return w.options_.result_resend_ms > 0 ? w.options_.result_resend_ms : DeadAfter();
+  }
+
+  void StartSlots() {
+    char tag[32];
+    std::snprintf(tag, sizeof(tag), "%p", static_cast<const void*>(&w));
+    for (size_t i = 0; i < w.executors_.size(); ++i) {
+      Slot s{zmq::socket_t(w.context_, zmq::socket_type::pair),
+             "inproc://nw-worker-" + std::string(tag) + "-slot-" + std::to_string(i), std::thread(),
+             std::nullopt};
+      s.pair.set(zmq::sockopt::linger, 0);
+      s.pair.bind(s.endpoint);
+      slots.push_back(std::move(s));
+    }
+    for (size_t i = 0; i < slots.size(); ++i) {
+      slots[i].thread = std::thread(SlotMain, std::ref(w.context_), slots[i].endpoint,
+                                    std::ref(*w.executors_[i]), w.options_.worker_id, limits);
+    }
+  }
+
+  // Sends on the DEALER if connected; false if not (the message is then simply not sent).
+  bool Send(const Message& m) {
+    if (!dealer) return false;
+    auto frames = Encode(m, limits);
+    if (!frames.ok()) {
+      w.Log("worker " + w.options_.worker_id + ": cannot send: " + frames.status().ToString());
+      return false;
+    }
+    return frames->send(*dealer, ZMQ_DONTWAIT);
+  }
+
+  std::vector<AttemptRef> Held() const {
+    std::vector<AttemptRef> held;
+    for (const auto& s : slots) {
+      if (s.running) held.push_back(*s.running);
+    }
+    for (const auto& j : backlog) held.push_back({j.job_key, j.attempt});
+    for (const auto& [ref, p] : unacked) held.push_back(ref);
+    return held;
+  }
+
+  void SendReady() {
+    ReadyMsg r;
+    r.worker_id = w.options_.worker_id;
+    r.host = w.options_.host;
+    r.slots = static_cast<int>(slots.size());
+    r.capabilities = capabilities;
+    r.held = Held();
+    Send(r);
+  }
+
+  void SendResult(Pending& p) {
+    if (Send(p.msg)) w.counters_.results_sent++;
+    p.next_send_ms = Now() + ResendMs();
+  }
+
+  void Connect() {
+    dealer.emplace(w.context_, zmq::socket_type::dealer);
+    dealer->set(zmq::sockopt::linger, 0);
+    dealer->set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(limits.max_frame_bytes));
+    dealer->connect(w.options_.endpoint);
+    const int64_t now = Now();
+    liveness_deadline_ms = now + DeadAfter();
+    next_heartbeat_ms = now + w.options_.heartbeat_interval_ms;
+    SendReady();
+    for (auto& [ref, p] : unacked) SendResult(p);
+  }
+
+  void Disconnected(int64_t now) {
+    w.Log("worker " + w.options_.worker_id + ": coordinator silent for " +
+          std::to_string(now - (liveness_deadline_ms - DeadAfter())) + " ms; reconnecting in " +
+          std::to_string(backoff_ms) + " ms");
+    dealer.reset();
+    reconnect_at_ms = now + backoff_ms;
+    backoff_ms = std::min(backoff_ms * 2, w.options_.reconnect_max_ms);
+    w.counters_.reconnects++;
+  }
+
+  bool Dispatch(const JobMsg& job) {
+    for (auto& s : slots) {
+      if (s.running) continue;
+      auto frames = Encode(job, limits);
+      if (!frames.ok()) return false;  // cannot happen: it arrived within the same limits
+      frames->send(s.pair);
+      s.running = AttemptRef{job.job_key, job.attempt};
+      return true;
+    }
+    return false;
+  }
+
+  bool Holds(const AttemptRef& ref) const {
+    for (const auto& s : slots) {
+      if (s.running && *s.running == ref) return true;
+    }
+    for (const auto& j : backlog) {
+      if (j.job_key == ref.job_key && j.attempt == ref.attempt) return true;
+    }
+    return unacked.count(ref) != 0;
+  }
+
+  void OnCoordinatorMessage(const zmq::multipart_t& frames) {
+    auto msg = Decode(frames, limits);
+    if (!msg.ok()) {
+      w.counters_.malformed++;
+      w.Log("worker " + w.options_.worker_id +
+            ": dropped malformed message from coordinator: " + msg.status().ToString());
+      return;
+    }
+    const Command cmd = CommandOf(*msg);
+    if (!IsCoordinatorCommand(cmd)) {
+      w.counters_.malformed++;
+      w.Log("worker " + w.options_.worker_id + ": dropped unexpected " + CommandName(cmd) +
+            " from coordinator");
+      return;
+    }
+    // Any valid message proves the coordinator alive.
+    liveness_deadline_ms = Now() + DeadAfter();
+    backoff_ms = w.options_.reconnect_initial_ms;
+    if (auto* job = std::get_if<JobMsg>(&*msg)) {
+      const AttemptRef ref{job->job_key, job->attempt};
+      if (Holds(ref)) return;  // a repeated grant
+      w.counters_.jobs_received++;
+      if (!Dispatch(*job)) backlog.push_back(std::move(*job));
+    } else if (auto* ack = std::get_if<AckMsg>(&*msg)) {
+      if (unacked.erase({ack->job_key, ack->attempt}) != 0) w.counters_.acks++;
+      if (ack->status == AckStatus::kRejected || ack->status == AckStatus::kFailed) {
+        w.Log("worker " + w.options_.worker_id + ": result " + ack->job_key + " attempt " +
+              std::to_string(ack->attempt) + " " + std::string(AckStatusName(ack->status)) +
+              (ack->reason.empty() ? "" : ": " + ack->reason));
+      }
+    } else if (auto* d = std::get_if<DisconnectMsg>(&*msg)) {
+      if (d->reconnect) {
+        w.Log("worker " + w.options_.worker_id + ": coordinator asks to register again (" +
+              d->reason + ")");
+        SendReady();
+        for (auto& [ref, p] : unacked) SendResult(p);
+      } else {
+        w.Log("worker " + w.options_.worker_id + ": coordinator disconnected us: " + d->reason);
+        finished = true;
+      }
+    }
+    // HEARTBEAT: nothing more to do.
+  }
+
+  void OnSlotMessage(Slot& s) {
+    zmq::multipart_t frames;
+    if (!frames.recv(s.pair, ZMQ_DONTWAIT)) return;
+    auto msg = Decode(frames, limits);
+    s.running.reset();
+    if (!msg.ok() || !std::holds_alternative<ResultMsg>(*msg)) {
+      w.Log("worker " + w.options_.worker_id +
+            ": bad message from a slot: " + msg.status().ToString());
+      return;
+    }
+    w.counters_.jobs_executed++;
+    auto& r = std::get<ResultMsg>(*msg);
+    const AttemptRef ref{r.result.job_key, r.result.attempt};
+    auto [it, inserted] = unacked.insert_or_assign(ref, Pending{std::move(r), 0});
+    SendResult(it->second);
+    if (!backlog.empty() && Dispatch(backlog.front())) backlog.pop_front();
+  }
+
+  Status Run() {
+    backoff_ms = w.options_.reconnect_initial_ms;
+    capabilities = w.capabilities_;
+    StartSlots();
+    Connect();
+    std::vector<zmq_pollitem_t> items;
+    while (!finished && !w.stop_.load(std::memory_order_relaxed)) {
+      int64_t now = Now();
+      int64_t wake = now + kMaxPollMs;
+      if (dealer) {
+        wake = std::min({wake, next_heartbeat_ms, liveness_deadline_ms});
+        for (const auto& [ref, p] : unacked) wake = std::min(wake, p.next_send_ms);
+      } else {
+        wake = std::min(wake, reconnect_at_ms);
+      }
+      items.clear();
+      if (dealer) items.push_back({dealer->handle(), 0, ZMQ_POLLIN, 0});
+      const size_t first_slot = items.size();
+      for (auto& s : slots) items.push_back({s.pair.handle(), 0, ZMQ_POLLIN, 0});
+      zmq::poll(items, std::chrono::milliseconds(std::max<int64_t>(0, wake - now)));
+
+      if (dealer && (items[0].revents & ZMQ_POLLIN) != 0) {
+        for (int i = 0; i < 1000 && dealer && !finished; ++i) {
+          zmq::multipart_t frames;
+          if (!frames.recv(*dealer, ZMQ_DONTWAIT)) break;
+          OnCoordinatorMessage(frames);
+        }
+      }
+      for (size_t i = 0; i < slots.size(); ++i) {
+        if ((items[first_slot + i].revents & ZMQ_POLLIN) != 0) OnSlotMessage(slots[i]);
+      }
+      if (finished) break;
+
+      now = Now();
+      if (dealer) {
+        if (now >= liveness_deadline_ms) {
+          Disconnected(now);
+          continue;
+        }
+        if (now >= next_heartbeat_ms) {
+          Send(HeartbeatMsg{});
+          next_heartbeat_ms = now + w.options_.heartbeat_interval_ms;
+        }
+        for (auto& [ref, p] : unacked) {
+          if (now >= p.next_send_ms) SendResult(p);
+        }
+      } else if (now >= reconnect_at_ms) {
+        Connect();
+      }
+    }
+    if (dealer && !finished) {
+      // Stop(): tell the coordinator, so it requeues our jobs now rather than after 3 s.
+      Send(DisconnectMsg{"worker stopping", false});
+      dealer->set(zmq::sockopt::linger, 1000);
+    }
+    dealer.reset();
+    return Status::Ok();
+  }
+};
+
+Worker::Worker(zmq::context_t& context, const Clock& clock, WorkerOptions options,
+               std::vector<std::unique_ptr<JobExecutor>> executors)
+    : context_(context),
+      clock_(clock),
+      options_(std::move(options)),
+      executors_(std::move(executors)),
+      capabilities_(MergedCapabilities(executors_)) {}
+
+Worker::~Worker() = default;
+
+void Worker::Stop() { stop_.store(true); }
+
+void Worker::Log(const std::string& line) const {
+  if (options_.log) options_.log(line);
+}
+
+WorkerStats Worker::Stats() const {
+  WorkerStats s;
+  s.jobs_received = counters_.jobs_received.load();
+  s.jobs_executed = counters_.jobs_executed.load();
+  s.results_sent = counters_.results_sent.load();
+  s.acks = counters_.acks.load();
+  s.reconnects = counters_.reconnects.load();
+  s.malformed = counters_.malformed.load();
+  return s;
+}
+
+json Worker::Capabilities() const { return capabilities_; }
+
+json Worker::MergedCapabilities(const std::vector<std::unique_ptr<JobExecutor>>& executors) {
+  if (executors.empty() || executors[0] == nullptr) return json{{"backends", json::array()}};
+  json caps = executors[0]->Capabilities();
+  if (!caps.is_object()) caps = json::object();
+  std::set<std::string> backends = BackendSet(caps);
+  for (size_t i = 1; i < executors.size(); ++i) {
+    if (executors[i] == nullptr) continue;
+    const std::set<std::string> other = BackendSet(executors[i]->Capabilities());
+    std::set<std::string> both;
+    std::set_intersection(backends.begin(), backends.end(), other.begin(), other.end(),
+                          std::inserter(both, both.begin()));
+    backends = std::move(both);
+  }
+  caps["backends"] = backends;
+  return caps;
+}
+
+Status Worker::Run() {
+  const std::string who = "worker '" + options_.worker_id + "'";
+  if (options_.worker_id.empty() || options_.worker_id.size() > kMaxIdBytes) {
+    return Status::InvalidArgument("worker: worker_id must have 1.." + std::to_string(kMaxIdBytes) +
+                                   " bytes");
+  }
+  if (options_.endpoint.empty()) return Status::InvalidArgument(who + ": no endpoint");
+  if (executors_.empty() || executors_.size() > static_cast<size_t>(kMaxSlots)) {
+    return Status::InvalidArgument(who + ": needs 1.." + std::to_string(kMaxSlots) +
+                                   " executors, got " + std::to_string(executors_.size()));
+  }
+  for (const auto& e : executors_) {
+    if (e == nullptr) return Status::InvalidArgument(who + ": null executor");
+  }
+  if (options_.heartbeat_interval_ms <= 0 || options_.heartbeat_liveness < 1 ||
+      options_.reconnect_initial_ms <= 0 ||
+      options_.reconnect_max_ms < options_.reconnect_initial_ms) {
+    return Status::InvalidArgument(who + ": invalid heartbeat/reconnect timing");
+  }
+  try {
+    Loop loop(*this);
+    return loop.Run();
+  } catch (const zmq::error_t& e) {
+    return Status::Unavailable(who + ": ZeroMQ error on " + options_.endpoint + ": " + e.what());
+  }
+}
+
+}  // namespace nw

@@ -1,0 +1,98 @@
+// Worker: the worker runtime. Connects a DEALER socket to the coordinator, registers (READY)
+// with its executors' capabilities, heartbeats, runs JOBs on its slots and reports RESULTs until
+// they are ACKed. The protocol is protocol/messages.h; the semantics are in docs/protocol.md.
+//
+// Threads and ownership: Run() is the worker's loop thread; it owns the DEALER socket and one
+// end of an inproc PAIR socket per slot. Each slot is a thread started and joined by Run() that
+// owns the other PAIR end and exactly one JobExecutor, and runs one job at a time; jobs go down
+// and results come back through the PAIR sockets, so the loop keeps heartbeating while a job
+// runs. The zmq::context_t is borrowed and must outlive Run(). Stop() is the only method that may
+// be called from another thread (an atomic flag the loop checks at least every 50 ms); Stop()
+// lets running jobs finish (an executor cannot be interrupted), then Run() returns.
+//
+// Liveness (Paranoid Pirate): when nothing valid arrives from the coordinator for
+// heartbeat_liveness heartbeat intervals, the worker closes its socket, waits (1 s doubling to
+// 32 s, reset by any valid message) and reconnects with a new READY that lists the attempts it
+// still holds (running, or results not yet ACKed), then resends the unACKed results.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+#include <zmq.hpp>
+
+#include "common/clock.h"
+#include "common/status.h"
+#include "protocol/messages.h"
+#include "worker/executor.h"
+
+namespace nw {
+
+struct WorkerOptions {
+  std::string endpoint;   // where the coordinator's ROUTER is bound (inproc://, ipc://, tcp://)
+  std::string worker_id;  // unique among the coordinator's workers; required
+  std::string host;       // informational
+  int64_t heartbeat_interval_ms = 1000;
+  int heartbeat_liveness = 3;           // coordinator silent this many intervals -> reconnect
+  int64_t reconnect_initial_ms = 1000;  // backoff before reconnecting, doubling ...
+  int64_t reconnect_max_ms = 32000;     // ... up to this
+  int64_t result_resend_ms = 0;         // resend an unACKed RESULT this often; 0 = 3 heartbeats
+  size_t max_frame_bytes = kDefaultMaxFrameBytes;
+  /// Called from the Run() thread only (malformed messages, reconnects, rejected results).
+  std::function<void(std::string_view)> log;
+};
+
+/// Counters, readable from any thread while Run() is going.
+struct WorkerStats {
+  int64_t jobs_received = 0;  // JOB messages accepted (duplicates excluded)
+  int64_t jobs_executed = 0;  // results produced by the executors
+  int64_t results_sent = 0;   // RESULT messages sent, resends included
+  int64_t acks = 0;           // ACKs that matched an unACKed result
+  int64_t reconnects = 0;     // times the socket was recreated after coordinator silence
+  int64_t malformed = 0;      // coordinator messages dropped as malformed or unexpected
+};
+
+class Worker {
+ public:
+  /// One slot per executor; the slots share the advertised capabilities (the intersection of
+  /// the executors' backends).
+  Worker(zmq::context_t& context, const Clock& clock, WorkerOptions options,
+         std::vector<std::unique_ptr<JobExecutor>> executors);
+  ~Worker();
+  Worker(const Worker&) = delete;
+  Worker& operator=(const Worker&) = delete;
+
+  /// Runs until the coordinator sends DISCONNECT (without reconnect) or Stop() is called; OK in
+  /// both cases. Errors: invalid options, or a ZeroMQ failure (named). Call it once at a time.
+  Status Run();
+  /// Thread-safe: asks Run() to send DISCONNECT, let running jobs finish and return.
+  void Stop();
+  WorkerStats Stats() const;
+  /// The READY capabilities this worker advertises (the first executor's, with backends
+  /// narrowed to what every executor supports), computed once at construction.
+  nlohmann::json Capabilities() const;
+
+ private:
+  struct Loop;
+  void Log(const std::string& line) const;
+  static nlohmann::json MergedCapabilities(
+      const std::vector<std::unique_ptr<JobExecutor>>& executors);
+
+  zmq::context_t& context_;
+  const Clock& clock_;
+  WorkerOptions options_;
+  std::vector<std::unique_ptr<JobExecutor>> executors_;
+  const nlohmann::json capabilities_;  // computed once, at construction
+  std::atomic<bool> stop_{false};
+  struct Counters {
+    std::atomic<int64_t> jobs_received{0}, jobs_executed{0}, results_sent{0}, acks{0},
+        reconnects{0}, malformed{0};
+  };
+  Counters counters_;
+};
+
+}  // namespace nw
