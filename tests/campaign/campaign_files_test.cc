@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <map>
 #include <set>
 #include <string>
 
@@ -130,6 +131,32 @@ TEST_F(ExperimentsTest, EveryExperimentParses) {
   for (const char* required : {"quickstart", "needle-sweep", "topk-doubled",
                                "index-keys-fp8-vs-bf16", "prefill-paths", "window"}) {
     EXPECT_EQ(names.count(required), 1u) << required;
+  }
+}
+
+TEST_F(ExperimentsTest, JobCountsMatchTheDocumentation) {
+  // docs/campaigns.md "Experiments" and the files' own comments state these.
+  const std::map<std::string, int64_t> expected = {
+      {"quickstart", 40},    {"needle-sweep", 126},
+      {"topk-doubled", 150}, {"index-keys-fp8-vs-bf16", 150},
+      {"prefill-paths", 96}, {"window", 24}};
+  for (const auto& [name, jobs] : expected) {
+    auto c = ParseCampaignFile(fs::path(NW_SOURCE_DIR) / "experiments" / (name + ".yaml"));
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    EXPECT_EQ(c->job_count(), jobs) << name;
+  }
+}
+
+TEST_F(ExperimentsTest, NegativeOffsetsLeaveRoomForTheQuestion) {
+  // The question takes up to 47 tokens with the tiny model's vocabulary; -N must exceed it.
+  for (const fs::path& f : Files()) {
+    auto c = ParseCampaignFile(f);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    for (const AxisValue& v : c->values[static_cast<size_t>(Axis::kNeedlePosition)]) {
+      if (v.number() < 0) {
+        EXPECT_LE(v.number(), -64) << f.string();
+      }
+    }
   }
 }
 
