@@ -61,6 +61,10 @@ struct IndexerProbe {
                                      // is visible yet
   std::vector<uint8_t> in_topk;      // per position: 1 if any needle entry was selected
   std::vector<int32_t> num_visible;  // per position: visible compressed entries
+  std::vector<float> needle_score;   // per position: indexer score of the best-ranked needle
+                                     // entry (NaN if none is visible)
+  std::vector<float> kth_score;      // per position: score of the k-th selected entry, the bar
+                                     // a needle entry must clear (NaN if fewer than k visible)
   std::vector<int32_t> topk_sets;    // positions.size() * topk entry ids in rank order (-1
                                      // padded), if asked
   int topk = 0;                      // the request's effective top-k

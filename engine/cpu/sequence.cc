@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string>
 #include <utility>
 
@@ -338,6 +339,7 @@ void Sequence::Impl::RecordProbe(int layer, int64_t p, int64_t visible, const fl
   const ProbeRequest& req = *opts.probe;
   const int64_t r = cfg.ratio(layer);
   int64_t best = -1;
+  float best_score = std::numeric_limits<float>::quiet_NaN();
   bool hit = false;
   if (req.needle_end > req.needle_begin) {
     // Entry i pools tokens [r(i-1), r(i+1)) (ratio 4 overlaps the previous block).
@@ -347,7 +349,10 @@ void Sequence::Impl::RecordProbe(int layer, int64_t p, int64_t visible, const fl
       const int64_t first = r * (i - 1), last = r * (i + 1) - 1;
       if (last < req.needle_begin || first >= req.needle_end) continue;
       const int64_t rank = RankOf(scores, visible, i);
-      if (best < 0 || rank < best) best = rank;
+      if (best < 0 || rank < best) {
+        best = rank;
+        best_score = scores[i];
+      }
       for (int j = 0; j < n_selected; ++j) hit = hit || topk_out[j] == i;
     }
   }
@@ -355,6 +360,9 @@ void Sequence::Impl::RecordProbe(int layer, int64_t p, int64_t visible, const fl
   pr.needle_rank.push_back(static_cast<int32_t>(best));
   pr.in_topk.push_back(hit ? 1 : 0);
   pr.num_visible.push_back(static_cast<int32_t>(visible));
+  pr.needle_score.push_back(best_score);
+  pr.kth_score.push_back(n_selected == topk && topk > 0 ? scores[topk_out[topk - 1]]
+                                                        : std::numeric_limits<float>::quiet_NaN());
   if (req.keep_topk_sets) pr.topk_sets.insert(pr.topk_sets.end(), topk_out, topk_out + topk);
 }
 

@@ -184,6 +184,12 @@ TEST_F(ForwardTest, ProbesAreConsistentWithSelection) {
     const int32_t rank = p.needle_rank[r];
     ASSERT_GE(rank, 0);
     EXPECT_EQ(p.in_topk[r], rank < 4 ? 1 : 0);
+    ASSERT_FALSE(std::isnan(p.kth_score[r]));
+    if (rank < 4) {
+      EXPECT_GE(p.needle_score[r], p.kth_score[r]);
+    } else {
+      EXPECT_LE(p.needle_score[r], p.kth_score[r]);
+    }
     bool any = false;
     for (int j = 0; j < 4; ++j) {
       const int32_t id = p.topk_sets[r * 4 + static_cast<size_t>(j)];
@@ -227,9 +233,39 @@ TEST_F(ForwardTest, ProfileHooksChangeResultsOnlyWhenEnabled) {
   EXPECT_NE(with([](PrecisionProfile& p) { p.activations = NumFormat::kBf16; }), ref);
   EXPECT_NE(with([](PrecisionProfile& p) { p.kv = NumFormat::kBf16; }), ref);
   EXPECT_NE(with([](PrecisionProfile& p) { p.kv = NumFormat::kFp8; }), ref);
+  // The index formats act only through the indexer's scores (the logits change only when a
+  // selection flips), so compare the scores the probes report, on a model whose indexer is in
+  // layer 0 (its scores depend on nothing but the embeddings and the index formats).
+  ModelConfig first = cfg_;
+  first.compress_ratios = {4, 128, 0, 0};
+  const ModelWeights wf = RandomModelWeights(first, 12);
+  auto scores = [&](auto set) {
+    SequenceOptions o;
+    o.max_tokens = static_cast<int64_t>(tokens.size());
+    o.probe = ProbeRequest{.needle_begin = 40, .needle_end = 60};
+    set(o.precision);
+    Sequence seq = MakeSequence(first, wf, o);
+    std::vector<float> logits;
+    EXPECT_TRUE(seq.Prefill(tokens, &logits).ok());
+    return seq.probes().at(0).needle_score;
+  };
+  const std::vector<float> ref_scores = scores([](PrecisionProfile&) {});
+  ASSERT_EQ(ref_scores.size(), tokens.size());
+  EXPECT_TRUE(std::isnan(ref_scores[0]));  // no needle entry visible yet
+  EXPECT_FALSE(std::isnan(ref_scores.back()));
+  auto same = [](const std::vector<float>& a, const std::vector<float>& b) {
+    for (size_t i = 0; i < a.size(); ++i) {
+      if (a[i] != b[i] && !(std::isnan(a[i]) && std::isnan(b[i]))) return false;
+    }
+    return a.size() == b.size();
+  };
+  EXPECT_TRUE(same(scores([](PrecisionProfile& p) { p.kv = NumFormat::kFp8; }), ref_scores))
+      << "the kv format must not touch the indexer's scores";
   for (NumFormat f : {NumFormat::kBf16, NumFormat::kFp8, NumFormat::kMxfp4, NumFormat::kNvfp4}) {
-    EXPECT_NE(with([f](PrecisionProfile& p) { p.index_q = f; }), ref);
-    EXPECT_NE(with([f](PrecisionProfile& p) { p.index_k = f; }), ref);
+    EXPECT_FALSE(same(scores([f](PrecisionProfile& p) { p.index_q = f; }), ref_scores))
+        << NumFormatName(f);
+    EXPECT_FALSE(same(scores([f](PrecisionProfile& p) { p.index_k = f; }), ref_scores))
+        << NumFormatName(f);
   }
 }
 
