@@ -363,7 +363,10 @@ void Sequence::Impl::RecordProbe(int layer, int64_t p, int64_t visible, const fl
   pr.needle_score.push_back(best_score);
   pr.kth_score.push_back(n_selected == topk && topk > 0 ? scores[topk_out[topk - 1]]
                                                         : std::numeric_limits<float>::quiet_NaN());
-  if (req.keep_topk_sets) pr.topk_sets.insert(pr.topk_sets.end(), topk_out, topk_out + topk);
+  if (req.keep_topk_sets) {
+    pr.topk_sets.insert(pr.topk_sets.end(), topk_out, topk_out + n_selected);
+    pr.topk_sets.insert(pr.topk_sets.end(), static_cast<size_t>(topk - n_selected), -1);
+  }
 }
 
 void Sequence::Impl::SelectEntries(int layer, int64_t p, int64_t visible, const float* iq,
@@ -372,7 +375,9 @@ void Sequence::Impl::SelectEntries(int layer, int64_t p, int64_t visible, const 
                                    std::vector<int32_t>& scratch) {
   const bool probe = opts.probe.has_value() && p >= opts.probe->query_begin;
   const bool need_scores = probe || (!opts.dense_compressed && visible > topk);
-  topk_out.assign(static_cast<size_t>(topk), -1);
+  // Only min(topk, visible) entries can be selected; the -1 padding up to topk is implicit.
+  const int width = static_cast<int>(std::min<int64_t>(topk, visible));
+  topk_out.assign(static_cast<size_t>(width), -1);
   int n_sel = 0;
   if (need_scores) {
     scores.resize(static_cast<size_t>(visible));
@@ -382,10 +387,10 @@ void Sequence::Impl::SelectEntries(int layer, int64_t p, int64_t visible, const 
         0, visible, [&](int64_t first, const float* rows, int64_t count) {
           IndexerScores(ip, iq, iw, rows, count, scores.data() + first);
         });
-    n_sel = TopK(scores.data(), visible, topk, topk_out.data(), scratch.data());
+    n_sel = TopK(scores.data(), visible, width, topk_out.data(), scratch.data());
   } else {
     // Every visible entry is selected (k >= visible): no scores needed.
-    n_sel = static_cast<int>(std::min<int64_t>(visible, topk));
+    n_sel = width;
     for (int j = 0; j < n_sel; ++j) topk_out[static_cast<size_t>(j)] = j;
   }
   if (probe) RecordProbe(layer, p, visible, scores.data(), topk_out.data(), n_sel);
