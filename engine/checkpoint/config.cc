@@ -43,7 +43,8 @@ class FieldReader {
     const json* b = hf_key == ma_key ? nullptr : Lookup(ma_key);
     if (a && b && *a != *b) {
       return Status::InvalidArgument(source_ + ": keys '" + hf_key + "' and '" + ma_key +
-                                     "' disagree (" + a->dump() + " vs " + b->dump() + ")");
+                                     "' disagree (" + JsonSnippet(*a) + " vs " + JsonSnippet(*b) +
+                                     ")");
     }
     return a ? a : b;
   }
@@ -68,18 +69,18 @@ class FieldReader {
   }
 
   Status ToInt(const json& v, const std::string& key, int* out) const {
-    if (!v.is_number_integer()) return BadValue(key, "must be an integer, got " + v.dump());
+    if (!v.is_number_integer()) return BadValue(key, "must be an integer, got " + JsonSnippet(v));
     if (v.is_number_unsigned()) {
       auto u = v.get<uint64_t>();
       if (u > static_cast<uint64_t>(std::numeric_limits<int>::max())) {
-        return BadValue(key, "is out of range: " + v.dump());
+        return BadValue(key, "is out of range: " + JsonSnippet(v));
       }
       *out = static_cast<int>(u);
       return Status::Ok();
     }
     auto s = v.get<int64_t>();
     if (s < std::numeric_limits<int>::min() || s > std::numeric_limits<int>::max()) {
-      return BadValue(key, "is out of range: " + v.dump());
+      return BadValue(key, "is out of range: " + JsonSnippet(v));
     }
     *out = static_cast<int>(s);
     return Status::Ok();
@@ -93,7 +94,7 @@ class FieldReader {
   }
 
   Status ToDouble(const json& v, const std::string& key, double* out) const {
-    if (!v.is_number()) return BadValue(key, "must be a number, got " + v.dump());
+    if (!v.is_number()) return BadValue(key, "must be a number, got " + JsonSnippet(v));
     *out = v.get<double>();
     if (!std::isfinite(*out)) return BadValue(key, "must be finite");
     return Status::Ok();
@@ -155,7 +156,7 @@ Status ParseRopeScaling(FieldReader& r, const json& rs, ModelConfig* c) {
     auto it = rs.find(type_key);
     if (it != rs.end() && *it != json("yarn")) {
       return r.BadValue(std::string("rope_scaling.") + type_key,
-                        "must be \"yarn\", got " + it->dump());
+                        "must be \"yarn\", got " + JsonSnippet(*it));
     }
   }
   auto need = [&](const char* key) -> Result<const json*> {
@@ -179,10 +180,10 @@ Status ParseRopeScaling(FieldReader& r, const json& rs, ModelConfig* c) {
 Status CheckIgnoredKeyValues(FieldReader& r, const json& j) {
   if (auto it = j.find("num_key_value_heads"); it != j.end() && *it != json(1)) {
     return r.BadValue("num_key_value_heads",
-                      "must be 1 (V4 has one shared KV head), got " + it->dump());
+                      "must be 1 (V4 has one shared KV head), got " + JsonSnippet(*it));
   }
   if (auto it = j.find("model_type"); it != j.end() && *it != json("deepseek_v4")) {
-    return r.BadValue("model_type", "must be \"deepseek_v4\", got " + it->dump());
+    return r.BadValue("model_type", "must be \"deepseek_v4\", got " + JsonSnippet(*it));
   }
   if (auto it = j.find("tie_word_embeddings"); it != j.end() && *it != json(false)) {
     return r.BadValue("tie_word_embeddings", "must be false (V4 has an untied head)");
@@ -440,8 +441,8 @@ Result<ModelConfig> ParseModelConfig(const nlohmann::json& j, const std::string&
     } else if (*v == json("sqrtsoftplus")) {
       c.score_func = ScoreFunc::kSqrtSoftplus;
     } else {
-      return r.BadValue(key,
-                        "must be \"softmax\", \"sigmoid\" or \"sqrtsoftplus\", got " + v->dump());
+      return r.BadValue(
+          key, "must be \"softmax\", \"sigmoid\" or \"sqrtsoftplus\", got " + JsonSnippet(*v));
     }
   }
   NW_RETURN_IF_ERROR(r.Double("routed_scaling_factor", "route_scale", true, &c.route_scale));

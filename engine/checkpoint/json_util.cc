@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -55,6 +56,21 @@ Result<nlohmann::json> ParseJsonStrict(std::string_view text, const std::string&
     return Status::Corruption(source + ": duplicate key '" + duplicate + "'");
   }
   return j;
+}
+
+std::string JsonSnippet(const nlohmann::json& v) {
+  if (v.is_string()) {
+    const std::string& s = v.get_ref<const std::string&>();
+    if (s.size() > 64) return nlohmann::json(s.substr(0, 64)).dump() + "...";
+    return v.dump();
+  }
+  if (!v.is_structured()) return v.dump();
+  const bool flat =
+      v.size() <= 8 && std::all_of(v.begin(), v.end(), [](const nlohmann::json& e) {
+        return e.is_primitive() && (!e.is_string() || e.get_ref<const std::string&>().size() <= 64);
+      });
+  if (flat) return v.dump();
+  return v.is_array() ? "[...]" : "{...}";
 }
 
 Result<std::string> ReadFileToString(const std::filesystem::path& path) {

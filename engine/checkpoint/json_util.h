@@ -18,6 +18,11 @@ namespace nw {
 /// Corruption errors whose message starts with `source`.
 Result<nlohmann::json> ParseJsonStrict(std::string_view text, const std::string& source);
 
+/// A short, non-recursive rendering of a JSON value for error messages: scalars (strings cut at
+/// 64 characters) and flat lists/objects of at most 8 scalars; anything else as "[...]"/"{...}".
+/// Safe on hostile, deeply nested input.
+std::string JsonSnippet(const nlohmann::json& v);
+
 /// Reads a whole file (NotFound if absent, IoError on read failure).
 Result<std::string> ReadFileToString(const std::filesystem::path& path);
 

@@ -108,7 +108,7 @@ Status ParseEntry(const std::string& source, const std::string& name, const json
   for (const json& e : shape) {
     std::optional<uint64_t> u = AsU64(e);
     if (!u || *u > static_cast<uint64_t>(INT64_MAX)) {
-      return Status::Corruption(where + ": shape entry " + e.dump() +
+      return Status::Corruption(where + ": shape entry " + JsonSnippet(e) +
                                 " is not a non-negative 64-bit integer");
     }
     dims.push_back(static_cast<int64_t>(*u));
@@ -120,22 +120,23 @@ Status ParseEntry(const std::string& source, const std::string& name, const json
   std::optional<uint64_t> begin = AsU64(offs[0]);
   std::optional<uint64_t> end = AsU64(offs[1]);
   if (!begin || !end) {
-    return Status::Corruption(where + ": data_offsets " + offs.dump() +
+    return Status::Corruption(where + ": data_offsets " + JsonSnippet(offs) +
                               " are not non-negative integers");
   }
   if (*begin > *end) {
-    return Status::Corruption(where + ": data_offsets " + offs.dump() + " has begin > end");
+    return Status::Corruption(where + ": data_offsets " + JsonSnippet(offs) + " has begin > end");
   }
   if (*end > buffer_size) {
-    return Status::Corruption(where + ": data_offsets " + offs.dump() + " out of bounds of the " +
-                              std::to_string(buffer_size) + "-byte data buffer (truncated file?)");
+    return Status::Corruption(where + ": data_offsets " + JsonSnippet(offs) +
+                              " out of bounds of the " + std::to_string(buffer_size) +
+                              "-byte data buffer (truncated file?)");
   }
   Result<uint64_t> bytes = StTensorBytes(*d, dims);
   if (!bytes.ok()) return Status::Corruption(where + ": " + bytes.status().message());
   if (*bytes != *end - *begin) {
     return Status::Corruption(where + ": dtype " + std::string(StDtypeName(*d)) + " x shape " +
                               ShapeToString(dims) + " is " + std::to_string(*bytes) +
-                              " bytes but data_offsets " + offs.dump() + " span " +
+                              " bytes but data_offsets " + JsonSnippet(offs) + " span " +
                               std::to_string(*end - *begin));
   }
   out->name = name;

@@ -270,6 +270,13 @@ std::vector<CorruptCase> CorruptCases() {
       {"duplicate_field",
        Image(R"({"a":{"dtype":"F32","dtype":"F32","shape":[0],"data_offsets":[0,0]}})"),
        "duplicate key 'dtype'"},
+      {"deeply_nested_entry",
+       Image("{\"a\":" + std::string(100000, '[') + std::string(100000, ']') + "}"),
+       "tensor 'a': entry is not a JSON object"},
+      {"deeply_nested_shape",
+       Image(R"({"a":{"dtype":"F32","data_offsets":[0,0],"shape":[)" + std::string(100000, '[') +
+             std::string(100000, ']') + "]}}"),
+       "tensor 'a': shape entry [...] is not a non-negative 64-bit integer"},
       {"metadata_not_object", Image(R"({"__metadata__":"pt"})"), "__metadata__ is not an object"},
       {"metadata_not_string", Image(R"({"__metadata__":{"format":1}})"),
        "__metadata__ value for 'format' is not a string"},
