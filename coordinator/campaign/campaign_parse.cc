@@ -337,8 +337,9 @@ Result<std::vector<Parser::Entry>> Parser::MapEntries(const YAML::Node& map,
                                                       Names allowed) const {
   if (!map.IsMap()) return Error(map, path, "must be a map, got " + Describe(map));
   std::vector<Entry> out;
-  for (auto it = map.begin(); it != map.end(); ++it) {
-    const YAML::Node& k = it->first;
+  for (const auto& kv : map) {
+    // Copies: yaml-cpp's iterator values are proxies, so references into them dangle.
+    const YAML::Node k = kv.first;
     if (!k.IsScalar()) return Error(k, path, "keys must be plain names, got " + Describe(k));
     const std::string key = k.Scalar();
     const std::string kpath = path.empty() ? key : path + "." + key;
@@ -352,7 +353,7 @@ Result<std::vector<Parser::Entry>> Parser::MapEntries(const YAML::Node& map,
         return Error(k, kpath, "duplicate key (first at " + At(Loc(prev.key_node, kpath)) + ")");
       }
     }
-    out.push_back(Entry{key, k, it->second, kpath});
+    out.push_back(Entry{key, k, kv.second, kpath});
   }
   return out;
 }
