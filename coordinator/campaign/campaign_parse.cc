@@ -131,7 +131,7 @@ std::string JoinNames(Names names) {
 // "; did you mean 'topk'?" when one known name is close, else "".
 std::string Suggestion(std::string_view word, Names known) {
   std::string_view best;
-  size_t best_d = std::max<size_t>(2, word.size() / 3) + 1;
+  size_t best_d = std::max<size_t>(1, word.size() / 3) + 1;  // accept up to a third wrong
   for (std::string_view k : known) {
     const size_t d = EditDistance(word, k);
     if (d < best_d) {
@@ -1197,7 +1197,14 @@ Result<Campaign> Parser::Run(std::string_view text) {
 Result<Campaign> ParseCampaignText(std::string_view text, const std::string& source_name,
                                    const ParseOptions& options) {
   Parser parser(source_name, options);
-  return parser.Run(text);
+  try {
+    return parser.Run(text);
+  } catch (const YAML::Exception& e) {
+    // Node accessors do not throw on the paths Run takes; this is the module edge regardless.
+    return Status::InvalidArgument(FormatLocated(source_name,
+                                                 e.mark.line >= 0 ? e.mark.line + 1 : 0,
+                                                 e.mark.column + 1, "YAML error: " + e.msg));
+  }
 }
 
 Result<Campaign> ParseCampaignFile(const std::filesystem::path& path, const ParseOptions& options) {
