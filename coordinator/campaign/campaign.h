@@ -7,9 +7,11 @@
 //                                           config limits, the job limit).
 //   ExpandCampaign                          ResolvedCampaign -> JobSpecs, in a documented order.
 //
-// Every error is an InvalidArgument (NotFound/IoError for missing or unreadable files) whose
-// message reads "<file>:<line>:<column>: <field path>: <what is wrong>", e.g.
-// "quickstart.yaml:9:19: matrix.topk[2]: must be >= 1, got 0".
+// Errors read "<file>:<line>:<column>: <field path>: <what is wrong>", e.g.
+// "quickstart.yaml:9:19: matrix.topk[2]: must be >= 1, got 0". They are InvalidArgument, except
+// NotFound/IoError for an unreadable campaign file and, for model problems (reported at the
+// `model` field), the code LocateModel or LoadModelConfig returned. Campaign::warnings holds what
+// is legal but probably unintended.
 // Thread-safety: pure functions over values.
 #pragma once
 
