@@ -1,10 +1,25 @@
-// nw: the needlework command line. Subcommands are registered in cli/commands.h.
+// nw: the needlework command line (one binary; subcommands in cli/cmd_*.cc).
 #include <CLI/CLI.hpp>
-#include <iostream>
+
+#include "cli/commands.h"
 
 int main(int argc, char** argv) {
-  CLI::App app{"needlework: find where long-context retrieval breaks in sparse-attention engines"};
+  CLI::App app{
+      "needlework: find where long-context retrieval breaks in sparse-attention LLM engines.\n"
+      "Write a campaign in YAML, run it, read the boundary report from the SQLite database."};
+  app.set_version_flag("--version", std::string("nw ") + NW_GIT_REV);
+  nw::cli::Globals g;
+  app.add_option("--db", g.db_path, "SQLite database file")->capture_default_str();
+  app.add_flag("-q,--quiet", g.quiet, "No progress output");
   app.require_subcommand(1);
+  nw::cli::RegisterRun(app, g);
+  nw::cli::RegisterValidate(app, g);
+  nw::cli::RegisterPlan(app, g);
+  nw::cli::RegisterStatus(app, g);
+  nw::cli::RegisterReport(app, g);
+  nw::cli::RegisterModel(app, g);
+  nw::cli::RegisterVersion(app, g);
+  nw::cli::RegisterData(app, g);
   CLI11_PARSE(app, argc, argv);
-  return 0;
+  return g.exit_code;
 }

@@ -858,6 +858,25 @@ Result<std::vector<OutcomeCount>> Store::OutcomeCounts(int64_t campaign_id) {
   return out;
 }
 
+Result<std::vector<BackendTiming>> Store::TimingHistory() {
+  Query q(*impl_->db,
+          "SELECT backend, SUM(total_ms) / SUM(prompt_tokens), COUNT(*) FROM v_results"
+          " WHERE outcome IN ('pass', 'miss') AND prompt_tokens > 0 GROUP BY backend"
+          " ORDER BY backend",
+          "reading job timings per backend");
+  std::vector<BackendTiming> out;
+  while (true) {
+    NW_ASSIGN_OR_RETURN(bool row, q.Step());
+    if (!row) break;
+    BackendTiming t;
+    t.backend = q.Text(0);
+    t.ms_per_token = q.Real(1);
+    t.jobs = q.Int(2);
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
 Result<std::vector<LayerProbeStats>> Store::ProbeStats(int64_t campaign_id) {
   NW_RETURN_IF_ERROR(impl_->CheckCampaign(campaign_id));
   Query q(*impl_->db,

@@ -111,6 +111,12 @@ struct BoundaryRow {
 };
 
 /// How many of a configuration's latest results had each outcome.
+struct BackendTiming {
+  std::string backend;
+  double ms_per_token = 0;
+  int64_t jobs = 0;
+};
+
 struct OutcomeCount {
   std::string config;
   Outcome outcome = Outcome::kPass;
@@ -238,6 +244,10 @@ class Store {
   Result<std::vector<BoundaryRow>> Boundaries(int64_t campaign_id);
   /// Outcome counts of the latest results of the campaign's jobs, per config (no zero rows).
   Result<std::vector<OutcomeCount>> OutcomeCounts(int64_t campaign_id);
+  /// Per backend, over every answered result in the database: mean wall milliseconds per
+  /// prompt token (total_ms / prompt_tokens) and how many jobs that mean is over. `nw plan`
+  /// estimates cost from it.
+  Result<std::vector<BackendTiming>> TimingHistory();
   /// v_probe_summary for the campaign, ordered by config and layer.
   Result<std::vector<LayerProbeStats>> ProbeStats(int64_t campaign_id);
   /// Results of a campaign's jobs (latest per job), with their probes, ordered by job key.

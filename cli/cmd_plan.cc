@@ -1,0 +1,76 @@
+// nw plan CAMPAIGN.yaml: a dry run. Expands the campaign and reports the job count, how many are
+// already done in the database (shared with other campaigns by key), and an estimated cost from
+// the timing history of finished jobs on the same backend.
+#include <iostream>
+#include <map>
+#include <set>
+
+#include "cli/campaign_load.h"
+#include "cli/commands.h"
+#include "cli/progress.h"
+#include "db/store.h"
+
+namespace nw::cli {
+namespace {
+
+Status Plan(const Globals& g, const std::string& path, int64_t max_jobs) {
+  LoadOptions lo;
+  if (max_jobs > 0) lo.max_jobs = max_jobs;
+  auto loaded = LoadCampaign(path, lo);
+  if (!loaded.ok()) return loaded.status();
+  const Campaign& c = loaded->resolved.campaign;
+  std::cout << "campaign '" << c.name << "': " << loaded->jobs.size()
+            << " jobs = " << c.cells.size() << " cells x " << c.trial_seeds.size() << " trials\n";
+
+  std::vector<std::string> done;
+  std::map<std::string, std::pair<double, int64_t>> ms_per_token;  // backend -> (sum, n)
+  if (std::filesystem::exists(g.db_path)) {
+    NW_ASSIGN_OR_RETURN(auto store, Store::Open(g.db_path, Store::Mode::kReadOnly));
+    NW_ASSIGN_OR_RETURN(done, store->DoneKeys(loaded->keys));
+    NW_ASSIGN_OR_RETURN(auto history, store->TimingHistory());
+    for (const auto& t : history) ms_per_token[t.backend] = {t.ms_per_token, t.jobs};
+  }
+  std::cout << "already done in " << g.db_path << ": " << done.size() << "\n";
+  std::cout << "to run: " << loaded->jobs.size() - done.size() << "\n";
+
+  std::set<std::string> done_set(done.begin(), done.end());
+  std::map<std::string, int64_t> tokens_left;  // backend -> prompt tokens still to run
+  std::map<std::string, int64_t> jobs_left;
+  for (size_t i = 0; i < loaded->jobs.size(); ++i) {
+    if (done_set.count(loaded->keys[i])) continue;
+    tokens_left[loaded->jobs[i].backend] += loaded->jobs[i].context_length;
+    ++jobs_left[loaded->jobs[i].backend];
+  }
+  for (const auto& [backend, tokens] : tokens_left) {
+    std::cout << "  " << backend << ": " << jobs_left[backend] << " jobs, " << tokens
+              << " prompt tokens";
+    auto it = ms_per_token.find(backend);
+    if (it == ms_per_token.end()) {
+      std::cout << ", no timing history for this backend yet\n";
+    } else {
+      const double seconds = it->second.first * static_cast<double>(tokens) / 1000.0;
+      std::cout << ", about " << FormatDuration(seconds) << " of one worker (" << it->second.first
+                << " ms per prompt token over " << it->second.second << " finished jobs)\n";
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+void RegisterPlan(CLI::App& app, Globals& g) {
+  auto* cmd = app.add_subcommand("plan", "Dry run: job count, jobs already done, estimated cost");
+  auto path = std::make_shared<std::string>();
+  auto max_jobs = std::make_shared<int64_t>(0);
+  cmd->add_option("campaign", *path, "Campaign YAML")->required();
+  cmd->add_option("--max-jobs", *max_jobs, "Raise the job-count limit");
+  cmd->callback([path, max_jobs, &g] {
+    Status s = Plan(g, *path, *max_jobs);
+    if (!s.ok()) {
+      std::cerr << s.message() << "\n";
+      g.exit_code = 2;
+    }
+  });
+}
+
+}  // namespace nw::cli

@@ -1,0 +1,61 @@
+// nw report CAMPAIGN: the boundary report from the database (read-only), as text, Markdown or
+// JSON.
+#include <unistd.h>
+
+#include <iostream>
+
+#include "cli/commands.h"
+#include "db/store.h"
+#include "report/report.h"
+
+using nw::report::CampaignReport;
+using nw::report::LoadCampaignReport;
+using nw::report::RenderJson;
+using nw::report::RenderMarkdown;
+using nw::report::RenderText;
+using nw::report::TextOptions;
+
+namespace nw::cli {
+namespace {
+
+Status ShowReport(const Globals& g, const std::string& name, const std::string& format,
+                  bool color) {
+  if (!std::filesystem::exists(g.db_path)) {
+    return Status::NotFound("no database at " + g.db_path + " (run a campaign first, or --db)");
+  }
+  NW_ASSIGN_OR_RETURN(auto store, Store::Open(g.db_path, Store::Mode::kReadOnly));
+  NW_ASSIGN_OR_RETURN(CampaignReport report, LoadCampaignReport(*store, name));
+  if (format == "text") {
+    TextOptions to;
+    to.color = color && isatty(fileno(stdout)) != 0;
+    std::cout << RenderText(report, to);
+  } else if (format == "markdown" || format == "md") {
+    std::cout << RenderMarkdown(report);
+  } else if (format == "json") {
+    std::cout << RenderJson(report).dump(2) << "\n";
+  } else {
+    return Status::InvalidArgument("--format must be text, markdown or json, not '" + format + "'");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+void RegisterReport(CLI::App& app, Globals& g) {
+  auto* cmd = app.add_subcommand("report", "Boundary report of a campaign from the database");
+  auto name = std::make_shared<std::string>();
+  auto format = std::make_shared<std::string>("text");
+  auto no_color = std::make_shared<bool>(false);
+  cmd->add_option("campaign", *name, "Campaign name")->required();
+  cmd->add_option("--format", *format, "text, markdown or json")->capture_default_str();
+  cmd->add_flag("--no-color", *no_color, "No ANSI colours even on a terminal");
+  cmd->callback([name, format, no_color, &g] {
+    Status s = ShowReport(g, *name, *format, !*no_color);
+    if (!s.ok()) {
+      std::cerr << "nw report: " << s.ToString() << "\n";
+      g.exit_code = 2;
+    }
+  });
+}
+
+}  // namespace nw::cli

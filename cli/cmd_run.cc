@@ -1,0 +1,186 @@
+// nw run CAMPAIGN.yaml: the embedded default. Expands the campaign into the database, starts the
+// coordinator and N local workers in this process (the same NWW01 protocol that crosses the
+// network, over inproc://), shows progress, and prints the boundary report.
+// Exit codes: 0 every job finished with an answer (pass or miss, or the model's truncated/empty
+// answers); 1 some jobs ended in engine_error/timeout or failed; 2 bad input; 130 interrupted.
+#include <unistd.h>
+
+#include <csignal>
+#include <iostream>
+#include <stop_token>
+#include <thread>
+
+#include "cli/campaign_load.h"
+#include "cli/commands.h"
+#include "cli/progress.h"
+#include "common/clock.h"
+#include "coordinator/embedded_run.h"
+#include "db/store.h"
+#include "report/report.h"
+
+using nw::report::CampaignReport;
+using nw::report::LoadCampaignReport;
+using nw::report::RenderJson;
+using nw::report::RenderMarkdown;
+using nw::report::RenderText;
+using nw::report::TextOptions;
+#include "worker/engine_executor.h"
+
+namespace nw::cli {
+namespace {
+
+struct RunArgs {
+  std::string campaign;
+  int workers = 0;
+  int64_t max_jobs = 0;
+  bool rerun = false;
+  bool ipc = false;
+  bool no_report = false;
+  bool verbose = false;
+};
+
+// Turns SIGINT/SIGTERM into a stop request on a thread that owns the signal wait, so no global
+// state is touched from a signal handler. The signals are blocked in every other thread.
+class SignalStopper {
+ public:
+  explicit SignalStopper(std::stop_source source) {
+    sigemptyset(&set_);
+    sigaddset(&set_, SIGINT);
+    sigaddset(&set_, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set_, nullptr);
+    thread_ = std::jthread([this, source](std::stop_token done) mutable {
+      const timespec tick{0, 100'000'000};
+      while (!done.stop_requested()) {
+        if (sigtimedwait(&set_, nullptr, &tick) > 0) {
+          interrupted_ = true;
+          source.request_stop();
+          return;
+        }
+      }
+    });
+  }
+  ~SignalStopper() {
+    thread_.request_stop();
+    thread_.join();
+  }
+  bool interrupted() const { return interrupted_; }
+
+ private:
+  sigset_t set_;
+  std::atomic<bool> interrupted_{false};
+  std::jthread thread_;
+};
+
+int Run(const RunArgs& a, const Globals& g) {
+  LoadOptions lo;
+  if (a.max_jobs > 0) lo.max_jobs = a.max_jobs;
+  auto loaded = LoadCampaign(a.campaign, lo);
+  if (!loaded.ok()) {
+    std::cerr << loaded.status().message() << "\n";
+    return 2;
+  }
+  const Campaign& c = loaded->resolved.campaign;
+  for (const auto& w : c.warnings) std::cerr << "warning: " << w << "\n";
+
+  SystemClock clock;
+  auto store = Store::Open(g.db_path);
+  if (!store.ok()) {
+    std::cerr << "nw run: " << store.status().ToString() << "\n";
+    return 2;
+  }
+  auto campaign_id = (*store)->UpsertCampaign(c.name, a.campaign, c.text, clock.WallMs());
+  Status s = campaign_id.status();
+  if (s.ok()) s = (*store)->SetCampaignJobs(*campaign_id, loaded->jobs, clock.WallMs());
+  if (s.ok() && a.rerun) s = (*store)->RequeueJobs(loaded->keys, clock.WallMs());
+  if (!s.ok()) {
+    std::cerr << "nw run: " << s.ToString() << "\n";
+    return 2;
+  }
+  auto done_keys = (*store)->DoneKeys(loaded->keys);
+  const size_t already = done_keys.ok() ? done_keys->size() : 0;
+
+  // One CPU worker per core up to 2 by default (no GPU backends in this build).
+  int workers = a.workers;
+  if (workers <= 0) workers = 2;
+  std::vector<std::unique_ptr<JobExecutor>> executors;
+  for (int i = 0; i < workers; ++i) {
+    EngineExecutorOptions eo;
+    eo.worker_id = "embedded-" + std::to_string(i);
+    executors.push_back(std::make_unique<EngineExecutor>(eo));
+  }
+  if (!g.quiet) {
+    std::cerr << "campaign '" << c.name << "': " << loaded->jobs.size() << " jobs, " << already
+              << " already done, " << workers << " CPU workers, database " << g.db_path << "\n";
+  }
+
+  std::stop_source stop;
+  SignalStopper stopper(stop);
+  ProgressLine progress(stderr, !g.quiet);
+  RunOptions ro;
+  ro.transport = a.ipc ? EmbeddedTransport::kIpc : EmbeddedTransport::kInproc;
+  ro.stop = stop.get_token();
+  ro.on_progress = [&progress](const ServerProgress& p) {
+    progress.Update(p.done, p.failed, p.total, p.leased, p.workers);
+  };
+  const bool tty = isatty(fileno(stderr)) != 0;
+  ro.log = [&g, tty, verbose = a.verbose](std::string_view line) {
+    if (g.quiet || !verbose) return;
+    std::cerr << (tty ? "\r\033[K" : "") << line << "\n";
+  };
+  auto summary = RunEmbedded(**store, *campaign_id, std::move(executors), ro);
+  if (!summary.ok()) {
+    std::cerr << "\nnw run: " << summary.status().ToString() << "\n";
+    return 1;
+  }
+  progress.Update(summary->done, summary->failed, summary->total, 0, 0, /*final=*/true);
+
+  if (!a.no_report) {
+    auto report = LoadCampaignReport(**store, c.name);
+    if (!report.ok()) {
+      std::cerr << "nw run: report: " << report.status().ToString() << "\n";
+      return 1;
+    }
+    TextOptions to;
+    to.color = isatty(fileno(stdout)) != 0;
+    std::cout << RenderText(*report, to);
+  }
+  if (stopper.interrupted()) {
+    std::cerr << "interrupted: finished jobs are saved; run the same command to continue\n";
+    return 130;
+  }
+  auto outcomes = (*store)->OutcomeCounts(*campaign_id);
+  int64_t errored = summary->failed;
+  if (outcomes.ok()) {
+    for (const auto& o : *outcomes) {
+      if (o.outcome == Outcome::kEngineError || o.outcome == Outcome::kTimeout) errored += o.count;
+    }
+  }
+  if (summary->skipped > 0) {
+    std::cerr << summary->skipped << " jobs need a backend no local worker has; they stay queued\n";
+    return 1;
+  }
+  if (errored > 0) {
+    std::cerr << errored << " jobs ended without an answer (engine_error, timeout or failed); "
+              << "see `nw report " << c.name << "`\n";
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+
+void RegisterRun(CLI::App& app, Globals& g) {
+  auto* cmd = app.add_subcommand(
+      "run", "Run a campaign end to end on local workers and print the boundary report");
+  auto a = std::make_shared<RunArgs>();
+  cmd->add_option("campaign", a->campaign, "Campaign YAML")->required();
+  cmd->add_option("--workers", a->workers, "Local workers (default: one per GPU, else 2 CPU)");
+  cmd->add_option("--max-jobs", a->max_jobs, "Raise the job-count limit");
+  cmd->add_flag("--rerun", a->rerun, "Run finished jobs again (old results are kept)");
+  cmd->add_flag("--ipc", a->ipc, "Use ipc:// instead of inproc:// between coordinator and workers");
+  cmd->add_flag("--no-report", a->no_report, "Do not print the report at the end");
+  cmd->add_flag("-v,--verbose", a->verbose, "Log coordinator and worker events");
+  cmd->callback([a, &g] { g.exit_code = Run(*a, g); });
+}
+
+}  // namespace nw::cli
