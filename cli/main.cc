@@ -12,6 +12,7 @@ int main(int argc, char** argv) {
   app.add_option("--db", g.db_path, "SQLite database file")->capture_default_str();
   app.add_flag("-q,--quiet", g.quiet, "No progress output");
   app.require_subcommand(1);
+  app.fallthrough();  // --db and -q also work after the subcommand: `nw run x.yaml --db y.db`
   nw::cli::RegisterRun(app, g);
   nw::cli::RegisterValidate(app, g);
   nw::cli::RegisterPlan(app, g);

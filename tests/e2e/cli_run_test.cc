@@ -1,0 +1,213 @@
+// End to end through the real `nw` binary: a random-weight V4 checkpoint, a small campaign run by
+// the embedded coordinator and workers over ZeroMQ into a real SQLite file, the report, re-runs,
+// and bad input.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+
+#include "db/store.h"
+
+namespace nw {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct CommandResult {
+  int exit_code = -1;
+  std::string out;  // stdout and stderr together
+};
+
+CommandResult Sh(const std::string& cmd) {
+  CommandResult r;
+  std::FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  if (p == nullptr) return r;
+  std::array<char, 4096> buf{};
+  size_t n;
+  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
+  const int status = pclose(p);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+class CliRunTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_.emplace(fs::temp_directory_path() / ("nw-e2e-" + std::to_string(getpid())));
+    fs::create_directories(*dir_);
+    const std::string init = std::string(NW_BIN) + " model init --config " + NW_SOURCE_DIR +
+                             "/models/configs/tiny-a.json --seed 7 " + (*dir_ / "model").string();
+    CommandResult r = Sh(init);
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+  }
+  static void TearDownTestSuite() {
+    fs::remove_all(*dir_);
+    dir_.reset();
+  }
+
+  static fs::path WriteCampaign(const std::string& name, const std::string& body) {
+    fs::path p = *dir_ / (name + ".yaml");
+    std::ofstream(p) << "name: " << name << "\nmodel: model\n" << body;
+    return p;
+  }
+  static std::string Nw(const std::string& args) {
+    return std::string(NW_BIN) + " --db " + (*dir_ / "nw.db").string() + " " + args;
+  }
+
+  static inline std::optional<fs::path> dir_;
+};
+
+TEST_F(CliRunTest, RunsACampaignIntoTheDatabaseAndReports) {
+  fs::path c = WriteCampaign("small", R"(task: niah-single
+haystack: noise
+matrix:
+  context_length: [160, 300]
+  needle_position: [0.0, 0.9]
+  topk: 16
+  precision: fp32
+  backend: [cpu, cpu-paged]
+trials: 1
+generation: {max_new_tokens: 6}
+probe: true
+)");
+  CommandResult r = Sh(Nw("run --workers 2 " + c.string()));
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("heatmap"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("backend=cpu-paged"), std::string::npos) << r.out;
+
+  auto store = Store::Open(*dir_ / "nw.db", Store::Mode::kReadOnly);
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  auto campaign = (*store)->FindCampaign("small");
+  ASSERT_TRUE(campaign.ok() && campaign->has_value());
+  auto progress = (*store)->Progress((*campaign)->id);
+  ASSERT_TRUE(progress.ok());
+  EXPECT_EQ(progress->total, 8);
+  EXPECT_EQ(progress->done, 8);
+  EXPECT_EQ(progress->pass + progress->miss + progress->other, 8);
+  auto results = (*store)->Results((*campaign)->id);
+  ASSERT_TRUE(results.ok());
+  ASSERT_EQ(results->size(), 8u);
+  for (const JobResult& res : *results) {
+    EXPECT_TRUE(IsAnswerOutcome(res.outcome) || res.outcome == Outcome::kEmpty ||
+                res.outcome == Outcome::kTruncated)
+        << OutcomeName(res.outcome) << " " << res.error_message;
+    EXPECT_GE(res.prompt_tokens, 160);
+    EXPECT_EQ(res.prompt_hash.size(), 64u);
+    EXPECT_EQ(res.device, "cpu");
+    ASSERT_EQ(res.probes.size(), 1u);  // tiny-a has one ratio-4 (indexer) layer
+    EXPECT_EQ(res.probes[0].layer, 1);
+  }
+
+  // The contiguous and paged CPU backends must give identical answers for identical jobs.
+  std::map<std::string, std::string> by_prompt;
+  for (const JobResult& res : *results) {
+    auto [it, inserted] = by_prompt.emplace(res.prompt_hash, res.generated_text);
+    if (!inserted) {
+      EXPECT_EQ(it->second, res.generated_text) << "prompt " << res.prompt_hash;
+    }
+  }
+
+  // Running the same campaign again reuses every finished job.
+  CommandResult again = Sh(Nw("run " + c.string()));
+  ASSERT_EQ(again.exit_code, 0) << again.out;
+  EXPECT_NE(again.out.find("8 already done"), std::string::npos) << again.out;
+  auto results2 = (*store)->Results((*campaign)->id);
+  ASSERT_TRUE(results2.ok());
+  EXPECT_EQ(results2->size(), 8u);
+
+  CommandResult plan = Sh(Nw("plan " + c.string()));
+  ASSERT_EQ(plan.exit_code, 0) << plan.out;
+  EXPECT_NE(plan.out.find("already done in"), std::string::npos) << plan.out;
+  EXPECT_NE(plan.out.find("to run: 0"), std::string::npos) << plan.out;
+
+  CommandResult status = Sh(Nw("status small"));
+  ASSERT_EQ(status.exit_code, 0) << status.out;
+  EXPECT_NE(status.out.find("small"), std::string::npos);
+
+  CommandResult json = Sh(Nw("report small --format json"));
+  ASSERT_EQ(json.exit_code, 0) << json.out;
+  auto j = nlohmann::json::parse(json.out, nullptr, /*allow_exceptions=*/false);
+  ASSERT_FALSE(j.is_discarded()) << json.out;
+}
+
+TEST_F(CliRunTest, SharedJobsAreNotRunTwiceAcrossCampaigns) {
+  const std::string body = R"(task: niah-single
+haystack: essay
+matrix:
+  context_length: 200
+  needle_position: [0.5]
+  topk: 16
+  precision: fp32
+  backend: cpu
+trials: 1
+generation: {max_new_tokens: 4}
+)";
+  fs::path a = WriteCampaign("share-a", body);
+  fs::path b = WriteCampaign("share-b", body);
+  ASSERT_EQ(Sh(Nw("-q run " + a.string())).exit_code, 0);
+  CommandResult rb = Sh(Nw("run " + b.string()));
+  ASSERT_EQ(rb.exit_code, 0) << rb.out;
+  EXPECT_NE(rb.out.find("1 already done"), std::string::npos) << rb.out;
+}
+
+TEST_F(CliRunTest, BadCampaignsAreRejectedWithFileLineAndColumn) {
+  fs::path c = WriteCampaign("bad", R"(task: niah-single
+haystack: noise
+matrix:
+  context_length: [256]
+  needle_position: [0.5]
+  topk: 0
+  precision: fp32
+  backend: cpu
+)");
+  for (const std::string verb : {"validate", "plan", "run"}) {
+    CommandResult r = Sh(Nw(verb + " " + c.string()));
+    EXPECT_EQ(r.exit_code, 2) << verb << ": " << r.out;
+    EXPECT_NE(r.out.find("bad.yaml:8:"), std::string::npos) << verb << ": " << r.out;
+    EXPECT_NE(r.out.find("topk"), std::string::npos) << verb << ": " << r.out;
+  }
+  // Nothing was written for the bad campaign.
+  auto store = Store::Open(*dir_ / "nw.db", Store::Mode::kReadOnly);
+  if (store.ok()) {
+    auto campaign = (*store)->FindCampaign("bad");
+    ASSERT_TRUE(campaign.ok());
+    EXPECT_FALSE(campaign->has_value());
+  }
+}
+
+TEST_F(CliRunTest, JobsTheEngineCannotRunEndAsEngineErrorsAndAFailingExitCode) {
+  // The needle 40 tokens from the end of a prompt leaves no room for the question: the worker's
+  // prompt builder rejects the job; the run records engine_error, never a miss.
+  fs::path c = WriteCampaign("noroom", R"(task: niah-single
+haystack: noise
+matrix:
+  context_length: [300]
+  needle_position: [-5]
+  topk: 16
+  precision: fp32
+  backend: cpu
+trials: 1
+)");
+  CommandResult r = Sh(Nw("run " + c.string()));
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_NE(r.out.find("engine_error 1"), std::string::npos) << r.out;
+}
+
+TEST_F(CliRunTest, HelpOnEverySubcommand) {
+  for (const std::string sub : {"", "run", "validate", "plan", "status", "report", "model init",
+                                "data niah", "version"}) {
+    CommandResult r = Sh(std::string(NW_BIN) + " " + sub + " --help");
+    EXPECT_EQ(r.exit_code, 0) << sub << ": " << r.out;
+    EXPECT_NE(r.out.find("Usage:"), std::string::npos) << sub;
+  }
+}
+
+}  // namespace
+}  // namespace nw
