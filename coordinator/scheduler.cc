@@ -377,23 +377,26 @@ void Scheduler::Grant(SchedulerEvents* ev) {
   }
 }
 
-SchedulerEvents Scheduler::FailUnschedulable() {
-  SchedulerEvents ev;
+std::vector<SkippedJob> Scheduler::DropUnschedulable() {
+  std::vector<SkippedJob> out;
   std::set<std::string> backends;
   for (const auto& [id, w] : workers_) backends.insert(w.backends.begin(), w.backends.end());
   std::string have;
   for (const auto& b : backends) have += (have.empty() ? "" : ", ") + b;
-  for (auto& [key, job] : jobs_) {
-    if (job.state != State::kQueued || backends.count(job.spec.backend) != 0) continue;
+  for (auto it = jobs_.begin(); it != jobs_.end();) {
+    Job& job = it->second;
+    if (job.state != State::kQueued || backends.count(job.spec.backend) != 0) {
+      ++it;
+      continue;
+    }
     Dequeue(job);
-    SetState(job, State::kFailed);
-    Status reason =
-        Status::Unsupported("no worker runs backend '" + job.spec.backend +
-                            "' (workers offer: " + (have.empty() ? "none" : have) + ")");
-    job.last_error = reason.ToString();
-    ev.failures.push_back({key, job.attempt, "", std::move(reason), false});
+    --counts_[static_cast<int>(State::kQueued)];
+    out.push_back({job.key, Status::Unsupported(
+                                "no worker runs backend '" + job.spec.backend +
+                                "' (workers offer: " + (have.empty() ? "none" : have) + ")")});
+    it = jobs_.erase(it);
   }
-  return ev;
+  return out;
 }
 
 SchedulerEvents Scheduler::ReleaseAll(const Status& reason) {

@@ -101,6 +101,12 @@ struct ResultDecision {
   SchedulerEvents events;
 };
 
+/// A job taken out of the run because no worker can run it.
+struct SkippedJob {
+  std::string job_key;
+  Status reason;  // Unsupported, naming the backend
+};
+
 struct SchedulerCounts {
   int64_t total = 0, queued = 0, leased = 0, done = 0, failed = 0;
   int64_t workers = 0;
@@ -146,9 +152,11 @@ class Scheduler {
   /// a job for the model the worker last ran, then oldest).
   SchedulerEvents Tick();
 
-  /// Fails every queued job that no registered worker can run (no worker advertises its
-  /// backend), with reason Unsupported. For runs whose set of workers is complete (embedded).
-  SchedulerEvents FailUnschedulable();
+  /// Removes from this run every queued job that no registered worker can run (no worker
+  /// advertises its backend) and returns them with the reason. For runs whose set of workers is
+  /// complete (embedded): such jobs are not failed, they stay queued in the database for a run
+  /// with suitable workers.
+  std::vector<SkippedJob> DropUnschedulable();
   /// Closes every active lease as a failed attempt that will be retried (the coordinator is
   /// stopping; the next run requeues them). The jobs go back to queued here too.
   SchedulerEvents ReleaseAll(const Status& reason);

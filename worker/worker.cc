@@ -349,7 +349,7 @@ struct Worker::Loop {
     if (dealer && !finished) {
       // Stop(): tell the coordinator, so it requeues our jobs now rather than after 3 s.
       Send(DisconnectMsg{"worker stopping", false});
-      dealer->set(zmq::sockopt::linger, 1000);
+      dealer->set(zmq::sockopt::linger, 250);
     }
     dealer.reset();
     return Status::Ok();

@@ -168,21 +168,24 @@ TEST_F(SchedulerTest, CapabilityMatching) {
   EXPECT_EQ(ev.grants[0].worker_id, "g");
 }
 
-TEST_F(SchedulerTest, FailUnschedulable) {
+TEST_F(SchedulerTest, DropUnschedulable) {
   Scheduler s(clock_, Options());
   ASSERT_TRUE(s.AddJob("gpu", Spec("cuda", 0), 0).ok());
   ASSERT_TRUE(s.AddJob("cpu", Spec("cpu", 1), 0).ok());
   s.OnReady(Worker("c", {"cpu"}), {});
-  auto ev = s.FailUnschedulable();
-  ASSERT_EQ(ev.failures.size(), 1u);
-  EXPECT_EQ(ev.failures[0].job_key, "gpu");
-  EXPECT_EQ(ev.failures[0].attempt, 0);
-  EXPECT_FALSE(ev.failures[0].will_retry);
-  EXPECT_EQ(ev.failures[0].reason.code(), StatusCode::kUnsupported);
-  EXPECT_NE(ev.failures[0].reason.message().find("'cuda'"), std::string::npos);
-  EXPECT_EQ(s.StateOf("gpu"), "failed");
+  auto skipped = s.DropUnschedulable();
+  ASSERT_EQ(skipped.size(), 1u);
+  EXPECT_EQ(skipped[0].job_key, "gpu");
+  EXPECT_EQ(skipped[0].reason.code(), StatusCode::kUnsupported);
+  EXPECT_NE(skipped[0].reason.message().find("'cuda' (workers offer: cpu)"), std::string::npos);
+  EXPECT_EQ(s.StateOf("gpu"), "unknown");  // out of the run
   EXPECT_EQ(s.StateOf("cpu"), "queued");
-  EXPECT_EQ(s.Tick().grants.size(), 1u);
+  EXPECT_EQ(s.Counts(), (SchedulerCounts{1, 1, 0, 0, 0, 1}));
+  auto ev = s.Tick();
+  ASSERT_EQ(ev.grants.size(), 1u);
+  EXPECT_EQ(s.OnResult("c", ResultFor(ev.grants[0])).verdict, ResultVerdict::kCommit);
+  EXPECT_TRUE(s.Finished());
+  EXPECT_TRUE(s.DropUnschedulable().empty());
 }
 
 TEST_F(SchedulerTest, PriorityThenAffinityThenAge) {

@@ -1,0 +1,713 @@
+// The coordinator end to end: real ZeroMQ sockets, a real SQLite file (db/store.h), real Workers
+// with fake executors, and raw DEALER sockets that play misbehaving workers (one that dies
+// mid-job, one whose lease expires and that reports late, one that sends garbage, one that
+// repeats its result). Waiting is by polling with generous deadlines, never by sleeping.
+#include "coordinator/server.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <set>
+#include <stop_token>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "coordinator/embedded_run.h"
+#include "worker/worker.h"
+
+namespace nw {
+namespace {
+
+using json = nlohmann::json;
+constexpr int64_t kDeadlineMs = 20'000;
+
+JobSpec Spec(int trial, const std::string& backend = "cpu") {
+  JobSpec s;
+  s.model_dir = "/models/tiny";
+  s.model_digest = "digest";
+  s.engine_version = "nw-test";
+  s.task = "niah-single";
+  s.haystack = "noise";
+  s.context_length = 256;
+  s.needle_position = 0.5;
+  s.topk = 8;
+  s.backend = backend;
+  s.seed = 7;
+  s.trial = trial;
+  return s;
+}
+
+// Behaviour per call; the default answers pass for even trials and miss for odd ones.
+using Behaviour = std::function<JobResult(const JobSpec&, const std::string&, int)>;
+
+JobResult Answer(const JobSpec& spec, const std::string& key, int attempt) {
+  JobResult r;
+  r.job_key = key;
+  r.attempt = attempt;
+  r.outcome = spec.trial % 2 == 0 ? Outcome::kPass : Outcome::kMiss;
+  r.generated_text = "trial " + std::to_string(spec.trial) + " attempt " + std::to_string(attempt);
+  r.expected = "x";
+  r.device = "fake";
+  r.engine_version = spec.engine_version;
+  return r;
+}
+
+class FakeExecutor : public JobExecutor {
+ public:
+  explicit FakeExecutor(Behaviour b = Answer, std::vector<std::string> backends = {"cpu"})
+      : behaviour_(std::move(b)), backends_(std::move(backends)) {}
+  JobResult Execute(const JobSpec& spec, const std::string& key, int attempt) override {
+    return behaviour_(spec, key, attempt);
+  }
+  json Capabilities() const override { return json{{"backends", backends_}, {"device", "fake"}}; }
+
+ private:
+  Behaviour behaviour_;
+  std::vector<std::string> backends_;
+};
+
+std::vector<std::unique_ptr<JobExecutor>> Executors(int n, Behaviour b = Answer) {
+  std::vector<std::unique_ptr<JobExecutor>> v;
+  for (int i = 0; i < n; ++i) v.push_back(std::make_unique<FakeExecutor>(b));
+  return v;
+}
+
+SchedulerOptions FastTiming() {
+  SchedulerOptions o;
+  o.heartbeat_interval_ms = 50;
+  o.heartbeat_liveness = 3;
+  o.lease_ms = 60'000;
+  o.retry_backoff_initial_ms = 20;
+  o.retry_backoff_max_ms = 100;
+  o.max_attempts = 3;
+  return o;
+}
+
+// Thread-safe record of log lines and progress reports.
+class Recorder {
+ public:
+  void Log(std::string_view line) {
+    std::lock_guard<std::mutex> l(mu_);
+    lines_.emplace_back(line);
+  }
+  void Progress(const ServerProgress& p) {
+    std::lock_guard<std::mutex> l(mu_);
+    progress_.push_back(p);
+    cv_.notify_all();
+  }
+  bool Logged(const std::string& needle) {
+    std::lock_guard<std::mutex> l(mu_);
+    for (const auto& line : lines_) {
+      if (line.find(needle) != std::string::npos) return true;
+    }
+    return false;
+  }
+  std::string AllLines() {
+    std::lock_guard<std::mutex> l(mu_);
+    std::string out;
+    for (const auto& line : lines_) out += line + "\n";
+    return out;
+  }
+  // Waits until a progress report satisfies `pred`.
+  bool WaitFor(const std::function<bool(const ServerProgress&)>& pred) {
+    std::unique_lock<std::mutex> l(mu_);
+    return cv_.wait_for(l, std::chrono::milliseconds(kDeadlineMs), [&] {
+      for (const auto& p : progress_) {
+        if (pred(p)) return true;
+      }
+      return false;
+    });
+  }
+  // Waits until a report satisfying `first` is followed by one satisfying `then`.
+  bool WaitForSequence(const std::function<bool(const ServerProgress&)>& first,
+                       const std::function<bool(const ServerProgress&)>& then) {
+    std::unique_lock<std::mutex> l(mu_);
+    return cv_.wait_for(l, std::chrono::milliseconds(kDeadlineMs), [&] {
+      bool seen_first = false;
+      for (const auto& p : progress_) {
+        if (seen_first && then(p)) return true;
+        if (first(p)) seen_first = true;
+      }
+      return false;
+    });
+  }
+  std::vector<ServerProgress> Reports() {
+    std::lock_guard<std::mutex> l(mu_);
+    return progress_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::string> lines_;
+  std::vector<ServerProgress> progress_;
+};
+
+// A worker played by the test through a raw DEALER socket. Sends never block (the coordinator
+// may be gone); received messages are buffered so that awaiting one kind keeps the others.
+class RawWorker {
+ public:
+  RawWorker(zmq::context_t& ctx, const std::string& endpoint)
+      : socket_(ctx, zmq::socket_type::dealer) {
+    socket_.set(zmq::sockopt::linger, 0);
+    socket_.connect(endpoint);
+  }
+  bool Send(const Message& m) {
+    auto f = Encode(m);
+    EXPECT_TRUE(f.ok());
+    return f.ok() && f->send(socket_, ZMQ_DONTWAIT);
+  }
+  void SendRaw(zmq::multipart_t frames) { ASSERT_TRUE(frames.send(socket_, ZMQ_DONTWAIT)); }
+  void Ready(const std::string& id, std::vector<AttemptRef> held = {}) {
+    ASSERT_TRUE(Send(
+        ReadyMsg{id, "rawhost", 1, {{"backends", {"cpu"}}, {"device", "raw"}}, std::move(held)}));
+  }
+  // The first message of type T received (earlier ones of other types stay buffered); nullopt
+  // at the deadline. Sends a heartbeat now and then when `alive`.
+  template <typename T>
+  std::optional<T> Await(bool alive = true, int64_t timeout_ms = kDeadlineMs) {
+    std::vector<zmq_pollitem_t> items = {{socket_.handle(), 0, ZMQ_POLLIN, 0}};
+    const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+    while (true) {
+      for (auto it = inbox_.begin(); it != inbox_.end(); ++it) {
+        if (auto* t = std::get_if<T>(&*it)) {
+          T out = *t;
+          inbox_.erase(it);
+          return out;
+        }
+      }
+      if (std::chrono::steady_clock::now() >= end) return std::nullopt;
+      if (alive) Send(HeartbeatMsg{});
+      zmq::poll(items, std::chrono::milliseconds(20));
+      zmq::multipart_t frames;
+      while (frames.recv(socket_, ZMQ_DONTWAIT)) {
+        auto m = Decode(frames);
+        EXPECT_TRUE(m.ok()) << m.status().ToString();
+        if (m.ok() && !std::holds_alternative<HeartbeatMsg>(*m)) inbox_.push_back(std::move(*m));
+      }
+    }
+  }
+  void Close() { socket_.close(); }
+
+ private:
+  zmq::socket_t socket_;
+  std::deque<Message> inbox_;
+};
+
+class ServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::random_device rd;
+    dir_ = std::filesystem::temp_directory_path() /
+           ("nw-server-test-" + std::to_string(rd()) + std::to_string(rd()));
+    std::filesystem::create_directories(dir_);
+    auto s = Store::Open(dir_ / "nw.db");
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    store_ = std::move(s).value();
+    auto id = store_->UpsertCampaign("test", "test.yaml", "", 1);
+    ASSERT_TRUE(id.ok()) << id.status().ToString();
+    campaign_ = *id;
+  }
+  void TearDown() override {
+    // Stop anything a failed assertion left running, then remove the files.
+    if (server_) server_->Stop();
+    for (auto& w : workers_) w->Stop();
+    for (auto& t : threads_) {
+      if (t.joinable()) t.join();
+    }
+    workers_.clear();
+    server_.reset();
+    store_.reset();
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+
+  std::vector<std::string> AddJobs(int n, int first_trial = 0, const std::string& backend = "cpu") {
+    std::vector<JobSpec> specs;
+    std::vector<std::string> keys;
+    for (int i = 0; i < n; ++i) {
+      specs.push_back(Spec(first_trial + i, backend));
+      keys.push_back(specs.back().Key());
+    }
+    EXPECT_TRUE(store_->AddJobs(campaign_, specs, 2).ok());
+    return keys;
+  }
+
+  RunOptions Options() {
+    RunOptions o;
+    o.scheduler = FastTiming();
+    o.result_batch_ms = 20;
+    o.on_progress = [this](const ServerProgress& p) { rec_.Progress(p); };
+    o.log = [this](std::string_view line) { rec_.Log(line); };
+    return o;
+  }
+
+  // A Server on its own thread (the test thread then keeps off the Store until JoinServer()).
+  void StartServer(const std::string& endpoint, SchedulerOptions timing = FastTiming()) {
+    ServerOptions so;
+    so.endpoint = endpoint;
+    so.scheduler = timing;
+    so.result_batch_ms = 20;
+    so.on_progress = [this](const ServerProgress& p) { rec_.Progress(p); };
+    so.log = [this](std::string_view line) { rec_.Log(line); };
+    server_ = std::make_unique<Server>(ctx_, *store_, clock_, so);
+    threads_.emplace_back([this] { server_result_ = server_->Run(campaign_); });
+  }
+  Result<RunSummary> JoinServer() {
+    threads_.front().join();
+    return server_result_;
+  }
+  // A real Worker on its own thread.
+  Worker& StartWorker(const std::string& endpoint, const std::string& id, Behaviour b = Answer) {
+    WorkerOptions wo;
+    wo.endpoint = endpoint;
+    wo.worker_id = id;
+    wo.heartbeat_interval_ms = 50;
+    wo.log = [this](std::string_view line) { rec_.Log(line); };
+    std::vector<std::unique_ptr<JobExecutor>> ex;
+    ex.push_back(std::make_unique<FakeExecutor>(b));
+    workers_.push_back(std::make_unique<Worker>(ctx_, clock_, wo, std::move(ex)));
+    Worker& w = *workers_.back();
+    threads_.emplace_back([&w] { EXPECT_TRUE(w.Run().ok()); });
+    return w;
+  }
+
+  std::map<std::string, JobResult> ResultsByKey() {
+    auto rs = store_->Results(campaign_);
+    EXPECT_TRUE(rs.ok()) << rs.status().ToString();
+    std::map<std::string, JobResult> out;
+    if (rs.ok()) {
+      for (auto& r : *rs) out[r.job_key] = r;
+    }
+    return out;
+  }
+  std::vector<AttemptRecord> Attempts(const std::string& key) {
+    auto a = store_->Attempts(key);
+    EXPECT_TRUE(a.ok()) << a.status().ToString();
+    return a.ok() ? *a : std::vector<AttemptRecord>{};
+  }
+  JobState StateOf(const std::string& key) {
+    auto j = store_->FindJob(key);
+    EXPECT_TRUE(j.ok() && j->has_value());
+    return j.ok() && j->has_value() ? (*j)->state : JobState::kQueued;
+  }
+
+  std::filesystem::path dir_;
+  std::unique_ptr<Store> store_;
+  int64_t campaign_ = 0;
+  Recorder rec_;
+  SystemClock clock_;
+  zmq::context_t ctx_;
+  std::unique_ptr<Server> server_;
+  Result<RunSummary> server_result_ = Status::Internal("not run");
+  std::vector<std::unique_ptr<Worker>> workers_;
+  std::vector<std::thread> threads_;
+};
+
+TEST_F(ServerTest, EmbeddedRunCompletesEveryJobIntoTheDatabase) {
+  const auto keys = AddJobs(30);
+  auto summary = RunEmbedded(*store_, campaign_, Executors(3), Options());
+  ASSERT_TRUE(summary.ok()) << summary.status().ToString() << "\n" << rec_.AllLines();
+  EXPECT_EQ(summary->total, 30);
+  EXPECT_EQ(summary->done, 30);
+  EXPECT_EQ(summary->committed, 30);
+  EXPECT_EQ(summary->failed, 0);
+  EXPECT_EQ(summary->retried, 0);
+  EXPECT_EQ(summary->stale_results, 0);
+  EXPECT_EQ(summary->malformed_messages, 0);
+  EXPECT_EQ(summary->workers_seen, 3);
+  EXPECT_FALSE(summary->stopped);
+
+  auto progress = store_->Progress(campaign_);
+  ASSERT_TRUE(progress.ok());
+  EXPECT_EQ(progress->total, 30);
+  EXPECT_EQ(progress->done, 30);
+  EXPECT_EQ(progress->pass, 15);
+  EXPECT_EQ(progress->miss, 15);
+  const auto results = ResultsByKey();
+  ASSERT_EQ(results.size(), 30u);
+  std::set<std::string> worker_ids;
+  for (int i = 0; i < 30; ++i) {
+    const JobResult& r = results.at(keys[static_cast<size_t>(i)]);
+    EXPECT_EQ(r.attempt, 1);
+    EXPECT_EQ(r.outcome, i % 2 == 0 ? Outcome::kPass : Outcome::kMiss);
+    EXPECT_EQ(r.generated_text, "trial " + std::to_string(i) + " attempt 1");
+    worker_ids.insert(r.worker_id);
+    const auto attempts = Attempts(keys[static_cast<size_t>(i)]);
+    ASSERT_EQ(attempts.size(), 1u);
+    EXPECT_EQ(attempts[0].status, "ok");
+    EXPECT_EQ(attempts[0].worker_id, r.worker_id);
+  }
+  for (const auto& id : worker_ids) EXPECT_EQ(id.rfind("embedded-", 0), 0u) << id;
+
+  // Progress reports: done never goes down and ends at 30/30.
+  const auto reports = rec_.Reports();
+  ASSERT_FALSE(reports.empty());
+  for (size_t i = 1; i < reports.size(); ++i) EXPECT_GE(reports[i].done, reports[i - 1].done);
+  EXPECT_EQ(reports.back().done, 30);
+  EXPECT_EQ(reports.back().total, 30);
+
+  auto workers = store_->ListWorkers();
+  ASSERT_TRUE(workers.ok());
+  EXPECT_EQ(workers->size(), 3u);
+  for (const auto& w : *workers) EXPECT_EQ(w.state, "gone");
+
+  // A second run has nothing to do.
+  auto again = RunEmbedded(*store_, campaign_, Executors(1), Options());
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(again->done_before, 30);
+  EXPECT_EQ(again->committed, 0);
+  EXPECT_EQ(again->done, 30);
+}
+
+TEST_F(ServerTest, EmbeddedRunOverIpcWithMultiSlotWorkers) {
+  AddJobs(12);
+  RunOptions o = Options();
+  o.transport = EmbeddedTransport::kIpc;
+  o.ipc_path = (dir_ / "coordinator.sock").string();
+  o.slots_per_worker = 2;
+  auto summary = RunEmbedded(*store_, campaign_, Executors(4), o);
+  ASSERT_TRUE(summary.ok()) << summary.status().ToString() << "\n" << rec_.AllLines();
+  EXPECT_EQ(summary->done, 12);
+  EXPECT_GE(summary->workers_seen, 1);  // a fast worker may finish before the other registers
+  const auto results = ResultsByKey();
+  EXPECT_EQ(results.size(), 12u);
+  for (const auto& [key, r] : results) {
+    EXPECT_TRUE(r.worker_id == "embedded-0" || r.worker_id == "embedded-1") << r.worker_id;
+  }
+  EXPECT_FALSE(std::filesystem::exists(o.ipc_path)) << o.ipc_path;
+}
+
+TEST_F(ServerTest, UnknownCampaignAndBadExecutors) {
+  auto r = RunEmbedded(*store_, campaign_ + 100, Executors(1), Options());
+  EXPECT_FALSE(r.ok());
+  EXPECT_EQ(RunEmbedded(*store_, campaign_, {}, Options()).status().code(),
+            StatusCode::kInvalidArgument);
+  // Workers that cannot start (an id over the limit) end the run with their error.
+  AddJobs(2);
+  RunOptions o = Options();
+  o.worker_prefix = std::string(300, 'x');
+  auto bad = RunEmbedded(*store_, campaign_, Executors(2), o);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("worker_id"), std::string::npos) << bad.status().ToString();
+}
+
+TEST_F(ServerTest, RecoversJobsLeasedByACrashedRun) {
+  const auto keys = AddJobs(3);
+  // A coordinator died with attempt 1 of keys[0] leased to a worker that is long gone.
+  ASSERT_TRUE(store_->RecordLease(keys[0], 1, "ghost", 10, 5).ok());
+  ASSERT_EQ(StateOf(keys[0]), JobState::kLeased);
+  auto summary = RunEmbedded(*store_, campaign_, Executors(1), Options());
+  ASSERT_TRUE(summary.ok()) << summary.status().ToString();
+  EXPECT_EQ(summary->requeued_at_start, 1);
+  EXPECT_EQ(summary->done, 3);
+  const auto results = ResultsByKey();
+  EXPECT_EQ(results.at(keys[0]).attempt, 2);  // attempt numbers are never reused
+  const auto attempts = Attempts(keys[0]);
+  ASSERT_EQ(attempts.size(), 2u);
+  EXPECT_EQ(attempts[0].status, "lost");
+  EXPECT_EQ(attempts[1].status, "ok");
+}
+
+TEST_F(ServerTest, EngineErrorsRetryableAndNot) {
+  const auto keys = AddJobs(4);
+  // trial 1: a non-retryable engine error (a result); trial 2: retryable once, then fine;
+  // trial 3: retryable every time (gives up after max_attempts).
+  Behaviour b = [](const JobSpec& spec, const std::string& key, int attempt) {
+    JobResult r = Answer(spec, key, attempt);
+    auto error = [&](const char* code, bool retryable) {
+      r.outcome = Outcome::kEngineError;
+      r.error_code = code;
+      r.error_message = "fake failure";
+      r.retryable = retryable;
+    };
+    if (spec.trial == 1) error("invalid_argument", false);
+    if (spec.trial == 2 && attempt == 1) error("resource_exhausted", true);
+    if (spec.trial == 3) error("unavailable", true);
+    return r;
+  };
+  auto summary = RunEmbedded(*store_, campaign_, Executors(2, b), Options());
+  ASSERT_TRUE(summary.ok()) << summary.status().ToString();
+  EXPECT_EQ(summary->done, 3);
+  EXPECT_EQ(summary->failed, 1);
+  EXPECT_EQ(summary->failed_now, 1);
+  EXPECT_EQ(summary->retried, 3);  // trial 2 once, trial 3 twice
+  const auto results = ResultsByKey();
+  EXPECT_EQ(results.at(keys[1]).outcome, Outcome::kEngineError);
+  EXPECT_EQ(results.at(keys[1]).error_code, "invalid_argument");
+  EXPECT_EQ(results.at(keys[2]).outcome, Outcome::kPass);
+  EXPECT_EQ(results.at(keys[2]).attempt, 2);
+  EXPECT_EQ(results.count(keys[3]), 0u);
+  EXPECT_EQ(StateOf(keys[3]), JobState::kFailed);
+  const auto a2 = Attempts(keys[2]);
+  ASSERT_EQ(a2.size(), 2u);
+  EXPECT_EQ(a2[0].status, "failed");
+  EXPECT_EQ(a2[0].error_code, "resource_exhausted");
+  EXPECT_EQ(a2[1].status, "ok");
+  const auto a3 = Attempts(keys[3]);
+  ASSERT_EQ(a3.size(), 3u);
+  for (const auto& a : a3) EXPECT_EQ(a.status, "failed");
+  auto job = store_->FindJob(keys[3]);
+  ASSERT_TRUE(job.ok() && job->has_value());
+  EXPECT_NE((*job)->last_error.find("giving up"), std::string::npos) << (*job)->last_error;
+}
+
+TEST_F(ServerTest, SkipsJobsNoWorkerCanRun) {
+  const auto cpu = AddJobs(2);
+  const auto cuda = AddJobs(1, 100, "cuda");
+  auto summary = RunEmbedded(*store_, campaign_, Executors(1), Options());
+  ASSERT_TRUE(summary.ok()) << summary.status().ToString();
+  EXPECT_EQ(summary->skipped, 1);
+  EXPECT_EQ(summary->done, 2);
+  EXPECT_EQ(StateOf(cuda[0]), JobState::kQueued);  // left for a run with a CUDA worker
+  EXPECT_TRUE(rec_.Logged("no worker runs backend 'cuda'"));
+}
+
+TEST_F(ServerTest, StopReleasesRunningLeases) {
+  const auto keys = AddJobs(3);
+  std::mutex mu;
+  std::condition_variable cv;
+  bool open = false;
+  Behaviour blocking = [&](const JobSpec& spec, const std::string& key, int attempt) {
+    std::unique_lock<std::mutex> l(mu);
+    cv.wait(l, [&] { return open; });
+    return Answer(spec, key, attempt);
+  };
+  std::stop_source stop;
+  RunOptions o = Options();
+  o.stop = stop.get_token();
+  std::thread stopper([&] {
+    EXPECT_TRUE(rec_.WaitFor([](const ServerProgress& p) { return p.leased == 1; }));
+    stop.request_stop();
+    std::lock_guard<std::mutex> l(mu);
+    open = true;
+    cv.notify_all();
+  });
+  auto summary = RunEmbedded(*store_, campaign_, Executors(1, blocking), o);
+  stopper.join();
+  ASSERT_TRUE(summary.ok()) << summary.status().ToString();
+  EXPECT_TRUE(summary->stopped);
+  // The job running at the stop is released (or, if it finished first, committed, and the next
+  // one granted meanwhile is released).
+  EXPECT_GE(summary->retried, summary->committed == 0 ? 1 : 0);
+  EXPECT_LT(summary->committed, 3);
+  int cancelled = 0;
+  for (const auto& k : keys) {
+    for (const auto& a : Attempts(k)) cancelled += a.error_code == "cancelled" ? 1 : 0;
+  }
+  EXPECT_EQ(cancelled, summary->retried);
+  auto progress = store_->Progress(campaign_);
+  ASSERT_TRUE(progress.ok());
+  EXPECT_EQ(progress->leased, 0);  // nothing left leased in the database
+  // The next run finishes the campaign.
+  auto rest = RunEmbedded(*store_, campaign_, Executors(1), Options());
+  ASSERT_TRUE(rest.ok()) << rest.status().ToString();
+  EXPECT_EQ(rest->done, 3);
+  EXPECT_EQ(ResultsByKey().size(), 3u);
+}
+
+TEST_F(ServerTest, WorkerThatDiesMidJobIsReplacedAndItsJobCountedOnce) {
+  const auto keys = AddJobs(5);
+  const std::string ep = "inproc://server-test-death";
+  StartServer(ep);
+  RawWorker doomed(ctx_, ep);
+  doomed.Ready("doomed");
+  auto job = doomed.Await<JobMsg>();
+  ASSERT_TRUE(job);
+  EXPECT_EQ(job->attempt, 1);
+  const std::string doomed_key = job->job_key;
+  // It dies: no more heartbeats, no goodbye.
+  doomed.Close();
+  StartWorker(ep, "survivor");
+  auto summary = JoinServer();
+  ASSERT_TRUE(summary.ok()) << summary.status().ToString() << "\n" << rec_.AllLines();
+  EXPECT_EQ(summary->done, 5);
+  EXPECT_EQ(summary->committed, 5);
+  EXPECT_EQ(summary->workers_lost, 1);
+  EXPECT_EQ(summary->retried, 1);
+  EXPECT_TRUE(rec_.Logged("worker doomed lost"));
+  const auto results = ResultsByKey();
+  ASSERT_EQ(results.size(), 5u);
+  EXPECT_EQ(results.at(doomed_key).attempt, 2);
+  EXPECT_EQ(results.at(doomed_key).worker_id, "survivor");
+  const auto attempts = Attempts(doomed_key);
+  ASSERT_EQ(attempts.size(), 2u);
+  EXPECT_EQ(attempts[0].worker_id, "doomed");
+  EXPECT_EQ(attempts[0].status, "failed");
+  EXPECT_EQ(attempts[0].error_code, "unavailable");
+  EXPECT_EQ(attempts[1].status, "ok");
+  auto workers = store_->ListWorkers();
+  ASSERT_TRUE(workers.ok());
+  for (const auto& w : *workers) EXPECT_EQ(w.state, w.id == "doomed" ? "lost" : "gone") << w.id;
+}
+
+TEST_F(ServerTest, LateResultOfAnExpiredLeaseIsFencedOff) {
+  const auto keys = AddJobs(3);
+  const std::string ep = "inproc://server-test-stale";
+  SchedulerOptions timing = FastTiming();
+  timing.lease_ms = 300;
+  StartServer(ep, timing);
+  RawWorker slow(ctx_, ep);
+  slow.Ready("slowpoke");
+  auto job = slow.Await<JobMsg>();
+  ASSERT_TRUE(job);
+  // Stay alive (heartbeats) until the coordinator has taken the lease back.
+  std::atomic<bool> watching{true};
+  std::atomic<bool> expired{false};
+  std::thread watcher([&] {
+    expired = rec_.WaitForSequence([](const ServerProgress& p) { return p.leased == 1; },
+                                   [](const ServerProgress& p) { return p.leased == 0; });
+    watching = false;
+  });
+  while (watching) (void)slow.Await<HeartbeatMsg>(true, 100);
+  watcher.join();
+  ASSERT_TRUE(expired);
+  // Now it reports attempt 1: rejected, and never written.
+  JobResult late = Answer(job->spec, job->job_key, job->attempt);
+  late.generated_text = "STALE";
+  ASSERT_TRUE(slow.Send(ResultMsg{late}));
+  auto ack = slow.Await<AckMsg>();
+  ASSERT_TRUE(ack);
+  EXPECT_EQ(ack->status, AckStatus::kRejected);
+  EXPECT_EQ(ack->attempt, 1);
+  EXPECT_NE(ack->reason.find("expired"), std::string::npos) << ack->reason;
+  // The slow worker leaves politely; a healthy one does the work.
+  ASSERT_TRUE(slow.Send(DisconnectMsg{"bye", false}));
+  StartWorker(ep, "healthy");
+  auto summary = JoinServer();
+  ASSERT_TRUE(summary.ok()) << summary.status().ToString() << "\n" << rec_.AllLines();
+  EXPECT_EQ(summary->done, 3);
+  EXPECT_EQ(summary->stale_results, 1);
+  const auto results = ResultsByKey();
+  ASSERT_EQ(results.size(), 3u);
+  const JobResult& final_result = results.at(job->job_key);
+  EXPECT_NE(final_result.generated_text, "STALE");
+  EXPECT_EQ(final_result.worker_id, "healthy");
+  // Attempt 1 expired. (The rejected report freed slowpoke's slot, so it may have been granted
+  // attempt 2 before it said goodbye; that attempt then failed as "disconnected".)
+  const auto attempts = Attempts(job->job_key);
+  ASSERT_GE(attempts.size(), 2u);
+  EXPECT_EQ(attempts[0].status, "failed");
+  EXPECT_EQ(attempts[0].error_code, "deadline_exceeded");
+  EXPECT_EQ(final_result.attempt, static_cast<int>(attempts.size()));
+  EXPECT_EQ(attempts.back().status, "ok");
+  for (size_t i = 1; i + 1 < attempts.size(); ++i) {
+    EXPECT_EQ(attempts[i].worker_id, "slowpoke");
+    EXPECT_EQ(attempts[i].error_code, "unavailable");
+  }
+}
+
+TEST_F(ServerTest, MalformedMessagesAreDroppedAndLogged) {
+  AddJobs(2);
+  const std::string ep = "inproc://server-test-garbage";
+  StartServer(ep);
+  RawWorker rogue(ctx_, ep);
+  zmq::multipart_t wrong_version;
+  wrong_version.addstr("");
+  wrong_version.addstr("NWW00");
+  wrong_version.addmem("\x01", 1);
+  wrong_version.addstr("{}");
+  rogue.SendRaw(std::move(wrong_version));
+  zmq::multipart_t bad_json;
+  bad_json.addstr("");
+  bad_json.addstr("NWW01");
+  bad_json.addmem("\x01", 1);
+  bad_json.addstr("{not json");
+  rogue.SendRaw(std::move(bad_json));
+  zmq::multipart_t two_frames;
+  two_frames.addstr("");
+  two_frames.addstr("hello");
+  rogue.SendRaw(std::move(two_frames));
+  ASSERT_TRUE(
+      rogue.Send(JobMsg{"k", 1, 10, 0, Spec(0)}));  // a coordinator's command, from a "worker"
+  // A heartbeat before READY: the coordinator asks it to register.
+  ASSERT_TRUE(rogue.Send(HeartbeatMsg{}));
+  auto d = rogue.Await<DisconnectMsg>(false);
+  ASSERT_TRUE(d);
+  EXPECT_TRUE(d->reconnect);
+  StartWorker(ep, "honest");
+  auto summary = JoinServer();
+  ASSERT_TRUE(summary.ok()) << summary.status().ToString();
+  EXPECT_EQ(summary->done, 2);
+  EXPECT_EQ(summary->malformed_messages, 4);
+  EXPECT_GE(summary->unknown_worker_messages, 1);
+  EXPECT_TRUE(rec_.Logged("dropped malformed message"));
+  EXPECT_TRUE(rec_.Logged("version frame 'NWW00' is not NWW01"));
+  EXPECT_TRUE(rec_.Logged("READY: payload is not valid JSON"));
+  EXPECT_TRUE(rec_.Logged("expected 4 frames"));
+  EXPECT_TRUE(rec_.Logged("dropped unexpected JOB"));
+}
+
+TEST_F(ServerTest, RepeatedResultIsCommittedOnceAndAckedAsDuplicate) {
+  const auto keys = AddJobs(2);
+  const std::string ep = "inproc://server-test-dup";
+  StartServer(ep);
+  RawWorker w(ctx_, ep);
+  w.Ready("repeater");
+  auto job = w.Await<JobMsg>();
+  ASSERT_TRUE(job);
+  const JobResult r = Answer(job->spec, job->job_key, job->attempt);
+  ASSERT_TRUE(w.Send(ResultMsg{r}));
+  auto first = w.Await<AckMsg>();
+  ASSERT_TRUE(first);
+  EXPECT_EQ(first->status, AckStatus::kCommitted);
+  // The same result again (e.g. a resend whose ACK crossed it); the other job keeps the
+  // coordinator running meanwhile.
+  ASSERT_TRUE(w.Send(ResultMsg{r}));
+  auto second = w.Await<AckMsg>();
+  ASSERT_TRUE(second);
+  EXPECT_EQ(second->status, AckStatus::kDuplicate);
+  EXPECT_EQ(second->job_key, r.job_key);
+  auto next = w.Await<JobMsg>();
+  ASSERT_TRUE(next);
+  EXPECT_NE(next->job_key, job->job_key);
+  ASSERT_TRUE(w.Send(ResultMsg{Answer(next->spec, next->job_key, next->attempt)}));
+  auto third = w.Await<AckMsg>();
+  ASSERT_TRUE(third);
+  EXPECT_EQ(third->status, AckStatus::kCommitted);
+  // The campaign is finished: the worker is told to go.
+  auto bye = w.Await<DisconnectMsg>(false);
+  ASSERT_TRUE(bye);
+  EXPECT_FALSE(bye->reconnect);
+  EXPECT_EQ(bye->reason, "campaign finished");
+  auto summary = JoinServer();
+  ASSERT_TRUE(summary.ok());
+  EXPECT_EQ(summary->committed, 2);
+  EXPECT_EQ(summary->duplicate_results, 1);
+  EXPECT_EQ(ResultsByKey().size(), 2u);
+}
+
+TEST_F(ServerTest, ReconnectingWorkerKeepsItsLease) {
+  const auto keys = AddJobs(1);
+  const std::string ep = "inproc://server-test-rejoin";
+  StartServer(ep);
+  auto first = std::make_unique<RawWorker>(ctx_, ep);
+  first->Ready("phoenix");
+  auto job = first->Await<JobMsg>();
+  ASSERT_TRUE(job);
+  first->Close();
+  // Same worker id on a new connection, still holding the attempt: the lease survives.
+  RawWorker second(ctx_, ep);
+  second.Ready("phoenix", {{job->job_key, job->attempt}});
+  ASSERT_TRUE(second.Send(ResultMsg{Answer(job->spec, job->job_key, job->attempt)}));
+  auto ack = second.Await<AckMsg>();
+  ASSERT_TRUE(ack);
+  EXPECT_EQ(ack->status, AckStatus::kCommitted);
+  auto summary = JoinServer();
+  ASSERT_TRUE(summary.ok());
+  EXPECT_EQ(summary->retried, 0);
+  EXPECT_EQ(ResultsByKey().at(job->job_key).attempt, 1);
+}
+
+}  // namespace
+}  // namespace nw
