@@ -197,7 +197,7 @@ struct Server::Loop {
       return Status::Ok();
     }
     const std::string& worker_id = it->second;
-    if (r.worker_id.empty()) r.worker_id = worker_id;
+    r.worker_id = worker_id;  // the registered id, whatever the executor wrote
     ResultDecision d = scheduler.OnResult(worker_id, r);
     AckMsg ack{r.job_key, r.attempt, AckStatus::kCommitted, ""};
     switch (d.verdict) {

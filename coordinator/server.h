@@ -87,7 +87,8 @@ class Server {
   /// next run recovers from the database), a ZeroMQ failure (e.g. the endpoint is in use).
   Result<RunSummary> Run(int64_t campaign_id);
   /// Thread-safe. Leases still running are closed as failed attempts that will be retried
-  /// (the jobs go back to queued), and workers are sent DISCONNECT.
+  /// (the jobs go back to queued), and workers are sent DISCONNECT. May come before Run(); a
+  /// stopped Server stays stopped (make a new one for the next run).
   void Stop();
 
  private:

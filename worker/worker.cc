@@ -48,10 +48,16 @@ void SlotMain(zmq::context_t& context, const std::string& endpoint, JobExecutor&
         r.error_code = std::string(StatusCodeName(StatusCode::kInternal));
         r.error_message = std::string("executor threw: ") + e.what();
         r.retryable = false;
+      } catch (...) {
+        r = JobResult{};
+        r.outcome = Outcome::kEngineError;
+        r.error_code = std::string(StatusCodeName(StatusCode::kInternal));
+        r.error_message = "executor threw a non-standard exception";
+        r.retryable = false;
       }
       r.job_key = job->job_key;
       r.attempt = job->attempt;
-      if (r.worker_id.empty()) r.worker_id = worker_id;
+      r.worker_id = worker_id;  // the registered id is the provenance that counts
       auto out = Encode(ResultMsg{r}, limits);
       if (!out.ok()) {
         // Too large to send (e.g. huge probes): report that instead, as a job outcome.
