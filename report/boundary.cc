@@ -29,7 +29,11 @@ ConfigBoundary Compute(const std::string& config, const std::map<int64_t, Length
   for (const LengthSummary& s : b.lengths) {
     if (s.clean()) {
       b.max_clean = s.length;
-      if (prefix_clean) b.l_pass = s.length;
+      if (prefix_clean) {
+        b.l_pass = s.length;
+        b.pass_trials = s.trials;
+        b.pass_passes = s.passes;
+      }
     } else {
       if (!b.first_unclean) b.first_unclean = s.length;
       prefix_clean = false;
@@ -50,6 +54,12 @@ std::string PassCi(int64_t passes, int64_t trials) {
   const Interval ci = WilsonInterval(passes, trials);
   return "pass " + FormatThousands(passes) + "/" + FormatThousands(trials) + ", 95% CI " +
          FormatFraction(ci.lo) + "-" + FormatFraction(ci.hi);
+}
+
+// "found at every position up to 1,850 tokens (pass 40/40, 95% CI 0.91-1.00)".
+std::string FoundUpTo(const ConfigBoundary& b) {
+  return "found at every position up to " + Tokens(*b.l_pass) + " tokens (" +
+         PassCi(b.pass_passes, b.pass_trials) + ")";
 }
 
 std::string NoAnswers(const ConfigBoundary& b) {
@@ -97,8 +107,7 @@ std::string DescribeBoundary(const ConfigBoundary& b) {
       return "found at every position at every tested length (up to " + Tokens(b.max_length()) +
              " tokens; " + PassCi(b.passes, b.trials) + ")";
     }
-    s = b.l_pass ? "found at every position up to " + Tokens(*b.l_pass) + " tokens; no misses"
-                 : "no misses";
+    s = b.l_pass ? FoundUpTo(b) + "; no misses" : "no misses";
     return s + ", but some positions have no answers from " + Tokens(*b.first_unclean) + " (" +
            NoAnswers(b) + ")";
   }
@@ -109,8 +118,7 @@ std::string DescribeBoundary(const ConfigBoundary& b) {
     return s + " tokens; " + PassCi(b.passes, b.trials) + ")";
   }
   if (b.l_pass) {
-    s = "found at every position up to " + Tokens(*b.l_pass) + " tokens; lost from " +
-        Tokens(*b.l_fail);
+    s = FoundUpTo(b) + "; lost from " + Tokens(*b.l_fail);
   } else if (*b.l_fail == b.min_length()) {
     s = "lost from " + Tokens(*b.l_fail) + ", the shortest tested length";
   } else {

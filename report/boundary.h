@@ -45,6 +45,7 @@ struct ConfigBoundary {
   std::optional<int64_t> max_clean;
   bool monotone = true;
   int64_t fail_trials = 0, fail_passes = 0;                 // summed over the positions at l_fail
+  int64_t pass_trials = 0, pass_passes = 0;                 // summed over the positions at l_pass
   int64_t trials = 0, passes = 0, errors = 0, pending = 0;  // whole configuration
 
   int64_t min_length() const { return lengths.empty() ? 0 : lengths.front().length; }
@@ -57,8 +58,10 @@ struct ConfigBoundary {
 /// label) and computes each boundary.
 std::vector<ConfigBoundary> ExtractBoundaries(const std::vector<HeatmapCell>& cells);
 
-/// The boundary in plain words, e.g.
-///   "found at every position up to 1,850 tokens; lost from 4,509 (pass 12/40, 95% CI 0.18-0.45)"
+/// The boundary in plain words, each length with its pass count and two-sided 95% Wilson
+/// interval, e.g.
+///   "found at every position up to 1,850 tokens (pass 40/40, 95% CI 0.91-1.00); lost from 4,509
+///    (pass 12/40, 95% CI 0.18-0.45)"
 ///   "found at every position at every tested length (up to 8,000 tokens; pass 40/40, ...)"
 ///   "lost at every tested length (1,000-8,000 tokens; pass 3/40, 95% CI 0.03-0.20)"
 /// with notes for non-monotone data and for positions without answers.

@@ -306,6 +306,13 @@ json RenderJson(const CampaignReport& r) {
               {"trials", b.fail_trials},
               {"ci95", CiJson(b.fail_passes, b.fail_trials)}};
     }
+    json pass = nullptr;
+    if (b.l_pass) {
+      pass = {{"length", *b.l_pass},
+              {"passes", b.pass_passes},
+              {"trials", b.pass_trials},
+              {"ci95", CiJson(b.pass_passes, b.pass_trials)}};
+    }
     cj["boundary"] = {{"l_pass", Opt(b.l_pass)},
                       {"l_fail", Opt(b.l_fail)},
                       {"first_unclean", Opt(b.first_unclean)},
@@ -313,6 +320,7 @@ json RenderJson(const CampaignReport& r) {
                       {"monotone", b.monotone},
                       {"min_length", b.min_length()},
                       {"max_length", b.max_length()},
+                      {"pass", pass},
                       {"fail", fail}};
     cj["totals"] = {{"trials", b.trials},
                     {"passes", b.passes},

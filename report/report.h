@@ -2,7 +2,8 @@
 // rendered as terminal text, Markdown or JSON. Every renderer shows the same data: per
 // configuration the boundary in plain words, the length x position heatmap of passes/answers,
 // the outcome breakdown and, where probes exist, per indexer layer how often the needle was in
-// the top-k at the last prompt position and its median rank. HTML comes later.
+// the top-k at the last prompt position and its median rank. The self-contained HTML page is
+// report/html.h.
 // Thread-safety: LoadCampaignReport uses the caller's Store; the rest are pure functions.
 #pragma once
 

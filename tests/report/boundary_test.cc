@@ -54,12 +54,15 @@ TEST(Boundary, MonotoneFromUnorderedCells) {
   EXPECT_EQ(b.max_clean, 1850);
   EXPECT_TRUE(b.monotone);
   EXPECT_EQ(b.fail_passes, 3);
+  EXPECT_EQ(b.pass_passes, 8);
+  EXPECT_EQ(b.pass_trials, 8);
   EXPECT_EQ(b.fail_trials, 8);
   EXPECT_EQ(b.trials, 32);
   EXPECT_EQ(b.passes, 20);
-  EXPECT_EQ(DescribeBoundary(b),
-            "found at every position up to 1,850 tokens; lost from 4,509 (pass 3/8, 95% CI "
-            "0.14-0.69)");
+  EXPECT_EQ(
+      DescribeBoundary(b),
+      "found at every position up to 1,850 tokens (pass 8/8, 95% CI 0.68-1.00); lost from 4,509 "
+      "(pass 3/8, 95% CI 0.14-0.69)");
 }
 
 TEST(Boundary, TheExampleLine) {
@@ -67,8 +70,8 @@ TEST(Boundary, TheExampleLine) {
   ConfigBoundary b = One({Cell(1000, 0.0, 10, 10), Cell(1850, 0.0, 10, 10), Cell(4509, 0.0, 6, 10),
                           Cell(4509, 0.25, 3, 10), Cell(4509, 0.5, 0, 10), Cell(4509, 1.0, 3, 10)});
   EXPECT_EQ(DescribeBoundary(b),
-            "found at every position up to 1,850 tokens; lost from 4,509 (pass 12/40, 95% CI "
-            "0.18-0.45)");
+            "found at every position up to 1,850 tokens (pass 10/10, 95% CI 0.72-1.00); lost from "
+            "4,509 (pass 12/40, 95% CI 0.18-0.45)");
 }
 
 TEST(Boundary, NonMonotoneKeepsTheFirstFailure) {
@@ -78,9 +81,10 @@ TEST(Boundary, NonMonotoneKeepsTheFirstFailure) {
   EXPECT_EQ(b.l_fail, 2000);
   EXPECT_EQ(b.max_clean, 8000);
   EXPECT_FALSE(b.monotone);
-  EXPECT_EQ(DescribeBoundary(b),
-            "found at every position up to 1,000 tokens; lost from 2,000 (pass 0/1, 95% CI "
-            "0.00-0.79); not monotone: found at every position again at 8,000");
+  EXPECT_EQ(
+      DescribeBoundary(b),
+      "found at every position up to 1,000 tokens (pass 1/1, 95% CI 0.21-1.00); lost from 2,000 "
+      "(pass 0/1, 95% CI 0.00-0.79); not monotone: found at every position again at 8,000");
 }
 
 TEST(Boundary, AllPassAllFailAndFirstLengthFailing) {
@@ -120,9 +124,10 @@ TEST(Boundary, InfrastructureFailuresAreNotMisses) {
   EXPECT_TRUE(b.monotone);
   EXPECT_EQ(b.errors, 2);
   EXPECT_EQ(b.pending, 1);
-  EXPECT_EQ(DescribeBoundary(b),
-            "found at every position up to 1,000 tokens; no misses, but some positions have no "
-            "answers from 2,000 (2 without an answer, 1 pending)");
+  EXPECT_EQ(
+      DescribeBoundary(b),
+      "found at every position up to 1,000 tokens (pass 4/4, 95% CI 0.51-1.00); no misses, but "
+      "some positions have no answers from 2,000 (2 without an answer, 1 pending)");
 
   ConfigBoundary nothing = One({Cell(1000, 0, 0, 0, 3), Cell(2000, 0, 0, 0, 0, 2)});
   EXPECT_FALSE(nothing.l_pass);
@@ -130,9 +135,10 @@ TEST(Boundary, InfrastructureFailuresAreNotMisses) {
   EXPECT_EQ(DescribeBoundary(nothing), "no answers yet (3 without an answer, 2 pending)");
 
   ConfigBoundary gap = One({Cell(1000, 0, 1, 1), Cell(2000, 0, 0, 0, 1), Cell(4000, 0, 0, 1)});
-  EXPECT_EQ(DescribeBoundary(gap),
-            "found at every position up to 1,000 tokens; lost from 4,000 (pass 0/1, 95% CI "
-            "0.00-0.79); some positions have no answers from 2,000");
+  EXPECT_EQ(
+      DescribeBoundary(gap),
+      "found at every position up to 1,000 tokens (pass 1/1, 95% CI 0.21-1.00); lost from 4,000 "
+      "(pass 0/1, 95% CI 0.00-0.79); some positions have no answers from 2,000");
 }
 
 TEST(Boundary, ConfigurationsAreSeparatedAndNaturallyOrdered) {

@@ -6,6 +6,7 @@
 
 #include <string>
 
+#include "report/stats.h"
 #include "tests/db/campaign_fixture.h"
 
 namespace nw::report {
@@ -71,7 +72,7 @@ jobs: 34 total, 33 done, 0 failed, 0 leased, 1 queued
 outcomes: pass 26, miss 5, truncated 1, empty 0, engine_error 1, timeout 0
 
 topk=16 precision=fp32 backend=cpu task=niah-single haystack=noise
-  found at every position up to 1,850 tokens; lost from 4,509 (pass 3/6, 95% CI 0.19-0.81)
+  found at every position up to 1,850 tokens (pass 7/7, 95% CI 0.65-1.00); lost from 4,509 (pass 3/6, 95% CI 0.19-0.81)
   outcomes: pass 17, miss 3, truncated 0, empty 0, engine_error 1, timeout 0
   heatmap (passes/answers; rows: context length, columns: needle position):
     length   0%  50%       100%  end-512
@@ -132,8 +133,8 @@ TEST_F(ReportTest, MarkdownHasTheSameData) {
             std::string::npos)
       << md;
   EXPECT_NE(md.find("| `" + ConfigLabel() +
-                    "` | found at every position up to 1,850 tokens; lost from 4,509 (pass 3/6, "
-                    "95% CI 0.19-0.81) |"),
+                    "` | found at every position up to 1,850 tokens (pass 7/7, 95% CI 0.65-1.00); "
+                    "lost from 4,509 (pass 3/6, 95% CI 0.19-0.81) |"),
             std::string::npos)
       << md;
   EXPECT_NE(
@@ -157,11 +158,16 @@ TEST_F(ReportTest, JsonHasTheSameData) {
   const nlohmann::json& c = j["configs"][0];
   EXPECT_EQ(c["config"], ConfigLabel());
   EXPECT_EQ(c["summary"],
-            "found at every position up to 1,850 tokens; lost from 4,509 (pass 3/6, 95% CI "
-            "0.19-0.81)");
+            "found at every position up to 1,850 tokens (pass 7/7, 95% CI 0.65-1.00); lost from "
+            "4,509 (pass 3/6, 95% CI 0.19-0.81)");
   EXPECT_EQ(c["boundary"]["l_pass"], 1850);
   EXPECT_EQ(c["boundary"]["l_fail"], 4509);
   EXPECT_EQ(c["boundary"]["monotone"], true);
+  EXPECT_EQ(c["boundary"]["pass"]["length"], 1850);
+  EXPECT_EQ(c["boundary"]["pass"]["passes"], 7);
+  EXPECT_EQ(c["boundary"]["pass"]["trials"], 7);
+  EXPECT_NEAR(c["boundary"]["pass"]["ci95"][0].get<double>(), 7.0 / (7.0 + kZ95 * kZ95), 1e-9);
+  EXPECT_EQ(c["boundary"]["pass"]["ci95"][1].get<double>(), 1.0);
   EXPECT_EQ(c["boundary"]["fail"]["passes"], 3);
   EXPECT_EQ(c["boundary"]["fail"]["trials"], 6);
   EXPECT_NEAR(c["boundary"]["fail"]["ci95"][0].get<double>(), 0.187610, 1e-5);
@@ -175,6 +181,7 @@ TEST_F(ReportTest, JsonHasTheSameData) {
   EXPECT_EQ(c["probes"][1]["median_rank"], 6.5);
   EXPECT_EQ(j["configs"][2]["boundary"]["l_fail"], nullptr);
   EXPECT_EQ(j["configs"][2]["boundary"]["fail"], nullptr);
+  EXPECT_EQ(j["configs"][1]["boundary"]["pass"], nullptr);  // cpu-paged: lost everywhere
   EXPECT_EQ(j["configs"][2]["probes"].size(), 0u);
   // Round-trips through text.
   EXPECT_EQ(nlohmann::json::parse(j.dump()), j);
