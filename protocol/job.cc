@@ -23,23 +23,83 @@ Status Field(const json& j, const char* key, T* out, const char* what) {
   return Status::Ok();
 }
 
+// Reads an optional field: absent leaves *out as it is.
+template <typename T>
+Status OptField(const json& j, const char* key, T* out, const char* what) {
+  if (!j.contains(key)) return Status::Ok();
+  return Field(j, key, out, what);
+}
+
 }  // namespace
 
+json HttpBackendSpec::ToJson() const {
+  return json{{"url", url},
+              {"model", model},
+              {"api", api},
+              {"tokenizer", tokenizer},
+              {"tokenizer_digest", tokenizer_digest},
+              {"engine_params", engine_params},
+              {"headers", headers},
+              {"api_key_env", api_key_env},
+              {"api_key_file", api_key_file},
+              {"concurrency", concurrency},
+              {"timeout_ms", timeout_ms},
+              {"retries", retries},
+              {"ready_timeout_ms", ready_timeout_ms},
+              {"health_path", health_path},
+              {"server_index_topk", server_index_topk}};
+}
+
+Result<HttpBackendSpec> HttpBackendSpec::FromJson(const json& j) {
+  if (!j.is_object()) return Status::InvalidArgument("job.http: must be an object");
+  HttpBackendSpec h;
+  NW_RETURN_IF_ERROR(Field(j, "url", &h.url, "job.http"));
+  NW_RETURN_IF_ERROR(Field(j, "model", &h.model, "job.http"));
+  NW_RETURN_IF_ERROR(Field(j, "api", &h.api, "job.http"));
+  NW_RETURN_IF_ERROR(Field(j, "tokenizer", &h.tokenizer, "job.http"));
+  NW_RETURN_IF_ERROR(Field(j, "tokenizer_digest", &h.tokenizer_digest, "job.http"));
+  NW_RETURN_IF_ERROR(OptField(j, "engine_params", &h.engine_params, "job.http"));
+  NW_RETURN_IF_ERROR(OptField(j, "headers", &h.headers, "job.http"));
+  NW_RETURN_IF_ERROR(OptField(j, "api_key_env", &h.api_key_env, "job.http"));
+  NW_RETURN_IF_ERROR(OptField(j, "api_key_file", &h.api_key_file, "job.http"));
+  NW_RETURN_IF_ERROR(OptField(j, "concurrency", &h.concurrency, "job.http"));
+  NW_RETURN_IF_ERROR(OptField(j, "timeout_ms", &h.timeout_ms, "job.http"));
+  NW_RETURN_IF_ERROR(OptField(j, "retries", &h.retries, "job.http"));
+  NW_RETURN_IF_ERROR(OptField(j, "ready_timeout_ms", &h.ready_timeout_ms, "job.http"));
+  NW_RETURN_IF_ERROR(OptField(j, "health_path", &h.health_path, "job.http"));
+  NW_RETURN_IF_ERROR(OptField(j, "server_index_topk", &h.server_index_topk, "job.http"));
+  if (h.api != "completions" && h.api != "chat") {
+    return Status::InvalidArgument("job.http.api: must be completions or chat, got '" + h.api +
+                                   "'");
+  }
+  return h;
+}
+
+json HttpBackendSpec::KeyJson() const {
+  return json{{"url", url},
+              {"model", model},
+              {"api", api},
+              {"tokenizer_digest", tokenizer_digest},
+              {"engine_params", engine_params}};
+}
+
 json JobSpec::ToJson() const {
-  return json{{"model_dir", model_dir},
-              {"model_digest", model_digest},
-              {"engine_version", engine_version},
-              {"task", task},
-              {"haystack", haystack},
-              {"context_length", context_length},
-              {"needle_position", needle_position},
-              {"topk", topk},
-              {"precision", precision.ToJson()},
-              {"backend", backend},
-              {"seed", seed},
-              {"trial", trial},
-              {"max_new_tokens", max_new_tokens},
-              {"probe", probe}};
+  json j{{"model_dir", model_dir},
+         {"model_digest", model_digest},
+         {"engine_version", engine_version},
+         {"task", task},
+         {"haystack", haystack},
+         {"context_length", context_length},
+         {"needle_position", needle_position},
+         {"topk", topk},
+         {"precision", precision.ToJson()},
+         {"backend", backend},
+         {"seed", seed},
+         {"trial", trial},
+         {"max_new_tokens", max_new_tokens},
+         {"probe", probe}};
+  if (http) j["http"] = http->ToJson();
+  return j;
 }
 
 Result<JobSpec> JobSpec::FromJson(const json& j) {
@@ -63,17 +123,30 @@ Result<JobSpec> JobSpec::FromJson(const json& j) {
   auto p = PrecisionProfile::FromJson(*it);
   if (!p.ok()) return p.status().WithContext("job.precision");
   s.precision = *p;
+  if (auto h = j.find("http"); h != j.end()) {
+    NW_ASSIGN_OR_RETURN(s.http, HttpBackendSpec::FromJson(*h));
+  }
+  if (s.backend == "http" && !s.http) {
+    return Status::InvalidArgument("job.http: missing (backend http needs its settings)");
+  }
   return s;
 }
 
 std::string JobSpec::Key() const {
   json j = ToJson();
   j.erase("model_dir");
+  if (http) j["http"] = http->KeyJson();
   json keyed{{"v", kJobSchemaVersion}, {"job", j}};
   return Sha256Hex(keyed.dump());
 }
 
 uint64_t JobSpec::HaystackSeed() const {
+  if (backend == "http") {
+    JobSpec twin = *this;
+    twin.backend = "cpu";
+    twin.http.reset();
+    return twin.HaystackSeed();
+  }
   const std::string k = Key();
   uint64_t h = 0;
   for (int i = 0; i < 16; ++i) {

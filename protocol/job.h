@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -20,29 +21,65 @@ namespace nw {
 /// Versions the meaning of JobSpec fields and the NIAH generator; part of every job key.
 inline constexpr int kJobSchemaVersion = 1;
 
-struct JobSpec {
-  std::string model_dir;        // absolute path of the model folder on the worker
-  std::string model_digest;     // sha256 over config, weights and tokenizer files
-  std::string engine_version;   // kEngineVersion of the build that expanded the campaign
-  std::string task;             // niah-single | niah-multikey | niah-repeat
-  std::string haystack;         // noise | essay | needles
-  int64_t context_length = 0;
-  double needle_position = 0;   // fraction 0..1, or negative token offset from the end
-  int topk = 0;                 // index top-k used by the engine
-  PrecisionProfile precision;
-  std::string backend;          // cpu | cpu-paged | cuda | cuda-paged
-  int64_t seed = 0;             // campaign seed
-  int trial = 0;                // trial index within the cell
-  int max_new_tokens = 16;
-  bool probe = false;           // capture indexer probes
+/// Settings of the `http` backend (docs/http.md): an OpenAI-compatible server evaluated over HTTP.
+/// Only url, model, api, tokenizer_digest and engine_params identify results (KeyJson); the rest
+/// says how to reach the server and is not part of the job key. Never holds a secret: the API key
+/// is read on the worker from the environment variable or file named here.
+struct HttpBackendSpec {
+  std::string url;                  // base URL, http://host:port, with or without a trailing /v1
+  std::string model;                // the server's model name (the requests' "model" field)
+  std::string api = "completions";  // completions (token ids in) | chat (text in messages)
+  std::string tokenizer;            // absolute path of the server model's tokenizer.json
+  std::string tokenizer_digest;     // sha256 of that file, checked before every job
+  bool engine_params = false;       // send the job's topk and precision (`nw serve` fields)
+  std::map<std::string, std::string> headers;  // extra request headers (no secrets)
+  std::string api_key_env;              // environment variable holding the API key (sent as Bearer)
+  std::string api_key_file;             // or: absolute path of a file holding it
+  int concurrency = 1;                  // requests in flight per worker
+  int64_t timeout_ms = 600'000;         // per request
+  int retries = 4;                      // after the first try, on 5xx/429/connection errors
+  int64_t ready_timeout_ms = 120'000;   // waiting for the health path before the first job
+  std::string health_path = "/health";  // "" skips the readiness wait
+  int server_index_topk = 0;  // the served model's index_topk, to read indexer_topk from servers
+                              // that do not report its shape (0: only servers that do)
 
-  /// Canonical JSON: sorted keys, no whitespace, stable number formatting.
+  /// Every field; keys sorted.
+  nlohmann::json ToJson() const;
+  static Result<HttpBackendSpec> FromJson(const nlohmann::json& j);
+  /// What identifies results: {"api","engine_params","model","tokenizer_digest","url"}.
+  nlohmann::json KeyJson() const;
+  friend bool operator==(const HttpBackendSpec&, const HttpBackendSpec&) = default;
+};
+
+struct JobSpec {
+  std::string model_dir;       // absolute path of the model folder on the worker
+  std::string model_digest;    // sha256 over config, weights and tokenizer files
+  std::string engine_version;  // kEngineVersion of the build that expanded the campaign
+  std::string task;            // niah-single | niah-multikey | niah-repeat
+  std::string haystack;        // noise | essay | needles
+  int64_t context_length = 0;
+  double needle_position = 0;  // fraction 0..1, or negative token offset from the end
+  int topk = 0;                // index top-k used by the engine
+  PrecisionProfile precision;
+  std::string backend;  // cpu | cpu-paged | cuda | cuda-paged | http
+  int64_t seed = 0;     // campaign seed
+  int trial = 0;        // trial index within the cell
+  int max_new_tokens = 16;
+  bool probe = false;                   // capture indexer probes
+  std::optional<HttpBackendSpec> http;  // backend "http" only (and then required)
+
+  /// Canonical JSON: sorted keys, no whitespace, stable number formatting. "http" is present only
+  /// for http jobs, so the JSON (and key) of every other job is unchanged by the field.
   nlohmann::json ToJson() const;
   static Result<JobSpec> FromJson(const nlohmann::json& j);
   /// 64 hex chars: sha256 of {"v":kJobSchemaVersion, "job":ToJson()} without model_dir (the key
-  /// identifies content, not where the files live).
+  /// identifies content, not where the files live); for http jobs "http" is replaced by
+  /// HttpBackendSpec::KeyJson() (no paths, timeouts or credentials in the key).
   std::string Key() const;
   /// Seed for the job's haystack generator, derived from the key so no two cells share text.
+  /// An http job takes the seed of its twin on the "cpu" backend (the same job with backend
+  /// "cpu" and no http settings), so a server and the in-process engine get identical prompts
+  /// and their answers compare one to one.
   uint64_t HaystackSeed() const;
 };
 
@@ -54,14 +91,14 @@ inline bool IsAnswerOutcome(Outcome o) { return o == Outcome::kPass || o == Outc
 
 struct ProbeSummary {
   int layer = 0;
-  int positions = 0;              // query positions probed
-  int needle_rank_min = -1;       // best rank over positions (-1: never visible)
-  double needle_rank_median = -1; // median rank over positions where visible
-  double in_topk_fraction = 0;    // fraction of positions where a needle entry was selected
-  bool in_topk_last = false;      // selected at the last prompt position (the one that answers)
+  int positions = 0;               // query positions probed
+  int needle_rank_min = -1;        // best rank over positions (-1: never visible)
+  double needle_rank_median = -1;  // median rank over positions where visible
+  double in_topk_fraction = 0;     // fraction of positions where a needle entry was selected
+  bool in_topk_last = false;       // selected at the last prompt position (the one that answers)
   int topk = 0;
-  std::vector<int32_t> ranks;     // per position (-1 = not visible)
-  std::vector<int32_t> topk_last; // the selected entry ids at the last prompt position
+  std::vector<int32_t> ranks;      // per position (-1 = not visible)
+  std::vector<int32_t> topk_last;  // the selected entry ids at the last prompt position
 };
 
 struct JobResult {
@@ -80,9 +117,9 @@ struct JobResult {
   std::string worker_id;
   std::string device;
   std::string engine_version;
-  std::string error_code;     // StatusCodeName when outcome is engine_error / timeout
+  std::string error_code;  // StatusCodeName when outcome is engine_error / timeout
   std::string error_message;
-  bool retryable = false;     // an engine_error that may succeed elsewhere (OOM, I/O)
+  bool retryable = false;  // an engine_error that may succeed elsewhere (OOM, I/O)
   std::vector<ProbeSummary> probes;
 
   nlohmann::json ToJson() const;

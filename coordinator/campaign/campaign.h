@@ -99,6 +99,16 @@ struct Cell {
   int include = -1;  // -1: from the matrix; else the include entry that created the cell
 };
 
+/// The campaign's `http` backend, written as a backend value `{http: {url: ..., model: ...}}`
+/// (docs/http.md). A campaign has at most one; in the plan it is the backend value "http", and
+/// include/exclude entries may name it as `http`.
+struct HttpBackendSettings {
+  HttpBackendSpec spec;            // tokenizer: absolute path, "" = the model's tokenizer.json;
+                                   // tokenizer_digest is filled in by ResolveCampaign
+  SourceLocation where;            // the `http` key
+  SourceLocation tokenizer_where;  // the tokenizer field (where, when it was not given)
+};
+
 struct Campaign {
   std::string source_name;    // the file path as given, or ParseCampaignText's source_name
   std::string source_sha256;  // sha256 of the YAML text
@@ -106,9 +116,10 @@ struct Campaign {
 
   std::string name;
   std::string description;
-  std::string model;                // as written
+  std::string model;                // as written; empty only when every cell runs on http
   std::filesystem::path model_dir;  // absolute: `model` resolved against the file's folder
   SourceLocation model_where;
+  std::optional<HttpBackendSettings> http;  // the http backend, if a cell uses it
 
   /// The axes as written (defaults filled in), values in file order.
   std::array<AxisValues, kNumAxes> matrix;
@@ -148,6 +159,7 @@ std::vector<std::string> KnownBackends();  // cpu, cpu-paged, cuda, cuda-paged
 
 struct ParseOptions {
   std::vector<std::string> backends = KnownBackends();
+  bool allow_http = true;  // accept the http backend ({http: {...}} and its name "http")
   /// ParseCampaignText only: folder that a relative `model` resolves against (empty: the current
   /// directory). ParseCampaignFile uses the file's folder.
   std::filesystem::path base_dir;
@@ -174,15 +186,18 @@ struct ResolveOptions {
 };
 
 struct ResolvedCampaign {
-  Campaign campaign;
-  std::filesystem::path model_dir;  // absolute
-  std::string model_digest;         // LocateModel's digest
+  Campaign campaign;                // campaign.http (if any) with its tokenizer and digest
+  std::filesystem::path model_dir;  // absolute; empty for a campaign without a model
+  std::string model_digest;         // LocateModel's digest; empty without a model
   ModelConfig model_config;
   int64_t max_jobs = kDefaultMaxJobs;  // the limit that was applied
 };
 
 /// Locates the model (LocateModel), loads its config (LoadModelConfig), rejects context lengths
-/// longer than max_position_embeddings and plans with more jobs than the limit.
+/// longer than max_position_embeddings and plans with more jobs than the limit. With an http
+/// backend it also reads the tokenizer (the http settings' or the model's), records its sha256 and
+/// checks that it loads; context lengths of http cells are the server's to judge. A campaign
+/// without a model (every cell on http) skips the model steps.
 Result<ResolvedCampaign> ResolveCampaign(const Campaign& campaign,
                                          const ResolveOptions& options = {});
 

@@ -104,6 +104,20 @@ constexpr std::string_view kRangeKinds[] = {"linear", "geometric"};
 constexpr std::string_view kLinearKeys[] = {"from", "to", "step", "count"};
 constexpr std::string_view kGeometricKeys[] = {"from", "to", "factor", "count"};
 constexpr std::string_view kGenerationKeys[] = {"max_new_tokens"};
+constexpr std::string_view kHttpTopKeys[] = {"http"};
+constexpr std::string_view kHttpKeys[] = {"url",          "model",
+                                          "api",          "tokenizer",
+                                          "headers",      "api_key_env",
+                                          "api_key_file", "engine_params",
+                                          "concurrency",  "timeout_ms",
+                                          "retries",      "ready_timeout_ms",
+                                          "health_path",  "server_index_topk"};
+// Request headers that carry credentials: they belong in api_key_env / api_key_file.
+constexpr std::string_view kSecretHeaders[] = {"authorization", "proxy-authorization", "x-api-key",
+                                               "api-key", "cookie"};
+constexpr int64_t kMaxHttpConcurrency = 256;
+constexpr int64_t kMaxHttpMs = 24LL * 3600 * 1000;
+constexpr int64_t kMaxHttpRetries = 100;
 
 size_t EditDistance(std::string_view a, std::string_view b) {
   std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
@@ -259,6 +273,82 @@ std::string ListNames(const std::vector<std::string>& names) {
   return out;
 }
 
+// "http://host[:port][/v1]": the only URLs the http backend takes. "" when fine, else why not.
+std::string HttpUrlProblem(std::string_view url) {
+  constexpr std::string_view kScheme = "http://";
+  if (url.substr(0, 8) == "https://") {
+    return "https is not supported; reach the server over http:// (for a remote TLS endpoint, "
+           "run a local TLS proxy)";
+  }
+  if (url.substr(0, kScheme.size()) != kScheme) return "must start with http://";
+  std::string_view rest = url.substr(kScheme.size());
+  const size_t slash = rest.find('/');
+  const std::string_view authority = rest.substr(0, slash);
+  const std::string_view path = slash == std::string_view::npos ? "" : rest.substr(slash);
+  if (path != "" && path != "/" && path != "/v1" && path != "/v1/") {
+    return "the path must be empty or /v1 (requests go to /v1/completions, /v1/chat/completions)";
+  }
+  if (authority.find('@') != std::string_view::npos) {
+    return "credentials do not belong in the URL; use api_key_env or api_key_file";
+  }
+  std::string_view host = authority;
+  if (!host.empty() && host.front() == '[') {  // [::1]:8000
+    const size_t close = host.find(']');
+    if (close == std::string_view::npos) return "unterminated [ in the host";
+    const std::string_view after = host.substr(close + 1);
+    if (!after.empty() && after.front() != ':') return "expected :port after ]";
+    host = after;  // only the port part is checked below
+    if (host.empty()) return "";
+  }
+  const size_t colon = host.rfind(':');
+  if (colon != std::string_view::npos) {
+    const std::string_view port = host.substr(colon + 1);
+    int v = 0;
+    auto r = std::from_chars(port.data(), port.data() + port.size(), v);
+    if (port.empty() || r.ec != std::errc() || r.ptr != port.data() + port.size() || v < 1 ||
+        v > 65535) {
+      return "bad port '" + std::string(port) + "'";
+    }
+    host = host.substr(0, colon);
+    if (host.empty() && authority.front() != '[') return "missing host";
+  } else if (host.empty()) {
+    return "missing host";
+  }
+  return "";
+}
+
+bool IsHttpMap(const YAML::Node& n) {
+  if (!n.IsMap()) return false;
+  for (const auto& kv : n) {
+    const YAML::Node k = kv.first;
+    if (k.IsScalar() && k.Scalar() == "http") return true;
+  }
+  return false;
+}
+
+bool IsHeaderName(std::string_view s) {
+  if (s.empty()) return false;
+  return std::all_of(s.begin(), s.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+           std::string_view("!#$%&'*+-.^_`|~").find(c) != std::string_view::npos;
+  });
+}
+
+bool IsEnvName(std::string_view s) {
+  if (s.empty() || (s.front() >= '0' && s.front() <= '9')) return false;
+  return std::all_of(s.begin(), s.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+  });
+}
+
+std::string Lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) {
+    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+  }
+  return out;
+}
+
 bool IsIntegralAxis(Axis a) { return a == Axis::kTopk || a == Axis::kContextLength; }
 bool IsNameAxis(Axis a) {
   return a == Axis::kTask || a == Axis::kHaystack || a == Axis::kBackend || a == Axis::kPrecision;
@@ -315,13 +405,15 @@ class Parser {
   Result<bool> ReadBool(const YAML::Node& n, const std::string& path) const;
 
   Status ParsePrecisions(const Entry& e);
-  Status ParseAxis(Axis axis, const YAML::Node& n, const std::string& path, AxisValues* out) const;
-  Status ParseAxisItem(Axis axis, const YAML::Node& n, const std::string& path,
-                       AxisValues* out) const;
+  Status ParseAxis(Axis axis, const YAML::Node& n, const std::string& path, AxisValues* out);
+  Status ParseAxisItem(Axis axis, const YAML::Node& n, const std::string& path, AxisValues* out);
+  Status ParseHttpBackend(const YAML::Node& n, const std::string& path, AxisValues* out);
+  Status CheckHttpReferences() const;
+  Result<std::filesystem::path> ResolvePath(const std::string& written) const;
   Result<AxisValue> ParseAxisScalar(Axis axis, const YAML::Node& n, const std::string& path) const;
   Status ParseRange(Axis axis, const YAML::Node& n, const std::string& path, AxisValues* out) const;
   Status CheckNumber(Axis axis, const AxisValue& v) const;
-  Status ParseMatrixEntries(const Entry& e, bool include, std::vector<MatrixEntry>* out) const;
+  Status ParseMatrixEntries(const Entry& e, bool include, std::vector<MatrixEntry>* out);
   Status ParseTrials(const Entry* trials, const Entry* seeds, const Entry* seed);
   Status Plan(const YAML::Node& matrix_node);
   Status CheckCells() const;
@@ -477,8 +569,7 @@ Status Parser::ParsePrecisions(const Entry& e) {
   return Status::Ok();
 }
 
-Status Parser::ParseAxis(Axis axis, const YAML::Node& n, const std::string& path,
-                         AxisValues* out) const {
+Status Parser::ParseAxis(Axis axis, const YAML::Node& n, const std::string& path, AxisValues* out) {
   AxisValues values;
   if (n.IsSequence()) {
     if (n.size() == 0) return Error(n, path, "must not be empty");
@@ -501,7 +592,10 @@ Status Parser::ParseAxis(Axis axis, const YAML::Node& n, const std::string& path
 }
 
 Status Parser::ParseAxisItem(Axis axis, const YAML::Node& n, const std::string& path,
-                             AxisValues* out) const {
+                             AxisValues* out) {
+  if (axis == Axis::kBackend && options_.allow_http && IsHttpMap(n)) {
+    return ParseHttpBackend(n, path, out);
+  }
   if (n.IsMap()) return ParseRange(axis, n, path, out);
   if (n.IsSequence()) return Error(n, path, "lists inside lists are not allowed");
   NW_ASSIGN_OR_RETURN(AxisValue v, ParseAxisScalar(axis, n, path));
@@ -544,6 +638,10 @@ Result<AxisValue> Parser::ParseAxisScalar(Axis axis, const YAML::Node& n,
     case Axis::kBackend: {
       NW_ASSIGN_OR_RETURN(std::string s, ReadString(n, path));
       const auto& known = options_.backends;
+      if (s == "http" && options_.allow_http) {  // the campaign's {http: {...}} backend
+        v.value = s;
+        return v;
+      }
       if (std::find(known.begin(), known.end(), s) == known.end()) {
         return Error(n, path, "unknown backend '" + s + "' (expected " + ListNames(known) + ")");
       }
@@ -770,8 +868,153 @@ Status Parser::ParseRange(Axis axis, const YAML::Node& n, const std::string& pat
   return Status::Ok();
 }
 
-Status Parser::ParseMatrixEntries(const Entry& e, bool include,
-                                  std::vector<MatrixEntry>* out) const {
+Result<std::filesystem::path> Parser::ResolvePath(const std::string& written) const {
+  std::filesystem::path base = options_.base_dir;
+  std::error_code ec;
+  if (base.empty()) base = std::filesystem::current_path(ec);
+  if (ec) return Status::IoError("cannot read the current directory: " + ec.message());
+  std::filesystem::path p(written);
+  std::filesystem::path out =
+      (p.is_absolute() ? p : std::filesystem::absolute(base, ec) / p).lexically_normal();
+  if (ec) return Status::IoError("cannot make " + base.string() + " absolute: " + ec.message());
+  return out;
+}
+
+// backend: {http: {url: ..., model: ..., ...}} -> the backend value "http" plus c_.http.
+Status Parser::ParseHttpBackend(const YAML::Node& n, const std::string& path, AxisValues* out) {
+  NW_ASSIGN_OR_RETURN(std::vector<Entry> top, MapEntries(n, path, kHttpTopKeys));
+  const Entry& e = top.front();  // IsHttpMap found the key, MapEntries allowed only it
+  NW_ASSIGN_OR_RETURN(std::vector<Entry> fields, MapEntries(e.value, e.path, kHttpKeys));
+  HttpBackendSettings hs;
+  hs.where = Loc(e.key_node, e.path);
+  hs.tokenizer_where = hs.where;
+  HttpBackendSpec& h = hs.spec;
+  bool has_url = false, has_model = false;
+  for (const Entry& f : fields) {
+    const std::string& k = f.key;
+    if (k == "url") {
+      NW_ASSIGN_OR_RETURN(h.url, ReadString(f.value, f.path));
+      const std::string problem = HttpUrlProblem(h.url);
+      if (!problem.empty()) return Error(f.value, f.path, problem + ", got '" + h.url + "'");
+      has_url = true;
+    } else if (k == "model") {
+      NW_ASSIGN_OR_RETURN(h.model, ReadString(f.value, f.path));
+      if (h.model.empty()) return Error(f.value, f.path, "must not be empty");
+      has_model = true;
+    } else if (k == "api") {
+      NW_ASSIGN_OR_RETURN(h.api, ReadString(f.value, f.path));
+      if (h.api != "completions" && h.api != "chat") {
+        return Error(f.value, f.path, "must be completions or chat, got '" + h.api + "'");
+      }
+    } else if (k == "tokenizer") {
+      NW_ASSIGN_OR_RETURN(std::string t, ReadString(f.value, f.path));
+      if (t.empty()) return Error(f.value, f.path, "must not be empty");
+      NW_ASSIGN_OR_RETURN(std::filesystem::path abs, ResolvePath(t));
+      h.tokenizer = abs.string();
+      hs.tokenizer_where = Loc(f.value, f.path);
+    } else if (k == "headers") {
+      NW_ASSIGN_OR_RETURN(std::vector<Entry> headers, MapEntries(f.value, f.path, Names()));
+      for (const Entry& he : headers) {
+        if (!IsHeaderName(he.key)) {
+          return Error(he.key_node, he.path, "not a valid HTTP header name");
+        }
+        const std::string lower = Lower(he.key);
+        if (std::find(std::begin(kSecretHeaders), std::end(kSecretHeaders), lower) !=
+            std::end(kSecretHeaders)) {
+          return Error(he.key_node, he.path,
+                       "credentials never go in the campaign file; name an environment "
+                       "variable with api_key_env or a file with api_key_file");
+        }
+        if (lower == "host" || lower == "content-length" || lower == "content-type" ||
+            lower == "connection" || lower == "transfer-encoding") {
+          return Error(he.key_node, he.path, "is set by the client; remove it");
+        }
+        NW_ASSIGN_OR_RETURN(std::string value, ReadString(he.value, he.path));
+        if (value.find_first_of("\r\n") != std::string::npos) {
+          return Error(he.value, he.path, "must not contain line breaks");
+        }
+        h.headers[he.key] = value;
+      }
+    } else if (k == "api_key_env") {
+      NW_ASSIGN_OR_RETURN(h.api_key_env, ReadString(f.value, f.path));
+      if (!IsEnvName(h.api_key_env)) {
+        return Error(f.value, f.path,
+                     "must be the name of an environment variable (letters, digits and _), not "
+                     "the key itself");
+      }
+    } else if (k == "api_key_file") {
+      NW_ASSIGN_OR_RETURN(std::string file, ReadString(f.value, f.path));
+      if (file.empty()) return Error(f.value, f.path, "must not be empty");
+      NW_ASSIGN_OR_RETURN(std::filesystem::path abs, ResolvePath(file));
+      h.api_key_file = abs.string();
+    } else if (k == "engine_params") {
+      NW_ASSIGN_OR_RETURN(h.engine_params, ReadBool(f.value, f.path));
+    } else if (k == "concurrency") {
+      NW_ASSIGN_OR_RETURN(int64_t c, ReadInt(f.value, f.path, 1, kMaxHttpConcurrency));
+      h.concurrency = static_cast<int>(c);
+    } else if (k == "timeout_ms") {
+      NW_ASSIGN_OR_RETURN(h.timeout_ms, ReadInt(f.value, f.path, 1, kMaxHttpMs));
+    } else if (k == "retries") {
+      NW_ASSIGN_OR_RETURN(int64_t r, ReadInt(f.value, f.path, 0, kMaxHttpRetries));
+      h.retries = static_cast<int>(r);
+    } else if (k == "ready_timeout_ms") {
+      NW_ASSIGN_OR_RETURN(h.ready_timeout_ms, ReadInt(f.value, f.path, 0, kMaxHttpMs));
+    } else if (k == "health_path") {
+      NW_ASSIGN_OR_RETURN(h.health_path, ReadString(f.value, f.path));
+      if (!h.health_path.empty() && (h.health_path.front() != '/' ||
+                                     h.health_path.find_first_of(" \r\n") != std::string::npos)) {
+        return Error(f.value, f.path, "must be empty or a path starting with /");
+      }
+    } else if (k == "server_index_topk") {
+      NW_ASSIGN_OR_RETURN(int64_t t, ReadInt(f.value, f.path, 0, kMaxTopk));
+      h.server_index_topk = static_cast<int>(t);
+    }
+  }
+  if (!has_url || !has_model) {
+    return Error(e.value, e.path,
+                 std::string("missing ") + (!has_url ? "url" : "model") +
+                     ": an http backend needs at least url and model");
+  }
+  if (!h.api_key_env.empty() && !h.api_key_file.empty()) {
+    return Error(e.value, e.path, "give api_key_env or api_key_file, not both");
+  }
+  if (c_.http) {
+    if (!(c_.http->spec == h)) {
+      return Error(hs.where, "a campaign evaluates one http backend; this one differs from " +
+                                 At(c_.http->where) +
+                                 " (name it `http` to refer to that one, or write one campaign "
+                                 "per server)");
+    }
+  } else {
+    c_.http = hs;
+  }
+  AxisValue v;
+  v.value = std::string("http");
+  v.where = Loc(n, path);
+  out->push_back(std::move(v));
+  return Status::Ok();
+}
+
+// Every "http" backend value needs the settings of a {http: {...}} somewhere in the file.
+Status Parser::CheckHttpReferences() const {
+  if (c_.http) return Status::Ok();
+  auto check = [&](const AxisValues& values) -> Status {
+    for (const AxisValue& v : values) {
+      if (v.name() == "http") {
+        return Error(v.where,
+                     "backend 'http' needs its settings: write {http: {url: ..., model: ...}} "
+                     "under matrix.backend or in an include entry");
+      }
+    }
+    return Status::Ok();
+  };
+  NW_RETURN_IF_ERROR(check(c_.matrix[Ix(Axis::kBackend)]));
+  for (const MatrixEntry& m : c_.include) NW_RETURN_IF_ERROR(check(m.axes[Ix(Axis::kBackend)]));
+  for (const MatrixEntry& m : c_.exclude) NW_RETURN_IF_ERROR(check(m.axes[Ix(Axis::kBackend)]));
+  return Status::Ok();
+}
+
+Status Parser::ParseMatrixEntries(const Entry& e, bool include, std::vector<MatrixEntry>* out) {
   if (!e.value.IsSequence()) {
     return Error(e.value, e.path, "must be a list of maps, got " + Describe(e.value));
   }
@@ -1099,20 +1342,14 @@ Result<Campaign> Parser::Run(std::string_view text) {
   if (const Entry* d = get("description")) {
     NW_ASSIGN_OR_RETURN(c_.description, ReadString(d->value, d->path));
   }
+  // `model` may be left out only when every cell runs on the http backend (checked after the
+  // plan).
   const Entry* model = get("model");
-  if (model == nullptr) return missing("model");
-  NW_ASSIGN_OR_RETURN(c_.model, ReadString(model->value, model->path));
-  if (c_.model.empty()) return Error(model->value, model->path, "must not be empty");
-  c_.model_where = Loc(model->value, model->path);
-  {
-    std::filesystem::path base = options_.base_dir;
-    std::error_code ec;
-    if (base.empty()) base = std::filesystem::current_path(ec);
-    if (ec) return Status::IoError("cannot read the current directory: " + ec.message());
-    std::filesystem::path m(c_.model);
-    c_.model_dir =
-        (m.is_absolute() ? m : std::filesystem::absolute(base, ec) / m).lexically_normal();
-    if (ec) return Status::IoError("cannot make " + base.string() + " absolute: " + ec.message());
+  if (model != nullptr) {
+    NW_ASSIGN_OR_RETURN(c_.model, ReadString(model->value, model->path));
+    if (c_.model.empty()) return Error(model->value, model->path, "must not be empty");
+    c_.model_where = Loc(model->value, model->path);
+    NW_ASSIGN_OR_RETURN(c_.model_dir, ResolvePath(c_.model));
   }
 
   if (const Entry* p = get("precisions")) NW_RETURN_IF_ERROR(ParsePrecisions(*p));
@@ -1174,8 +1411,19 @@ Result<Campaign> Parser::Run(std::string_view text) {
     c_.max_jobs_where = Loc(m->value, m->path);
   }
 
+  NW_RETURN_IF_ERROR(CheckHttpReferences());
   NW_RETURN_IF_ERROR(Plan(matrix->key_node));
   NW_RETURN_IF_ERROR(CheckCells());
+  if (model == nullptr) {
+    for (const Cell& cell : c_.cells) {
+      if (c_.value(cell, Axis::kBackend).name() != "http") return missing("model");
+    }
+  }
+  if (c_.http && c_.http->spec.tokenizer.empty() && model == nullptr) {
+    return Error(c_.http->where,
+                 "tokenizer: required when the campaign has no model (the tokenizer.json of the "
+                 "server's model, so prompt lengths are exact)");
+  }
 
   for (const AxisValue& v : c_.values[Ix(Axis::kPrecision)]) {
     auto custom = custom_.find(v.name());

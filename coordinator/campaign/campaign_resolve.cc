@@ -7,6 +7,7 @@
 #include "coordinator/campaign/yaml_guard.h"
 #include "engine/checkpoint/model_files.h"
 #include "engine/engine.h"
+#include "engine/text/tokenizer.h"
 
 namespace nw {
 namespace {
@@ -16,6 +17,35 @@ size_t Ix(Axis a) { return static_cast<size_t>(a); }
 std::string Located(const Campaign& c, const SourceLocation& where, std::string_view msg) {
   std::string text = where.path.empty() ? std::string(msg) : where.path + ": " + std::string(msg);
   return FormatLocated(c.source_name, where.line, where.column, text);
+}
+
+// The http backend's tokenizer: the one named in its settings, else the model's; it must load,
+// and its sha256 goes into every http job's key.
+Result<ResolvedCampaign> ResolveHttp(const Campaign& campaign, ResolvedCampaign r) {
+  if (!r.campaign.http) return r;
+  HttpBackendSettings& hs = *r.campaign.http;
+  if (hs.spec.tokenizer.empty()) {
+    if (r.model_dir.empty()) {
+      return Status::InvalidArgument(
+          Located(campaign, hs.where, "tokenizer: required when the campaign has no model"));
+    }
+    hs.spec.tokenizer = (r.model_dir / "tokenizer.json").string();
+  }
+  const std::string what =
+      hs.tokenizer_where.path == hs.where.path ? "tokenizer (the model's) " : "";
+  auto digest = Sha256File(hs.spec.tokenizer);
+  if (!digest.ok()) {
+    return Status(digest.status().code(),
+                  Located(campaign, hs.tokenizer_where,
+                          what + hs.spec.tokenizer + ": " + digest.status().message()));
+  }
+  auto tokenizer = Tokenizer::Load(hs.spec.tokenizer);
+  if (!tokenizer.ok()) {
+    return Status(tokenizer.status().code(),
+                  Located(campaign, hs.tokenizer_where, what + tokenizer.status().message()));
+  }
+  hs.spec.tokenizer_digest = *digest;
+  return r;
 }
 
 }  // namespace
@@ -56,7 +86,10 @@ Result<ResolvedCampaign> ResolveCampaign(const Campaign& campaign, const Resolve
             "--max-jobs"));
   }
 
-  // The model: files and digest, then the config.
+  // The model: files and digest, then the config. A campaign without a model runs only on
+  // http (ParseCampaignText checked), and has no model to locate.
+  const bool has_model = options.model_dir || !campaign.model.empty();
+  if (!has_model) return ResolveHttp(campaign, std::move(r));
   fs::path dir = options.model_dir ? *options.model_dir : campaign.model_dir;
   std::error_code ec;
   dir = fs::absolute(dir, ec).lexically_normal();
@@ -81,7 +114,10 @@ Result<ResolvedCampaign> ResolveCampaign(const Campaign& campaign, const Resolve
   if (mpe > 0) {
     const AxisValues& lengths = campaign.values[Ix(Axis::kContextLength)];
     std::vector<char> used(lengths.size(), 0);
-    for (const Cell& cell : campaign.cells) used[cell.index[Ix(Axis::kContextLength)]] = 1;
+    for (const Cell& cell : campaign.cells) {
+      if (campaign.value(cell, Axis::kBackend).name() == "http") continue;  // the server's call
+      used[cell.index[Ix(Axis::kContextLength)]] = 1;
+    }
     for (size_t i = 0; i < lengths.size(); ++i) {
       if (!used[i] || lengths[i].integer() <= mpe) continue;
       return Status::InvalidArgument(
@@ -91,7 +127,7 @@ Result<ResolvedCampaign> ResolveCampaign(const Campaign& campaign, const Resolve
                       std::to_string(mpe) + ", " + files->config.string() + ")"));
     }
   }
-  return r;
+  return ResolveHttp(campaign, std::move(r));
 }
 
 Result<std::vector<JobSpec>> ExpandCampaign(const ResolvedCampaign& resolved) {
@@ -102,7 +138,10 @@ Result<std::vector<JobSpec>> ExpandCampaign(const ResolvedCampaign& resolved) {
                 "the campaign expands to " + std::to_string(c.job_count()) +
                     " jobs, more than the limit of " + std::to_string(resolved.max_jobs)));
   }
-  if (resolved.model_digest.empty()) {
+  const bool unresolved =
+      (resolved.model_dir.empty() ? !c.model.empty() : resolved.model_digest.empty()) ||
+      (c.http && c.http->spec.tokenizer_digest.empty());
+  if (unresolved) {
     return Status::FailedPrecondition(c.source_name +
                                       ": the campaign is not resolved (no model "
                                       "digest); call ResolveCampaign first");
@@ -117,6 +156,14 @@ Result<std::vector<JobSpec>> ExpandCampaign(const ResolvedCampaign& resolved) {
     base.task = c.value(cell, Axis::kTask).name();
     base.haystack = c.value(cell, Axis::kHaystack).name();
     base.backend = c.value(cell, Axis::kBackend).name();
+    if (base.backend == "http") {
+      if (!c.http) {
+        return Status::Internal(c.source_name +
+                                ": a cell runs on http but the campaign has no "
+                                "http settings");
+      }
+      base.http = c.http->spec;
+    }
     const std::string& precision = c.value(cell, Axis::kPrecision).name();
     auto profile = c.precisions.find(precision);
     if (profile == c.precisions.end()) {
