@@ -1,15 +1,17 @@
-// nw report CAMPAIGN: the boundary report from the database (read-only), as text, Markdown or
-// JSON.
+// nw report CAMPAIGN: the boundary report from the database (read-only), as text, Markdown,
+// JSON or a self-contained HTML page.
 #include <unistd.h>
 
 #include <iostream>
 
 #include "cli/commands.h"
 #include "db/store.h"
+#include "report/html.h"
 #include "report/report.h"
 
 using nw::report::CampaignReport;
 using nw::report::LoadCampaignReport;
+using nw::report::RenderHtml;
 using nw::report::RenderJson;
 using nw::report::RenderMarkdown;
 using nw::report::RenderText;
@@ -33,8 +35,11 @@ Status ShowReport(const Globals& g, const std::string& name, const std::string& 
     std::cout << RenderMarkdown(report);
   } else if (format == "json") {
     std::cout << RenderJson(report).dump(2) << "\n";
+  } else if (format == "html") {
+    std::cout << RenderHtml(report);
   } else {
-    return Status::InvalidArgument("--format must be text, markdown or json, not '" + format + "'");
+    return Status::InvalidArgument("--format must be text, markdown, json or html, not '" + format +
+                                   "'");
   }
   return Status::Ok();
 }
@@ -47,7 +52,7 @@ void RegisterReport(CLI::App& app, Globals& g) {
   auto format = std::make_shared<std::string>("text");
   auto no_color = std::make_shared<bool>(false);
   cmd->add_option("campaign", *name, "Campaign name")->required();
-  cmd->add_option("--format", *format, "text, markdown or json")->capture_default_str();
+  cmd->add_option("--format", *format, "text, markdown, json or html")->capture_default_str();
   cmd->add_flag("--no-color", *no_color, "No ANSI colours even on a terminal");
   cmd->callback([name, format, no_color, &g] {
     Status s = ShowReport(g, *name, *format, !*no_color);

@@ -4,10 +4,19 @@
 #include <map>
 #include <utility>
 
+#include "report/render_util.h"
 #include "report/stats.h"
 
 namespace nw::report {
 namespace {
+
+using render_internal::CellAt;
+using render_internal::CellText;
+using render_internal::Grid;
+using render_internal::MakeGrid;
+using render_internal::OutcomeList;
+using render_internal::PositionLess;
+using render_internal::ProgressLine;
 
 using json = nlohmann::json;
 
@@ -16,49 +25,6 @@ size_t OutcomeIndex(Outcome o) {
     if (kOutcomeOrder[i] == o) return i;
   }
   return 0;
-}
-
-// Fractions first (0% .. 100%), then offsets from the end, farthest from the end first.
-bool PositionLess(double a, double b) {
-  const bool ea = a < 0, eb = b < 0;
-  if (ea != eb) return !ea;
-  return a < b;
-}
-
-// The heatmap of one configuration as a grid.
-struct Grid {
-  std::vector<int64_t> lengths;
-  std::vector<double> positions;
-  std::map<std::pair<int64_t, double>, const HeatmapCell*> at;
-};
-
-Grid MakeGrid(const std::vector<HeatmapCell>& cells) {
-  Grid g;
-  for (const HeatmapCell& c : cells) {
-    g.lengths.push_back(c.context_length);
-    g.positions.push_back(c.needle_position);
-    g.at[{c.context_length, c.needle_position}] = &c;
-  }
-  std::sort(g.lengths.begin(), g.lengths.end());
-  g.lengths.erase(std::unique(g.lengths.begin(), g.lengths.end()), g.lengths.end());
-  std::sort(g.positions.begin(), g.positions.end(), PositionLess);
-  g.positions.erase(std::unique(g.positions.begin(), g.positions.end()), g.positions.end());
-  return g;
-}
-
-const HeatmapCell* CellAt(const Grid& g, int64_t length, double position) {
-  auto it = g.at.find({length, position});
-  return it == g.at.end() ? nullptr : it->second;
-}
-
-// "3/4", "- e2", "1/2 e1 p1": passes/answers, then runs without an answer and pending jobs.
-std::string CellText(const HeatmapCell* c) {
-  if (c == nullptr) return "";
-  std::string s = c->trials > 0 ? std::to_string(c->passes) + "/" + std::to_string(c->trials)
-                                : std::string("-");
-  if (c->errors > 0) s += " e" + std::to_string(c->errors);
-  if (c->pending > 0) s += " p" + std::to_string(c->pending);
-  return s;
 }
 
 const char* CellColor(const HeatmapCell* c) {
@@ -70,21 +36,6 @@ const char* CellColor(const HeatmapCell* c) {
 
 std::string PadLeft(const std::string& s, size_t width) {
   return s.size() >= width ? s : std::string(width - s.size(), ' ') + s;
-}
-
-std::string OutcomeList(const std::array<int64_t, 6>& counts) {
-  std::string s;
-  for (size_t i = 0; i < kOutcomeOrder.size(); ++i) {
-    if (i > 0) s += ", ";
-    s += std::string(OutcomeName(kOutcomeOrder[i])) + " " + FormatThousands(counts[i]);
-  }
-  return s;
-}
-
-std::string ProgressLine(const CampaignProgress& p) {
-  return FormatThousands(p.total) + " total, " + FormatThousands(p.done) + " done, " +
-         FormatThousands(p.failed) + " failed, " + FormatThousands(p.leased) + " leased, " +
-         FormatThousands(p.queued) + " queued";
 }
 
 std::string ProbeLine(const LayerProbeStats& s) {
