@@ -1,0 +1,65 @@
+// `nw query`: one read-only SQL statement against the needlework database, printed as a table,
+// CSV or JSON.
+//
+// Read-only is enforced three ways, each enough on its own for the common cases:
+//   1. the file is opened with SQLITE_OPEN_READONLY and PRAGMA query_only = ON;
+//   2. an authorizer (sqlite3_set_authorizer) allows only SELECT, reading columns, calling
+//      functions (except load_extension and fts3_tokenizer), recursive CTEs, and a whitelist of
+//      PRAGMAs that only read (table_info(...), user_version without a value, ...); it refuses
+//      INSERT / UPDATE / DELETE, CREATE / DROP / ALTER of anything (temp objects included),
+//      ATTACH / DETACH, BEGIN / COMMIT / SAVEPOINT, ANALYZE, REINDEX and every other PRAGMA;
+//   3. the prepared statement must be sqlite3_stmt_readonly() (this is what stops VACUUM INTO,
+//      which writes a new file and has no authorizer action of its own).
+// Exactly one statement is run: anything but whitespace and comments after it is refused.
+// Thread-safety: each call opens and closes its own connection.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace nw::report {
+
+/// One SQLite value, as stored.
+struct SqlValue {
+  enum class Type { kNull, kInteger, kReal, kText, kBlob };
+  Type type = Type::kNull;
+  int64_t integer = 0;
+  double real = 0;
+  std::string text;  // kText: UTF-8; kBlob: the raw bytes
+};
+
+struct QueryResult {
+  std::vector<std::string> columns;
+  std::vector<std::vector<SqlValue>> rows;
+};
+
+struct QueryOptions {
+  int64_t timeout_ms = 0;  // > 0: interrupt the statement after this long (DeadlineExceeded)
+  int64_t max_rows = 0;    // > 0: fail with ResourceExhausted past this many rows
+};
+
+/// Runs `sql` (one statement) read-only against the database file. Errors: NotFound (no such
+/// file), InvalidArgument (empty SQL, more than one statement, SQL errors, anything the
+/// read-only rules refuse; the message says what was refused), DeadlineExceeded,
+/// ResourceExhausted, and the SQLite errors of opening the file.
+Result<QueryResult> RunReadOnlyQuery(const std::filesystem::path& db_file, const std::string& sql,
+                                     const QueryOptions& options = {});
+
+/// An aligned text table with a header and a row count; numbers right-aligned, NULL as "NULL",
+/// text cut to 80 characters with control characters shown as escapes (use CSV or JSON for
+/// exact values).
+std::string FormatQueryTable(const QueryResult& r);
+/// RFC 4180 CSV with a header row (CRLF is not used: rows end in "\n"); NULL is an empty field,
+/// a blob is written as hex.
+std::string FormatQueryCsv(const QueryResult& r);
+/// An array of objects, one per row, keyed by column name in column order (a repeated name gets
+/// ":2", ":3", ...);
+/// integers and reals as numbers, NULL as null, blobs as {"hex": "..."}.
+nlohmann::ordered_json FormatQueryJson(const QueryResult& r);
+
+}  // namespace nw::report
