@@ -975,3 +975,308 @@ Result<std::vector<JobResult>> Store::Results(int64_t campaign_id) {
 }
 
 }  // namespace nw
+
+// ---- Samples, baselines and flaky verdicts (nw export, nw baseline, nw gate) ----
+
+namespace nw {
+namespace {
+
+// The result columns read by ReadResultAt, prefixed "r.".
+constexpr const char* kResultColumns =
+    "r.id, r.job_key, r.attempt, r.outcome, r.generated_text, r.expected, r.needle_token_offset,"
+    " r.prompt_hash, r.prompt_tokens, r.generated_tokens, r.prefill_ms, r.decode_ms, r.total_ms,"
+    " r.worker_id, r.device, r.engine_version, r.error_code, r.error_message, r.retryable,"
+    " r.created_ms";
+
+// Reads kResultColumns starting at column `first`: (results.id, result, created_ms).
+Result<std::pair<int64_t, JobResult>> ReadResultAt(const Db& db, const Query& q, int first,
+                                                   int64_t* created_ms) {
+  JobResult r;
+  const int64_t id = q.Int(first);
+  r.job_key = q.Text(first + 1);
+  r.attempt = static_cast<int>(q.Int(first + 2));
+  auto outcome = ParseOutcome(q.Text(first + 3));
+  if (!outcome.ok()) {
+    return Status::Corruption(db.file() + ": table results, id " + std::to_string(id) + ": " +
+                              outcome.status().message());
+  }
+  r.outcome = *outcome;
+  r.generated_text = q.Text(first + 4);
+  r.expected = q.Text(first + 5);
+  r.needle_token_offset = q.Int(first + 6);
+  r.prompt_hash = q.Text(first + 7);
+  r.prompt_tokens = q.Int(first + 8);
+  r.generated_tokens = q.Int(first + 9);
+  r.prefill_ms = q.Real(first + 10);
+  r.decode_ms = q.Real(first + 11);
+  r.total_ms = q.Real(first + 12);
+  r.worker_id = q.Text(first + 13);
+  r.device = q.Text(first + 14);
+  r.engine_version = q.Text(first + 15);
+  r.error_code = q.Text(first + 16);
+  r.error_message = q.Text(first + 17);
+  r.retryable = q.Int(first + 18) != 0;
+  if (created_ms != nullptr) *created_ms = q.Int(first + 19);
+  return std::make_pair(id, std::move(r));
+}
+
+Status ReadProbesInto(Db& db, int64_t result_id, JobResult& r) {
+  Query pq(db,
+           "SELECT layer, positions, needle_rank_min, needle_rank_median, in_topk_fraction,"
+           " in_topk_last, topk, ranks_json, topk_last_json FROM probes WHERE result_id = ?"
+           " ORDER BY layer",
+           "reading table probes");
+  pq.Bind(1, result_id);
+  while (true) {
+    NW_ASSIGN_OR_RETURN(bool row, pq.Step());
+    if (!row) break;
+    ProbeSummary p;
+    p.layer = static_cast<int>(pq.Int(0));
+    p.positions = static_cast<int>(pq.Int(1));
+    p.needle_rank_min = static_cast<int>(pq.Int(2));
+    p.needle_rank_median = pq.Real(3);
+    p.in_topk_fraction = pq.Real(4);
+    p.in_topk_last = pq.Int(5) != 0;
+    p.topk = static_cast<int>(pq.Int(6));
+    const std::string where =
+        "table probes, job " + r.job_key + " layer " + std::to_string(p.layer);
+    NW_ASSIGN_OR_RETURN(p.ranks, ParseIntArray(db, pq.Text(7), where + ", ranks_json"));
+    NW_ASSIGN_OR_RETURN(p.topk_last, ParseIntArray(db, pq.Text(8), where + ", topk_last_json"));
+    r.probes.push_back(std::move(p));
+  }
+  return Status::Ok();
+}
+
+// Rows of: kJobColumns (5), config, kResultColumns (NULLs without a result).
+Result<std::vector<CampaignSample>> ReadSamples(Db& db, Query& q, bool with_probes) {
+  std::vector<CampaignSample> out;
+  while (true) {
+    NW_ASSIGN_OR_RETURN(bool row, q.Step());
+    if (!row) break;
+    CampaignSample s;
+    NW_ASSIGN_OR_RETURN(s.job, ReadJob(db, q));
+    s.config = q.Text(5);
+    if (!q.IsNull(6)) {
+      NW_ASSIGN_OR_RETURN(auto r, ReadResultAt(db, q, 6, &s.result_created_ms));
+      s.result_id = r.first;
+      s.result = std::move(r.second);
+    }
+    out.push_back(std::move(s));
+  }
+  if (with_probes) {
+    for (CampaignSample& s : out) {
+      if (s.result) NW_RETURN_IF_ERROR(ReadProbesInto(db, s.result_id, *s.result));
+    }
+  }
+  return out;
+}
+
+constexpr const char* kBaselineSelect =
+    "SELECT b.name, b.campaign_id, c.name, b.note, b.created_ms, b.updated_ms,"
+    " (SELECT COUNT(*) FROM baseline_results br WHERE br.baseline = b.name),"
+    " (SELECT COUNT(*) FROM baseline_results br WHERE br.baseline = b.name"
+    "  AND br.result_id IS NOT NULL)"
+    " FROM baselines b JOIN campaigns c ON c.id = b.campaign_id";
+
+BaselineRecord ReadBaseline(const Query& q) {
+  BaselineRecord b;
+  b.name = q.Text(0);
+  b.campaign_id = q.Int(1);
+  b.campaign_name = q.Text(2);
+  b.note = q.Text(3);
+  b.created_ms = q.Int(4);
+  b.updated_ms = q.Int(5);
+  b.jobs = q.Int(6);
+  b.results = q.Int(7);
+  return b;
+}
+
+bool IsVerdictName(const std::string& v) {
+  return v == "flaky" || v == "stable_pass" || v == "stable_miss" || v == "no_answer";
+}
+
+}  // namespace
+
+Result<std::vector<CampaignSample>> Store::CampaignSamples(int64_t campaign_id, bool with_probes) {
+  NW_RETURN_IF_ERROR(impl_->CheckCampaign(campaign_id));
+  Query q(*impl_->db,
+          std::string("SELECT ") + kJobColumns + ", c.config, " + kResultColumns +
+              " FROM v_campaign_jobs c JOIN jobs j ON j.key = c.job_key"
+              " LEFT JOIN results r ON r.id = c.result_id"
+              " WHERE c.campaign_id = ? ORDER BY j.rowid",
+          "reading the jobs and results of campaign " + std::to_string(campaign_id));
+  q.Bind(1, campaign_id);
+  return ReadSamples(*impl_->db, q, with_probes);
+}
+
+Result<std::vector<std::pair<int64_t, JobResult>>> Store::ResultHistory(const std::string& key) {
+  Query q(
+      *impl_->db,
+      std::string("SELECT ") + kResultColumns + " FROM results r WHERE r.job_key = ? ORDER BY r.id",
+      "reading the results of job " + key);
+  q.Bind(1, key);
+  std::vector<std::pair<int64_t, JobResult>> out;
+  while (true) {
+    NW_ASSIGN_OR_RETURN(bool row, q.Step());
+    if (!row) break;
+    NW_ASSIGN_OR_RETURN(auto r, ReadResultAt(*impl_->db, q, 0, nullptr));
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+Result<BaselineRecord> Store::SetBaseline(const std::string& name, int64_t campaign_id,
+                                          const std::string& note, int64_t now_ms) {
+  if (name.empty()) {
+    return Status::InvalidArgument(impl_->file() + ": table baselines: empty baseline name");
+  }
+  std::optional<BaselineRecord> out;
+  const Status st = impl_->Write("setting baseline '" + name + "'", [&]() -> Status {
+    NW_RETURN_IF_ERROR(impl_->CheckCampaign(campaign_id));
+    {
+      Query q(*impl_->db,
+              "INSERT INTO baselines (name, campaign_id, note, created_ms, updated_ms)"
+              " VALUES (?1, ?2, ?3, ?4, ?4)"
+              " ON CONFLICT (name) DO UPDATE SET campaign_id = excluded.campaign_id,"
+              " note = excluded.note, updated_ms = excluded.updated_ms",
+              "upserting into table baselines");
+      q.Bind(1, name).Bind(2, campaign_id).Bind(3, note).Bind(4, now_ms);
+      NW_RETURN_IF_ERROR(q.Run());
+    }
+    {
+      Query q(*impl_->db, "DELETE FROM baseline_results WHERE baseline = ?",
+              "clearing table baseline_results");
+      q.Bind(1, name);
+      NW_RETURN_IF_ERROR(q.Run());
+    }
+    {
+      Query q(*impl_->db,
+              "INSERT INTO baseline_results (baseline, job_key, result_id)"
+              " SELECT ?1, job_key, result_id FROM v_campaign_jobs WHERE campaign_id = ?2",
+              "freezing results into table baseline_results");
+      q.Bind(1, name).Bind(2, campaign_id);
+      NW_RETURN_IF_ERROR(q.Run());
+    }
+    Query q(*impl_->db, std::string(kBaselineSelect) + " WHERE b.name = ?",
+            "reading back baseline '" + name + "'");
+    q.Bind(1, name);
+    NW_ASSIGN_OR_RETURN(bool row, q.Step());
+    if (!row) return Status::Internal(impl_->file() + ": baseline '" + name + "' vanished");
+    out = ReadBaseline(q);
+    return Status::Ok();
+  });
+  if (!st.ok()) return st;
+  return *out;
+}
+
+Result<std::optional<BaselineRecord>> Store::FindBaseline(const std::string& name) {
+  Query q(*impl_->db, std::string(kBaselineSelect) + " WHERE b.name = ?",
+          "looking up baseline '" + name + "' in table baselines");
+  q.Bind(1, name);
+  NW_ASSIGN_OR_RETURN(bool row, q.Step());
+  if (!row) return std::optional<BaselineRecord>();
+  return std::optional<BaselineRecord>(ReadBaseline(q));
+}
+
+Result<std::vector<BaselineRecord>> Store::ListBaselines() {
+  Query q(*impl_->db, std::string(kBaselineSelect) + " ORDER BY b.name", "listing table baselines");
+  std::vector<BaselineRecord> out;
+  while (true) {
+    NW_ASSIGN_OR_RETURN(bool row, q.Step());
+    if (!row) break;
+    out.push_back(ReadBaseline(q));
+  }
+  return out;
+}
+
+Status Store::DeleteBaseline(const std::string& name) {
+  return impl_->Write("deleting baseline '" + name + "'", [&]() -> Status {
+    Query q(*impl_->db, "DELETE FROM baselines WHERE name = ?", "deleting from table baselines");
+    q.Bind(1, name);
+    NW_RETURN_IF_ERROR(q.Run());
+    if (q.Changes() == 0) {
+      return Status::NotFound(impl_->file() + ": no baseline named '" + name +
+                              "' in table baselines");
+    }
+    return Status::Ok();
+  });
+}
+
+Result<std::vector<CampaignSample>> Store::BaselineSamples(const std::string& name,
+                                                           bool with_probes) {
+  NW_ASSIGN_OR_RETURN(std::optional<BaselineRecord> b, FindBaseline(name));
+  if (!b) {
+    return Status::NotFound(impl_->file() + ": no baseline named '" + name +
+                            "' in table baselines");
+  }
+  Query q(*impl_->db,
+          std::string("SELECT ") + kJobColumns + ", v.config, " + kResultColumns +
+              " FROM baseline_results br JOIN jobs j ON j.key = br.job_key"
+              " JOIN v_job_config v ON v.key = br.job_key"
+              " LEFT JOIN results r ON r.id = br.result_id"
+              " WHERE br.baseline = ? ORDER BY j.rowid",
+          "reading the frozen results of baseline '" + name + "'");
+  q.Bind(1, name);
+  return ReadSamples(*impl_->db, q, with_probes);
+}
+
+Status Store::RecordFlakyVerdicts(const std::vector<FlakyVerdict>& verdicts) {
+  for (const FlakyVerdict& v : verdicts) {
+    if (!IsVerdictName(v.verdict)) {
+      return Status::InvalidArgument(impl_->file() + ": table flaky_verdicts: job " + v.job_key +
+                                     ": unknown verdict '" + v.verdict + "'");
+    }
+  }
+  return impl_->Write("recording flaky verdicts", [&]() -> Status {
+    for (const FlakyVerdict& v : verdicts) {
+      NW_RETURN_IF_ERROR(impl_->JobStateOf(v.job_key, "recording a flaky verdict").status());
+      Query q(*impl_->db,
+              "INSERT INTO flaky_verdicts (job_key, gate, runs, passes, misses, errors, verdict,"
+              " result_ids, decided_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+              "inserting into table flaky_verdicts");
+      q.Bind(1, v.job_key)
+          .Bind(2, v.gate)
+          .Bind(3, v.runs)
+          .Bind(4, v.passes)
+          .Bind(5, v.misses)
+          .Bind(6, v.errors)
+          .Bind(7, v.verdict)
+          .Bind(8, json(v.result_ids).dump())
+          .Bind(9, v.decided_ms);
+      NW_RETURN_IF_ERROR(q.Run());
+    }
+    return Status::Ok();
+  });
+}
+
+Result<std::vector<FlakyVerdict>> Store::FlakyVerdicts(const std::string& key) {
+  Query q(*impl_->db,
+          "SELECT job_key, gate, runs, passes, misses, errors, verdict, result_ids, decided_ms"
+          " FROM flaky_verdicts WHERE job_key = ? ORDER BY id",
+          "reading table flaky_verdicts");
+  q.Bind(1, key);
+  std::vector<FlakyVerdict> out;
+  while (true) {
+    NW_ASSIGN_OR_RETURN(bool row, q.Step());
+    if (!row) break;
+    FlakyVerdict v;
+    v.job_key = q.Text(0);
+    v.gate = q.Text(1);
+    v.runs = q.Int(2);
+    v.passes = q.Int(3);
+    v.misses = q.Int(4);
+    v.errors = q.Int(5);
+    v.verdict = q.Text(6);
+    try {
+      v.result_ids = json::parse(q.Text(7)).get<std::vector<int64_t>>();
+    } catch (const json::exception& e) {
+      return Status::Corruption(impl_->file() + ": table flaky_verdicts, job " + v.job_key +
+                                ": result_ids is not a JSON array of integers (" + e.what() + ")");
+    }
+    v.decided_ms = q.Int(8);
+    out.push_back(std::move(v));
+  }
+  return out;
+}
+
+}  // namespace nw

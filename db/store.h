@@ -32,6 +32,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"
@@ -147,6 +148,38 @@ struct WorkerRecord {
   std::string state;  // active | lost | gone
 };
 
+/// One job of a campaign (or of a frozen baseline) with its configuration label (v_job_config)
+/// and its latest result (for a baseline: the result frozen with it), if any.
+struct CampaignSample {
+  JobRecord job;
+  std::string config;
+  std::optional<JobResult> result;  // probes filled only when asked for
+  int64_t result_id = 0;            // results.id (0 without a result)
+  int64_t result_created_ms = 0;
+};
+
+/// A named baseline (table baselines): a campaign's results frozen by `nw baseline set`.
+struct BaselineRecord {
+  std::string name;
+  int64_t campaign_id = 0;
+  std::string campaign_name;
+  std::string note;
+  int64_t jobs = 0;     // frozen jobs
+  int64_t results = 0;  // of those, frozen with a result
+  int64_t created_ms = 0;
+  int64_t updated_ms = 0;
+};
+
+/// One verdict of the gate's flaky reruns (table flaky_verdicts).
+struct FlakyVerdict {
+  std::string job_key;
+  std::string gate;  // "BASELINE -> CANDIDATE"
+  int64_t runs = 0, passes = 0, misses = 0, errors = 0;
+  std::string verdict;  // flaky | stable_pass | stable_miss | no_answer
+  std::vector<int64_t> result_ids;
+  int64_t decided_ms = 0;
+};
+
 class Store {
  public:
   enum class Mode { kReadWrite, kReadOnly };
@@ -252,6 +285,30 @@ class Store {
   Result<std::vector<LayerProbeStats>> ProbeStats(int64_t campaign_id);
   /// Results of a campaign's jobs (latest per job), with their probes, ordered by job key.
   Result<std::vector<JobResult>> Results(int64_t campaign_id);
+  /// Every job of the campaign with its configuration label and latest result (NotFound for an
+  /// unknown id), in insertion order; probes are read only when `with_probes`.
+  Result<std::vector<CampaignSample>> CampaignSamples(int64_t campaign_id, bool with_probes);
+  /// Every result of one job with its results.id, oldest first, without probes (empty for an
+  /// unknown key).
+  Result<std::vector<std::pair<int64_t, JobResult>>> ResultHistory(const std::string& key);
+
+  // ---- Baselines and flaky verdicts (nw baseline, nw gate) ----
+  /// Freezes the campaign's jobs and their latest results under `name` (replacing a baseline of
+  /// that name; its created_ms is kept). NotFound for an unknown campaign id.
+  Result<BaselineRecord> SetBaseline(const std::string& name, int64_t campaign_id,
+                                     const std::string& note, int64_t now_ms);
+  Result<std::optional<BaselineRecord>> FindBaseline(const std::string& name);
+  /// All baselines, by name.
+  Result<std::vector<BaselineRecord>> ListBaselines();
+  /// NotFound when there is no baseline of that name.
+  Status DeleteBaseline(const std::string& name);
+  /// The baseline's frozen jobs with the results they had when it was set (like
+  /// CampaignSamples). NotFound for an unknown name.
+  Result<std::vector<CampaignSample>> BaselineSamples(const std::string& name, bool with_probes);
+  /// Appends verdicts (one transaction). Unknown job keys fail the batch (NotFound).
+  Status RecordFlakyVerdicts(const std::vector<FlakyVerdict>& verdicts);
+  /// The verdicts recorded for a job, oldest first.
+  Result<std::vector<FlakyVerdict>> FlakyVerdicts(const std::string& key);
 
  private:
   struct Impl;
