@@ -1,0 +1,460 @@
+#include "http/openai.h"
+
+#include <cmath>
+#include <limits>
+
+namespace nw {
+namespace {
+
+using json = nlohmann::json;
+
+ApiError Invalid(std::string param, std::string message) {
+  ApiError e;
+  e.status = 400;
+  e.type = "invalid_request_error";
+  e.param = std::move(param);
+  e.message = std::move(message);
+  return e;
+}
+
+ApiError Unsupported(const std::string& param, const std::string& what) {
+  return Invalid(param, what + " is not supported by this server");
+}
+
+// The field, or nullptr when absent or null (null means "the default" in OpenAI's API).
+const json* Get(const json& body, const char* key) {
+  auto it = body.find(key);
+  if (it == body.end() || it->is_null()) return nullptr;
+  return &*it;
+}
+
+std::optional<ApiError> ReadInt(const json& body, const char* key, int64_t lo, int64_t hi,
+                                std::optional<int64_t>* out) {
+  const json* v = Get(body, key);
+  if (v == nullptr) return std::nullopt;
+  if (!v->is_number_integer()) return Invalid(key, std::string(key) + " must be an integer");
+  const int64_t x = v->is_number_unsigned() && v->get<uint64_t>() > uint64_t{INT64_MAX}
+                        ? INT64_MAX
+                        : v->get<int64_t>();
+  if (x < lo || x > hi) {
+    return Invalid(key, std::string(key) + " must be in [" + std::to_string(lo) + ", " +
+                            std::to_string(hi) + "], got " + v->dump());
+  }
+  *out = x;
+  return std::nullopt;
+}
+
+std::optional<ApiError> ReadNumber(const json& body, const char* key, double lo, double hi,
+                                   bool lo_open, double* out) {
+  const json* v = Get(body, key);
+  if (v == nullptr) return std::nullopt;
+  if (!v->is_number()) return Invalid(key, std::string(key) + " must be a number");
+  const double x = v->get<double>();
+  if (!std::isfinite(x) || x < lo || (lo_open && x == lo) || x > hi) {
+    return Invalid(key, std::string(key) + " must be in " + (lo_open ? "(" : "[") +
+                            json(lo).dump() + ", " + json(hi).dump() + "], got " + v->dump());
+  }
+  *out = x;
+  return std::nullopt;
+}
+
+std::optional<ApiError> ReadBool(const json& body, const char* key, bool* out) {
+  const json* v = Get(body, key);
+  if (v == nullptr) return std::nullopt;
+  if (!v->is_boolean()) return Invalid(key, std::string(key) + " must be true or false");
+  *out = v->get<bool>();
+  return std::nullopt;
+}
+
+// A JSON array of token ids.
+std::optional<ApiError> ReadIds(const json& v, const std::string& param, int64_t max_count,
+                                std::vector<int32_t>* out) {
+  if (static_cast<int64_t>(v.size()) > max_count) {
+    return Invalid(param, param + " has " + std::to_string(v.size()) + " entries, more than " +
+                              std::to_string(max_count));
+  }
+  out->clear();
+  out->reserve(v.size());
+  for (size_t i = 0; i < v.size(); ++i) {
+    const json& t = v[i];
+    if (!t.is_number_integer() || t.get<int64_t>() < 0 ||
+        t.get<int64_t>() > std::numeric_limits<int32_t>::max()) {
+      return Invalid(param,
+                     param + "[" + std::to_string(i) + "] must be a token id (an integer >= 0)");
+    }
+    out->push_back(static_cast<int32_t>(t.get<int64_t>()));
+  }
+  return std::nullopt;
+}
+
+// Fields that ask for something this server does not do.
+std::optional<ApiError> RejectUnsupported(const json& body, ApiKind kind) {
+  if (const json* v = Get(body, "n"); v != nullptr && !(v->is_number_integer() && *v == 1)) {
+    return Unsupported("n", "n other than 1");
+  }
+  if (const json* v = Get(body, "best_of"); v != nullptr && !(v->is_number_integer() && *v == 1)) {
+    return Unsupported("best_of", "best_of other than 1");
+  }
+  if (const json* v = Get(body, "stream"); v != nullptr && !(v->is_boolean() && !v->get<bool>())) {
+    return Unsupported("stream", "streaming");
+  }
+  if (const json* v = Get(body, "logprobs");
+      v != nullptr && !((v->is_boolean() && !v->get<bool>()) ||
+                        (kind == ApiKind::kCompletions && v->is_number_integer() && *v == 0))) {
+    return Unsupported("logprobs", "logprobs");
+  }
+  if (const json* v = Get(body, "top_logprobs"); v != nullptr && !(v->is_number() && *v == 0)) {
+    return Unsupported("top_logprobs", "top_logprobs");
+  }
+  if (const json* v = Get(body, "echo"); v != nullptr && !(v->is_boolean() && !v->get<bool>())) {
+    return Unsupported("echo", "echo");
+  }
+  if (const json* v = Get(body, "suffix"); v != nullptr && !(v->is_string() && v->empty())) {
+    return Unsupported("suffix", "suffix");
+  }
+  if (const json* v = Get(body, "logit_bias"); v != nullptr && !(v->is_object() && v->empty())) {
+    return Unsupported("logit_bias", "logit_bias");
+  }
+  for (const char* key : {"presence_penalty", "frequency_penalty"}) {
+    if (const json* v = Get(body, key); v != nullptr && !(v->is_number() && *v == 0)) {
+      return Unsupported(key, key);
+    }
+  }
+  if (const json* v = Get(body, "repetition_penalty");
+      v != nullptr && !(v->is_number() && *v == 1)) {
+    return Unsupported("repetition_penalty", "repetition_penalty");
+  }
+  if (const json* v = Get(body, "tools"); v != nullptr && !(v->is_array() && v->empty())) {
+    return Unsupported("tools", "tools");
+  }
+  return std::nullopt;
+}
+
+std::optional<ApiError> ParseMessages(const json& body, const RequestLimits& limits,
+                                      std::vector<ChatMessage>* out) {
+  const json* v = Get(body, "messages");
+  if (v == nullptr) return Invalid("messages", "messages is required");
+  if (!v->is_array() || v->empty()) {
+    return Invalid("messages", "messages must be a non-empty array");
+  }
+  if (static_cast<int>(v->size()) > limits.max_messages) {
+    return Invalid("messages", "at most " + std::to_string(limits.max_messages) + " messages");
+  }
+  for (size_t i = 0; i < v->size(); ++i) {
+    const json& m = (*v)[i];
+    const std::string p = "messages[" + std::to_string(i) + "]";
+    if (!m.is_object()) return Invalid(p, p + " must be an object");
+    const json* role = Get(m, "role");
+    if (role == nullptr || !role->is_string()) return Invalid(p + ".role", p + ".role is required");
+    ChatMessage msg;
+    msg.role = role->get<std::string>();
+    if (msg.role == "developer") msg.role = "system";
+    if (msg.role != "system" && msg.role != "user" && msg.role != "assistant") {
+      return Invalid(p + ".role", p + ".role must be system, user or assistant, got '" +
+                                      role->get<std::string>() + "'");
+    }
+    const json* content = Get(m, "content");
+    if (content == nullptr) {
+      if (msg.role != "assistant") return Invalid(p + ".content", p + ".content is required");
+    } else if (content->is_string()) {
+      msg.content = content->get<std::string>();
+    } else if (content->is_array()) {
+      for (size_t k = 0; k < content->size(); ++k) {
+        const json& part = (*content)[k];
+        const std::string pp = p + ".content[" + std::to_string(k) + "]";
+        const json* type = part.is_object() ? Get(part, "type") : nullptr;
+        const json* text = part.is_object() ? Get(part, "text") : nullptr;
+        if (type == nullptr || *type != "text" || text == nullptr || !text->is_string()) {
+          return Invalid(pp, pp + " must be {\"type\": \"text\", \"text\": ...} (only text is "
+                                  "supported)");
+        }
+        msg.content += text->get<std::string>();
+      }
+    } else {
+      return Invalid(p + ".content", p + ".content must be a string or an array of text parts");
+    }
+    out->push_back(std::move(msg));
+  }
+  return std::nullopt;
+}
+
+std::optional<ApiError> ParsePrompt(const json& body, const RequestLimits& limits,
+                                    CompletionRequest* out) {
+  const json* v = Get(body, "prompt");
+  if (v == nullptr) return Invalid("prompt", "prompt is required");
+  const json* p = v;
+  if (v->is_array() && !v->empty() && (v->front().is_string() || v->front().is_array())) {
+    if (v->size() != 1) {
+      return Invalid("prompt", "batched prompts are not supported; send one prompt per request");
+    }
+    p = &v->front();
+  }
+  if (p->is_string()) {
+    if (p->get_ref<const std::string&>().empty()) return Invalid("prompt", "prompt is empty");
+    out->prompt_text = p->get<std::string>();
+    return std::nullopt;
+  }
+  if (p->is_array()) {
+    if (p->empty()) return Invalid("prompt", "prompt is empty");
+    return ReadIds(*p, "prompt", limits.max_prompt_tokens, &out->prompt_ids);
+  }
+  return Invalid("prompt", "prompt must be a string or an array of token ids");
+}
+
+}  // namespace
+
+json ApiError::Body() const {
+  return json{{"error",
+               {{"message", message},
+                {"type", type},
+                {"param", param.empty() ? json(nullptr) : json(param)},
+                {"code", code.empty() ? json(nullptr) : json(code)}}}};
+}
+
+std::optional<ApiError> ParseCompletionRequest(const json& body, ApiKind kind,
+                                               const RequestLimits& limits,
+                                               CompletionRequest* out) {
+  try {
+    if (!body.is_object()) return Invalid("", "the request body must be a JSON object");
+    CompletionRequest r;
+    r.kind = kind;
+    if (auto e = RejectUnsupported(body, kind)) return e;
+    if (const json* m = Get(body, "model")) {
+      if (!m->is_string()) return Invalid("model", "model must be a string");
+      r.model = m->get<std::string>();
+    }
+    if (kind == ApiKind::kCompletions) {
+      if (auto e = ParsePrompt(body, limits, &r)) return e;
+    } else {
+      if (auto e = ParseMessages(body, limits, &r.messages)) return e;
+    }
+    std::optional<int64_t> max_tokens;
+    if (auto e = ReadInt(body, "max_tokens", 1, limits.max_tokens, &max_tokens)) return e;
+    if (kind == ApiKind::kChat && !max_tokens) {
+      if (auto e = ReadInt(body, "max_completion_tokens", 1, limits.max_tokens, &max_tokens)) {
+        return e;
+      }
+    }
+    if (max_tokens) r.max_tokens = static_cast<int>(*max_tokens);
+    if (auto e = ReadNumber(body, "temperature", 0, 2, false, &r.temperature)) return e;
+    if (auto e = ReadNumber(body, "top_p", 0, 1, true, &r.top_p)) return e;
+    if (const json* s = Get(body, "seed")) {
+      if (!s->is_number_integer()) return Invalid("seed", "seed must be an integer");
+      r.seed =
+          s->is_number_unsigned() ? s->get<uint64_t>() : static_cast<uint64_t>(s->get<int64_t>());
+    }
+    if (const json* s = Get(body, "stop")) {
+      std::vector<json> items;
+      if (s->is_string()) {
+        items.push_back(*s);
+      } else if (s->is_array()) {
+        items.assign(s->begin(), s->end());
+      } else {
+        return Invalid("stop", "stop must be a string or an array of strings");
+      }
+      if (static_cast<int>(items.size()) > limits.max_stop) {
+        return Invalid("stop", "at most " + std::to_string(limits.max_stop) + " stop strings");
+      }
+      for (const json& it : items) {
+        if (!it.is_string() || it.get_ref<const std::string&>().empty()) {
+          return Invalid("stop", "stop strings must be non-empty strings");
+        }
+        if (it.get_ref<const std::string&>().size() > limits.max_stop_bytes) {
+          return Invalid("stop", "a stop string may be at most " +
+                                     std::to_string(limits.max_stop_bytes) + " bytes");
+        }
+        r.stop.push_back(it.get<std::string>());
+      }
+    }
+    if (const json* s = Get(body, "stop_token_ids")) {
+      if (!s->is_array()) return Invalid("stop_token_ids", "stop_token_ids must be an array");
+      if (auto e = ReadIds(*s, "stop_token_ids", limits.max_stop, &r.stop_token_ids)) return e;
+    }
+    if (auto e = ReadBool(body, "ignore_eos", &r.ignore_eos)) return e;
+    if (auto e = ReadBool(body, "return_indexer_topk", &r.return_indexer_topk)) return e;
+    if (auto e = ReadBool(body, "return_meta_info", &r.return_meta_info)) return e;
+    std::optional<int64_t> index_topk;
+    if (auto e = ReadInt(body, "index_topk", 1, 1 << 20, &index_topk)) return e;
+    if (index_topk) r.index_topk = static_cast<int>(*index_topk);
+    if (const json* p = Get(body, "precision")) {
+      Result<PrecisionProfile> profile = p->is_string()
+                                             ? NamedPrecisionProfile(p->get<std::string>())
+                                             : PrecisionProfile::FromJson(*p);
+      if (!profile.ok()) return Invalid("precision", "precision: " + profile.status().message());
+      if (Status s = profile->Validate(); !s.ok()) {
+        return Invalid("precision", "precision: " + s.message());
+      }
+      r.precision = *profile;
+    }
+    *out = std::move(r);
+    return std::nullopt;
+  } catch (const json::exception& e) {
+    return Invalid("", std::string("malformed request: ") + e.what());
+  }
+}
+
+std::string RenderChatPrompt(const std::vector<ChatMessage>& messages) {
+  if (messages.size() == 1 && messages[0].role == "user") return messages[0].content;
+  std::string out;
+  for (const ChatMessage& m : messages) {
+    const std::string role = m.role == "system" ? "System"
+                             : m.role == "user" ? "User"
+                                                : "Assistant";
+    out += role + ": " + m.content + "\n";
+  }
+  out += "Assistant:";
+  return out;
+}
+
+json CompletionResponse(ApiKind kind, const std::string& id, int64_t created_s,
+                        const std::string& model, const CompletionOutput& out) {
+  json choice{{"index", 0}, {"logprobs", nullptr}, {"finish_reason", out.finish_reason}};
+  if (kind == ApiKind::kCompletions) {
+    choice["text"] = out.text;
+  } else {
+    choice["message"] = json{{"role", "assistant"}, {"content", out.text}};
+  }
+  if (!out.matched_stop.is_null()) choice["matched_stop"] = out.matched_stop;
+  if (!out.meta_info.is_null()) choice["meta_info"] = out.meta_info;
+  return json{{"id", id},
+              {"object", kind == ApiKind::kCompletions ? "text_completion" : "chat.completion"},
+              {"created", created_s},
+              {"model", model},
+              {"choices", json::array({choice})},
+              {"usage",
+               {{"prompt_tokens", out.prompt_tokens},
+                {"completion_tokens", out.completion_tokens},
+                {"total_tokens", out.prompt_tokens + out.completion_tokens}}}};
+}
+
+Result<ParsedCompletion> ParseCompletionResponse(const json& body, ApiKind kind) {
+  auto bad = [](const std::string& what) {
+    return Status::Corruption("malformed completion response: " + what);
+  };
+  try {
+    if (!body.is_object()) return bad("not a JSON object");
+    auto choices = body.find("choices");
+    if (choices == body.end() || !choices->is_array() || choices->empty()) {
+      return bad("choices: missing or empty");
+    }
+    const json& c = choices->front();
+    if (!c.is_object()) return bad("choices[0]: not an object");
+    ParsedCompletion p;
+    if (kind == ApiKind::kCompletions) {
+      auto text = c.find("text");
+      if (text == c.end() || !text->is_string()) return bad("choices[0].text: missing");
+      p.text = text->get<std::string>();
+    } else {
+      auto msg = c.find("message");
+      if (msg == c.end() || !msg->is_object()) return bad("choices[0].message: missing");
+      auto content = msg->find("content");
+      if (content != msg->end() && content->is_string()) {
+        p.text = content->get<std::string>();
+      } else if (content != msg->end() && !content->is_null()) {
+        return bad("choices[0].message.content: not a string");
+      }
+    }
+    auto finish = c.find("finish_reason");
+    if (finish != c.end() && finish->is_string()) p.finish_reason = finish->get<std::string>();
+    if (auto usage = body.find("usage"); usage != body.end() && usage->is_object()) {
+      for (const char* key : {"prompt_tokens", "completion_tokens"}) {
+        auto v = usage->find(key);
+        if (v == usage->end() || v->is_null()) continue;
+        if (!v->is_number_integer() || v->get<int64_t>() < 0) {
+          return bad(std::string("usage.") + key + ": not a count");
+        }
+        (std::string_view(key) == "prompt_tokens" ? p.prompt_tokens : p.completion_tokens) =
+            v->get<int64_t>();
+      }
+    }
+    if (auto m = c.find("meta_info"); m != c.end() && m->is_object()) {
+      p.meta_info = *m;
+    } else if (auto top = body.find("meta_info"); top != body.end() && top->is_object()) {
+      p.meta_info = *top;
+    }
+    return p;
+  } catch (const json::exception& e) {
+    return bad(e.what());
+  }
+}
+
+namespace {
+
+constexpr char kB64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+int B64Value(char c) {
+  if (c >= 'A' && c <= 'Z') return c - 'A';
+  if (c >= 'a' && c <= 'z') return c - 'a' + 26;
+  if (c >= '0' && c <= '9') return c - '0' + 52;
+  if (c == '+') return 62;
+  if (c == '/') return 63;
+  return -1;
+}
+
+}  // namespace
+
+std::string Base64Encode(std::span<const uint8_t> bytes) {
+  std::string out;
+  out.reserve((bytes.size() + 2) / 3 * 4);
+  size_t i = 0;
+  for (; i + 3 <= bytes.size(); i += 3) {
+    const uint32_t v = (uint32_t{bytes[i]} << 16) | (uint32_t{bytes[i + 1]} << 8) | bytes[i + 2];
+    out += kB64[(v >> 18) & 63];
+    out += kB64[(v >> 12) & 63];
+    out += kB64[(v >> 6) & 63];
+    out += kB64[v & 63];
+  }
+  const size_t rest = bytes.size() - i;
+  if (rest > 0) {
+    uint32_t v = uint32_t{bytes[i]} << 16;
+    if (rest == 2) v |= uint32_t{bytes[i + 1]} << 8;
+    out += kB64[(v >> 18) & 63];
+    out += kB64[(v >> 12) & 63];
+    out += rest == 2 ? kB64[(v >> 6) & 63] : '=';
+    out += '=';
+  }
+  return out;
+}
+
+Result<std::vector<uint8_t>> Base64Decode(std::string_view text) {
+  while (!text.empty() && text.back() == '=') text.remove_suffix(1);
+  if (text.size() % 4 == 1) return Status::Corruption("base64: bad length");
+  std::vector<uint8_t> out;
+  out.reserve(text.size() * 3 / 4);
+  uint32_t acc = 0;
+  int bits = 0;
+  for (char c : text) {
+    const int v = B64Value(c);
+    if (v < 0) return Status::Corruption("base64: invalid character");
+    acc = (acc << 6) | static_cast<uint32_t>(v);
+    bits += 6;
+    if (bits >= 8) {
+      bits -= 8;
+      out.push_back(static_cast<uint8_t>((acc >> bits) & 0xff));
+    }
+  }
+  return out;
+}
+
+std::string EncodeInt32Base64(std::span<const int32_t> values) {
+  std::vector<uint8_t> bytes(values.size() * 4);
+  for (size_t i = 0; i < values.size(); ++i) {
+    const uint32_t v = static_cast<uint32_t>(values[i]);
+    for (int b = 0; b < 4; ++b) bytes[4 * i + static_cast<size_t>(b)] = (v >> (8 * b)) & 0xff;
+  }
+  return Base64Encode(bytes);
+}
+
+Result<std::vector<int32_t>> DecodeInt32Base64(std::string_view text) {
+  NW_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, Base64Decode(text));
+  if (bytes.size() % 4 != 0) return Status::Corruption("int32 base64: length not a multiple of 4");
+  std::vector<int32_t> out(bytes.size() / 4);
+  for (size_t i = 0; i < out.size(); ++i) {
+    uint32_t v = 0;
+    for (int b = 0; b < 4; ++b) v |= uint32_t{bytes[4 * i + static_cast<size_t>(b)]} << (8 * b);
+    out[i] = static_cast<int32_t>(v);
+  }
+  return out;
+}
+
+}  // namespace nw

@@ -1,0 +1,627 @@
+#include "http/server.h"
+
+#include <array>
+#include <atomic>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <charconv>
+#include <condition_variable>
+#include <ctime>
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "engine/engine.h"
+#include "http/openai.h"
+
+namespace nw {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace bhttp = boost::beast::http;
+using tcp = asio::ip::tcp;
+using json = nlohmann::json;
+
+// Types of this file only; named (not anonymous) because HttpServer::Impl holds them.
+namespace serve_detail {
+
+struct Reply {
+  int status = 200;
+  json body;
+  std::vector<std::pair<std::string, std::string>> headers;
+};
+
+Reply ErrorReply(const ApiError& e) {
+  Reply r;
+  r.status = e.status;
+  r.body = e.Body();
+  return r;
+}
+
+Reply Error(int status, std::string type, std::string message, std::string code = "") {
+  ApiError e;
+  e.status = status;
+  e.type = std::move(type);
+  e.message = std::move(message);
+  e.code = std::move(code);
+  return ErrorReply(e);
+}
+
+// One generation request on its way through the engine queue. The engine thread calls `done`
+// once unless the request was cancelled first (its deadline passed, or the server stopped).
+struct Task {
+  ApiKind kind = ApiKind::kCompletions;
+  CompletionRequest request;
+  std::string id;
+  std::atomic<bool> cancelled{false};
+  std::function<void(Reply)> done;
+};
+
+class Session;
+
+}  // namespace serve_detail
+
+using serve_detail::Error;
+using serve_detail::ErrorReply;
+using serve_detail::Reply;
+using serve_detail::Session;
+using serve_detail::Task;
+
+namespace {
+
+// "host:port" -> endpoint; IPv6 as "[::1]:8000".
+Result<tcp::endpoint> ParseListen(const std::string& listen) {
+  auto bad = [&](const std::string& why) {
+    return Status::InvalidArgument("--listen '" + listen + "': " + why);
+  };
+  const size_t colon = listen.rfind(':');
+  if (colon == std::string::npos) return bad("expected host:port");
+  std::string host = listen.substr(0, colon);
+  const std::string port_text = listen.substr(colon + 1);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  int port = -1;
+  auto r = std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
+  if (r.ec != std::errc() || r.ptr != port_text.data() + port_text.size() || port < 0 ||
+      port > 65535) {
+    return bad("bad port '" + port_text + "'");
+  }
+  if (host == "localhost") host = "127.0.0.1";
+  beast::error_code ec;
+  const asio::ip::address address = asio::ip::make_address(host, ec);
+  if (ec) return bad("'" + host + "' is not an IP address");
+  return tcp::endpoint(address, static_cast<uint16_t>(port));
+}
+
+std::string Ms(double ms) {
+  char buf[32];
+  auto r = std::to_chars(buf, buf + sizeof(buf), ms, std::chars_format::fixed, 3);
+  return std::string(buf, r.ptr);
+}
+
+}  // namespace
+
+struct HttpServer::Impl {
+  // The io_context is declared first so that it is destroyed last: handlers it still holds own
+  // sessions, whose sockets belong to it.
+  asio::io_context ioc;
+  std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work;
+  tcp::acceptor acceptor{ioc};
+  ServerOptions options;
+  std::unique_ptr<ServeModel> model;
+  std::string model_name;
+  int64_t created_s = 0;
+  uint16_t port = 0;
+  std::string host;
+  RequestLimits limits;
+
+  std::mutex mu;  // guards queue, admitted, stopping
+  std::condition_variable cv;
+  std::deque<std::shared_ptr<Task>> queue;
+  std::shared_ptr<Task> running;  // the request the engine runs now
+  int admitted = 0;               // queued + running
+  bool stopping = false;
+
+  std::vector<std::weak_ptr<Session>> sessions;  // I/O thread only (and Stop, after it ended)
+  std::atomic<bool> stopped{false};
+  std::atomic<uint64_t> next_id{1};
+  std::atomic<int64_t> n_connections{0}, n_requests{0}, n_completions{0}, n_busy{0}, n_timed_out{0},
+      n_client_errors{0};
+  std::mt19937_64 seeds{std::random_device{}()};  // engine thread: seeds of unseeded requests
+
+  std::thread io_thread;
+  std::thread engine_thread;
+
+  void Log(std::string_view line) const {
+    if (options.log) options.log(line);
+  }
+  void Accept();
+  void EngineLoop();
+  std::optional<Reply> RunTask(Task& task);
+  // Queues a task, or says why not (503).
+  std::optional<Reply> Admit(std::shared_ptr<Task> task);
+  void CountReply(int status) {
+    if (status >= 400 && status < 500) ++n_client_errors;
+  }
+};
+
+namespace serve_detail {
+
+class Session : public std::enable_shared_from_this<Session> {
+ public:
+  Session(HttpServer::Impl* impl, tcp::socket socket)
+      : impl_(impl), stream_(std::move(socket)), timer_(stream_.get_executor()) {}
+
+  void Start() { ReadHeader(); }
+
+  // Answers 503 and closes: the server has too many connections.
+  void RejectBusy() {
+    Send(Error(503, "overloaded_error", "too many connections; try again later"), true);
+  }
+
+  // Ends the connection now (I/O thread, or Stop after the I/O thread has ended).
+  void Close() {
+    beast::error_code ignored;
+    timer_.cancel();
+    stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
+    stream_.socket().close(ignored);
+  }
+
+ private:
+  void ReadHeader() {
+    parser_.emplace();
+    parser_->header_limit(16 * 1024);
+    parser_->body_limit(impl_->options.max_body_bytes);
+    answered_ = false;
+    ++seq_;
+    stream_.expires_after(std::chrono::milliseconds(impl_->options.read_timeout_ms));
+    bhttp::async_read_header(
+        stream_, buffer_, *parser_,
+        [self = shared_from_this()](beast::error_code ec, size_t) { self->OnHeader(ec); });
+  }
+
+  void OnHeader(beast::error_code ec) {
+    if (ec) return OnReadError(ec);
+    const auto& h = parser_->get();
+    version_ = h.version();
+    keep_alive_ = h.keep_alive();
+    if (auto length = parser_->content_length();
+        length && *length > impl_->options.max_body_bytes) {
+      return TooLarge();
+    }
+    if (beast::iequals(h[bhttp::field::expect], "100-continue")) {
+      auto cont =
+          std::make_shared<bhttp::response<bhttp::empty_body>>(bhttp::status::continue_, version_);
+      bhttp::async_write(stream_, *cont,
+                         [self = shared_from_this(), cont](beast::error_code wec, size_t) {
+                           if (wec) return self->Close();
+                           self->ReadBody();
+                         });
+      return;
+    }
+    ReadBody();
+  }
+
+  void ReadBody() {
+    bhttp::async_read(
+        stream_, buffer_, *parser_,
+        [self = shared_from_this()](beast::error_code ec, size_t) { self->OnBody(ec); });
+  }
+
+  void OnBody(beast::error_code ec) {
+    if (ec) return OnReadError(ec);
+    req_ = parser_->release();
+    stream_.expires_never();
+    ++impl_->n_requests;
+    Handle();
+  }
+
+  void OnReadError(beast::error_code ec) {
+    if (ec == bhttp::error::body_limit) return TooLarge();
+    if (ec == bhttp::error::end_of_stream || ec == asio::error::eof ||
+        ec == beast::error::timeout || ec == asio::error::operation_aborted ||
+        ec == asio::error::connection_reset || ec == bhttp::error::partial_message) {
+      return Close();  // the client went away, or sent nothing in time
+    }
+    keep_alive_ = false;
+    Send(Error(400, "invalid_request_error", "malformed HTTP request: " + ec.message()), true);
+  }
+
+  void TooLarge() {
+    Send(Error(413, "invalid_request_error",
+               "the request body is larger than " + std::to_string(impl_->options.max_body_bytes) +
+                   " bytes"),
+         true);
+  }
+
+  void Handle() {
+    std::string path(req_.target());
+    if (const size_t q = path.find('?'); q != std::string::npos) path.resize(q);
+    const bhttp::verb method = req_.method();
+    auto only = [&](bhttp::verb allowed) {
+      if (method == allowed) return true;
+      Reply r = Error(405, "invalid_request_error",
+                      std::string(bhttp::to_string(method)) + " is not allowed on " + path);
+      r.headers.emplace_back("Allow", std::string(bhttp::to_string(allowed)));
+      Send(std::move(r), false);
+      return false;
+    };
+    if (path == "/health") {
+      if (!only(bhttp::verb::get)) return;
+      Reply r;
+      r.body = json{{"status", "ok"}, {"model", impl_->model_name}};
+      return Send(std::move(r), false);
+    }
+    if (path == "/v1/models") {
+      if (!only(bhttp::verb::get)) return;
+      const ModelConfig& cfg = impl_->model->config();
+      Reply r;
+      r.body = json{{"object", "list"},
+                    {"data", json::array({json{{"id", impl_->model_name},
+                                               {"object", "model"},
+                                               {"created", impl_->created_s},
+                                               {"owned_by", "needlework"},
+                                               {"root", impl_->model->model_digest()},
+                                               {"max_model_len", cfg.max_position_embeddings},
+                                               {"index_topk", cfg.index_topk},
+                                               {"backend", impl_->model->backend()}}})}};
+      return Send(std::move(r), false);
+    }
+    if (path == "/v1/completions") {
+      if (!only(bhttp::verb::post)) return;
+      return Complete(ApiKind::kCompletions);
+    }
+    if (path == "/v1/chat/completions") {
+      if (!only(bhttp::verb::post)) return;
+      return Complete(ApiKind::kChat);
+    }
+    Send(Error(404, "not_found_error", "no such endpoint: " + path), false);
+  }
+
+  void Complete(ApiKind kind) {
+    const json body = json::parse(req_.body(), nullptr, /*allow_exceptions=*/false);
+    if (body.is_discarded()) {
+      return Send(Error(400, "invalid_request_error", "the request body is not valid JSON"), false);
+    }
+    auto task = std::make_shared<Task>();
+    task->kind = kind;
+    if (auto e = ParseCompletionRequest(body, kind, impl_->limits, &task->request)) {
+      return Send(ErrorReply(*e), false);
+    }
+    if (!task->request.model.empty() && task->request.model != impl_->model_name) {
+      ApiError e;
+      e.status = 404;
+      e.type = "invalid_request_error";
+      e.param = "model";
+      e.code = "model_not_found";
+      e.message = "the model '" + task->request.model + "' does not exist; this server serves '" +
+                  impl_->model_name + "'";
+      return Send(ErrorReply(e), false);
+    }
+    task->id = (kind == ApiKind::kChat ? "chatcmpl-" : "cmpl-") +
+               std::to_string(impl_->next_id.fetch_add(1));
+    // The engine answers through the I/O thread; the task keeps this session alive until then.
+    task->done = [self = shared_from_this(), seq = seq_](Reply reply) {
+      asio::post(self->stream_.get_executor(), [self, seq, reply = std::move(reply)]() mutable {
+        self->OnEngineDone(seq, std::move(reply));
+      });
+    };
+    task_ = task;
+    if (auto refused = impl_->Admit(std::move(task))) return Send(std::move(*refused), false);
+    timer_.expires_after(std::chrono::milliseconds(impl_->options.timeout_ms));
+    timer_.async_wait([self = shared_from_this(), seq = seq_](beast::error_code ec) {
+      if (!ec) self->OnDeadline(seq);
+    });
+  }
+
+  void OnDeadline(uint64_t seq) {
+    if (seq != seq_ || answered_) return;
+    if (auto t = task_.lock()) t->cancelled = true;
+    ++impl_->n_timed_out;
+    Send(Error(504, "timeout_error",
+               "the request did not finish within " + std::to_string(impl_->options.timeout_ms) +
+                   " ms"),
+         false);
+  }
+
+  void OnEngineDone(uint64_t seq, Reply reply) {
+    if (seq != seq_ || answered_) return;  // answered 504 already
+    timer_.cancel();
+    Send(std::move(reply), false);
+  }
+
+  void Send(Reply reply, bool close) {
+    answered_ = true;
+    task_.reset();
+    impl_->CountReply(reply.status);
+    auto res = std::make_shared<bhttp::response<bhttp::string_body>>(
+        static_cast<bhttp::status>(reply.status), version_);
+    res->set(bhttp::field::server, std::string("nw-serve/") + kEngineVersion);
+    res->set(bhttp::field::content_type, "application/json");
+    for (const auto& [name, value] : reply.headers) res->set(name, value);
+    // Generated text may hold invalid UTF-8 (byte-level tokens): replaced, as the job protocol
+    // does, so the client reads exactly what an in-process result carries.
+    res->body() = reply.body.dump(-1, ' ', false, json::error_handler_t::replace);
+    const bool keep = keep_alive_ && !close;
+    res->keep_alive(keep);
+    res->prepare_payload();
+    stream_.expires_after(std::chrono::milliseconds(impl_->options.read_timeout_ms));
+    bhttp::async_write(stream_, *res,
+                       [self = shared_from_this(), res, keep](beast::error_code ec, size_t) {
+                         if (ec) return self->Close();
+                         if (!keep) return self->DrainAndClose();
+                         self->ReadHeader();
+                       });
+  }
+
+  // After a response with Connection: close: stop sending, read what the client still sends
+  // (so the close does not reset the connection before it read the answer), then close.
+  void DrainAndClose() {
+    beast::error_code ignored;
+    stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
+    stream_.expires_after(std::chrono::seconds(2));
+    Drain(std::make_shared<std::array<char, 4096>>());
+  }
+
+  void Drain(std::shared_ptr<std::array<char, 4096>> buf) {
+    stream_.async_read_some(asio::buffer(*buf),
+                            [self = shared_from_this(), buf](beast::error_code ec, size_t) {
+                              if (ec) return self->Close();
+                              self->Drain(buf);
+                            });
+  }
+
+  HttpServer::Impl* impl_;
+  beast::tcp_stream stream_;
+  beast::flat_buffer buffer_;
+  std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
+  bhttp::request<bhttp::string_body> req_;
+  asio::steady_timer timer_;
+  std::weak_ptr<Task> task_;  // the engine queue owns it
+  uint64_t seq_ = 0;          // requests read on this connection
+  bool answered_ = false;
+  unsigned version_ = 11;
+  bool keep_alive_ = true;
+};
+
+}  // namespace serve_detail
+
+void HttpServer::Impl::Accept() {
+  acceptor.async_accept([this](beast::error_code ec, tcp::socket socket) {
+    if (ec == asio::error::operation_aborted || !acceptor.is_open()) return;
+    if (ec) {
+      Log("nw serve: accept failed: " + ec.message());
+      Accept();
+      return;
+    }
+    ++n_connections;
+    std::erase_if(sessions, [](const std::weak_ptr<Session>& s) { return s.expired(); });
+    auto session = std::make_shared<Session>(this, std::move(socket));
+    sessions.push_back(session);
+    if (static_cast<int>(sessions.size()) > options.max_connections) {
+      session->RejectBusy();
+    } else {
+      session->Start();
+    }
+    Accept();
+  });
+}
+
+std::optional<Reply> HttpServer::Impl::Admit(std::shared_ptr<Task> task) {
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (stopping) return Error(503, "overloaded_error", "the server is shutting down");
+    if (admitted >= options.max_batch) {
+      ++n_busy;
+      Reply r = Error(503, "overloaded_error",
+                      "the server is busy (" + std::to_string(admitted) +
+                          " requests queued or running); try again later");
+      r.headers.emplace_back("Retry-After", "1");
+      return r;
+    }
+    queue.push_back(std::move(task));
+    ++admitted;
+  }
+  cv.notify_one();
+  return std::nullopt;
+}
+
+std::optional<Reply> HttpServer::Impl::RunTask(Task& task) {
+  const CompletionRequest& q = task.request;
+  const Tokenizer& tok = model->tokenizer();
+  ServeRequest sr;
+  if (task.kind == ApiKind::kChat) {
+    sr.prompt = tok.Encode(RenderChatPrompt(q.messages));
+  } else if (q.prompt_text) {
+    sr.prompt = tok.Encode(*q.prompt_text);
+  } else {
+    sr.prompt = q.prompt_ids;
+  }
+  if (sr.prompt.empty()) {
+    return Error(400, "invalid_request_error", "the prompt encodes to no tokens");
+  }
+  sr.max_tokens = q.max_tokens;
+  sr.temperature = q.temperature;
+  sr.top_p = q.top_p;
+  sr.seed = q.seed ? *q.seed : seeds();
+  sr.stop = q.stop;
+  sr.stop_token_ids = q.stop_token_ids;
+  sr.ignore_eos = q.ignore_eos;
+  sr.index_topk = q.index_topk.value_or(0);
+  if (q.precision) sr.precision = *q.precision;
+  sr.return_indexer_topk = q.return_indexer_topk;
+  sr.cancel = &task.cancelled;
+  if (options.before_generate) options.before_generate();
+  Result<ServeResult> r = model->Generate(sr);
+  if (!r.ok()) {
+    const Status& s = r.status();
+    switch (s.code()) {
+      case StatusCode::kCancelled:
+        return std::nullopt;  // answered 504 already, or the server is stopping
+      case StatusCode::kOutOfRange:
+        return Error(400, "invalid_request_error", s.message(), "context_length_exceeded");
+      case StatusCode::kInvalidArgument:
+      case StatusCode::kUnsupported:
+        return Error(400, "invalid_request_error", s.message());
+      default:
+        Log("nw serve: generation failed: " + s.ToString());
+        return Error(500, "server_error", "generation failed: " + s.message());
+    }
+  }
+  CompletionOutput out;
+  out.text = r->text;
+  out.finish_reason = r->finish_reason;
+  out.matched_stop = r->matched_stop;
+  out.prompt_tokens = static_cast<int64_t>(sr.prompt.size());
+  out.completion_tokens = static_cast<int64_t>(r->tokens.size());
+  if (q.return_meta_info || q.return_indexer_topk) {
+    json meta{{"id", task.id},
+              {"prompt_tokens", out.prompt_tokens},
+              {"completion_tokens", out.completion_tokens},
+              {"finish_reason", json{{"type", out.finish_reason}, {"matched", out.matched_stop}}},
+              {"prefill_ms", r->prefill_ms},
+              {"decode_ms", r->decode_ms}};
+    if (q.return_indexer_topk) {
+      meta["indexer_topk"] = EncodeInt32Base64(r->indexer_topk);
+      meta["indexer_topk_shape"] = json::array(
+          {r->indexer_rows, static_cast<int64_t>(r->indexer_layers.size()), r->indexer_topk_width});
+      meta["indexer_layers"] = r->indexer_layers;
+    }
+    out.meta_info = std::move(meta);
+  }
+  Reply reply;
+  reply.body = CompletionResponse(task.kind, task.id, created_s, model_name, out);
+  reply.headers.emplace_back("nw-prefill-ms", Ms(r->prefill_ms));
+  reply.headers.emplace_back("nw-decode-ms", Ms(r->decode_ms));
+  return reply;
+}
+
+void HttpServer::Impl::EngineLoop() {
+  for (;;) {
+    std::shared_ptr<Task> task;
+    {
+      std::unique_lock<std::mutex> lock(mu);
+      cv.wait(lock, [&] { return stopping || !queue.empty(); });
+      if (stopping) return;
+      task = std::move(queue.front());
+      queue.pop_front();
+      running = task;
+    }
+    std::optional<Reply> reply;
+    if (!task->cancelled) {
+      try {
+        reply = RunTask(*task);
+      } catch (const std::exception& e) {  // json or allocation failures: the module edge
+        Log(std::string("nw serve: request failed: ") + e.what());
+        reply = Error(500, "server_error", std::string("internal error: ") + e.what());
+      }
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      --admitted;
+      running.reset();
+    }
+    if (reply) {
+      if (reply->status == 200) ++n_completions;
+      task->done(std::move(*reply));
+    }
+  }
+}
+
+HttpServer::HttpServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+HttpServer::~HttpServer() { Stop(); }
+
+Result<std::unique_ptr<HttpServer>> HttpServer::Start(std::unique_ptr<ServeModel> model,
+                                                      ServerOptions options) {
+  if (model == nullptr) return Status::InvalidArgument("nw serve: no model");
+  if (options.max_batch < 1) return Status::InvalidArgument("--max-batch must be >= 1");
+  if (options.max_body_bytes < 1) return Status::InvalidArgument("--max-body-bytes must be >= 1");
+  if (options.timeout_ms < 1) return Status::InvalidArgument("--timeout-ms must be >= 1");
+  if (options.read_timeout_ms < 1 || options.max_connections < 1) {
+    return Status::InvalidArgument("read_timeout_ms and max_connections must be >= 1");
+  }
+  NW_ASSIGN_OR_RETURN(tcp::endpoint endpoint, ParseListen(options.listen));
+  auto impl = std::make_unique<Impl>();
+  impl->model = std::move(model);
+  impl->model_name = options.model_name.empty() ? "nw-model" : options.model_name;
+  impl->options = std::move(options);
+  impl->created_s = static_cast<int64_t>(std::time(nullptr));
+  impl->host = endpoint.address().to_string();
+  const int mpe = impl->model->config().max_position_embeddings;
+  impl->limits.max_tokens = mpe > 0 ? mpe : 1 << 20;
+  impl->limits.max_prompt_tokens = mpe > 0 ? mpe : 1 << 20;
+
+  beast::error_code ec;
+  impl->acceptor.open(endpoint.protocol(), ec);
+  if (!ec) impl->acceptor.set_option(asio::socket_base::reuse_address(true), ec);
+  if (!ec) impl->acceptor.bind(endpoint, ec);
+  if (!ec) impl->acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) {
+    return Status::Unavailable("cannot listen on " + impl->options.listen + ": " + ec.message());
+  }
+  impl->port = impl->acceptor.local_endpoint().port();
+  impl->work.emplace(impl->ioc.get_executor());
+  impl->Accept();
+  Impl* raw = impl.get();
+  impl->io_thread = std::thread([raw] { raw->ioc.run(); });
+  impl->engine_thread = std::thread([raw] { raw->EngineLoop(); });
+  raw->Log("nw serve: listening on " + std::string("http://") +
+           (raw->host.find(':') != std::string::npos ? "[" + raw->host + "]" : raw->host) + ":" +
+           std::to_string(raw->port) + ", model '" + raw->model_name + "' on " +
+           raw->model->backend());
+  return std::make_unique<HttpServer>(std::move(impl));
+}
+
+void HttpServer::Stop() {
+  Impl& m = *impl_;
+  if (m.stopped.exchange(true)) return;
+  {
+    std::lock_guard<std::mutex> lock(m.mu);
+    m.stopping = true;
+    for (const auto& t : m.queue) t->cancelled = true;
+    m.queue.clear();
+    if (m.running) m.running->cancelled = true;
+  }
+  m.cv.notify_all();
+  asio::post(m.ioc, [&m] {
+    beast::error_code ignored;
+    m.acceptor.close(ignored);
+    for (const auto& weak : m.sessions) {
+      if (auto s = weak.lock()) s->Close();
+    }
+    m.work.reset();
+    m.ioc.stop();
+  });
+  if (m.io_thread.joinable()) m.io_thread.join();
+  if (m.engine_thread.joinable()) m.engine_thread.join();
+  m.Log("nw serve: stopped");
+}
+
+uint16_t HttpServer::port() const { return impl_->port; }
+
+std::string HttpServer::url() const {
+  const std::string& h = impl_->host;
+  const std::string host = h == "0.0.0.0" ? "127.0.0.1" : h == "::" ? "::1" : h;
+  return "http://" + (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" +
+         std::to_string(impl_->port);
+}
+
+const std::string& HttpServer::model_name() const { return impl_->model_name; }
+
+ServerStats HttpServer::stats() const {
+  const Impl& m = *impl_;
+  return ServerStats{m.n_connections.load(), m.n_requests.load(),  m.n_completions.load(),
+                     m.n_busy.load(),        m.n_timed_out.load(), m.n_client_errors.load()};
+}
+
+}  // namespace nw
