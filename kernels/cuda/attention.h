@@ -1,0 +1,54 @@
+// DeepSeek-V4 sparse attention on the GPU (kernels/cpu/attention.h SparseAttention) for many
+// queries at once: each query attends to the union of two gathered entry sets (the sliding window
+// and the compressed entries), with one softmax and a per-head sink in the denominator:
+//   out[i, h] = sum_j e^{z_j} kv_j / (sum_j e^{z_j} + e^{sink_h}),   z_j = scale * q[i, h] . kv_j,
+// over the entries j listed in sets[0] then sets[1]: set s contributes kv rows
+// indices_s[i, 0 .. len_s[i]) of its buffer; an index < 0 or >= rows is skipped (FlashMLA's -1
+// padding). A query with no entry gets out = 0. K = V (one KV head of head_dim values).
+//
+// KV formats: kFp32 and kBf16 rows [rows, head_dim]; kV4Fp8 the paged V4 fp8 cache of quant.h
+// (row r = slot r: page r / page_size), dequantized exactly on load.
+// Paths:
+//   SIMT (q fp32): fp32 dot products and accumulation, any head_dim <= 512 (multiple of 4), any
+//     n_heads; agrees with the CPU to fp32 rounding (exp and summation order differ).
+//   tensor cores (q bf16): mma.sync m16n8k16 bf16 for Q K^T and P V with fp32 accumulation and
+//     an online softmax over 64-entry tiles (FlashAttention-2 style; probabilities rounded to bf16
+//     for P V); head_dim 128 or 512, n_heads <= 64, kv kBf16 or kV4Fp8.
+// Both are deterministic run to run. Thread-safety: launchers are reentrant.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "common/status.h"
+#include "kernels/cuda/quant.h"
+
+namespace nw::cuda {
+
+enum class KvFormat { kFp32, kBf16, kV4Fp8 };
+
+struct KvSet {
+  const void* kv = nullptr;  // kFp32/kBf16: [rows, head_dim]; kV4Fp8: [rows / page_size pages]
+  int64_t rows = 0;          // entries addressable in kv
+  const int32_t* indices = nullptr;  // [m, index_stride]; null: the set is empty
+  const int32_t* lengths = nullptr;  // [m] or null (every query uses index_stride indices)
+  int64_t index_stride = 0;
+};
+
+struct SparseAttentionParams {
+  const void* q = nullptr;  // [m, n_heads, head_dim] fp32 (SIMT) or bf16 (tensor cores)
+  bool q_bf16 = false;
+  const float* sink = nullptr;  // [n_heads]
+  float* out = nullptr;         // [m, n_heads, head_dim]
+  int64_t m = 0;
+  int n_heads = 0;
+  int head_dim = 0;
+  float scale = 0.0f;
+  KvFormat kv_format = KvFormat::kFp32;
+  V4KvLayout kv_layout;  // kV4Fp8 only (head_dim must match)
+  KvSet sets[2];
+};
+Status LaunchSparseAttention(const SparseAttentionParams& p, cudaStream_t stream);
+
+}  // namespace nw::cuda

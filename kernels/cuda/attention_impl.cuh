@@ -1,0 +1,56 @@
+// Internals shared by the sparse-attention kernels (attention.cu, attention_mma.cu). Device code.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "common/status.h"
+#include "kernels/cuda/attention.h"
+#include "kernels/quant/scalar.h"
+
+namespace nw::cuda::detail {
+
+/// Entry slot s of query i: a pointer-free (set, row) pair; row -1 when the slot is unused.
+struct Slot {
+  int set;
+  int64_t row;
+};
+
+__device__ __forceinline__ int64_t SetLength(const KvSet& s, int64_t i) {
+  if (s.indices == nullptr) return 0;
+  if (s.lengths == nullptr) return s.index_stride;
+  return min(max(static_cast<int64_t>(s.lengths[i]), int64_t{0}), s.index_stride);
+}
+
+__device__ __forceinline__ Slot SlotAt(const SparseAttentionParams& p, int64_t i, int64_t len0,
+                                       int64_t s) {
+  const int set = s < len0 ? 0 : 1;
+  const KvSet& ks = p.sets[set];
+  const int64_t idx = ks.indices[i * ks.index_stride + (set == 0 ? s : s - len0)];
+  return {set, (idx >= 0 && idx < ks.rows) ? idx : int64_t{-1}};
+}
+
+/// Dequantized value c of V4-fp8 row `row` of a paged cache (exactly quant::FakeQuantV4Kv's).
+struct V4Row {
+  const uint8_t* data;
+  const uint8_t* scales;
+};
+
+__device__ __forceinline__ V4Row V4RowAt(const void* cache, const V4KvLayout& l, int64_t row) {
+  const uint8_t* base = static_cast<const uint8_t*>(cache) + (row / l.page_size) * l.PageBytes();
+  const int64_t off = row % l.page_size;
+  return {base + off * l.TokenBytes(), base + l.page_size * l.TokenBytes() + off * l.ScaleStride()};
+}
+
+__device__ __forceinline__ float V4Value(const V4Row& r, const V4KvLayout& l, int c) {
+  const int nope = l.nope();
+  if (c < nope) return quant::DecodeE4M3(r.data[c]) * quant::DecodeUe8m0(r.scales[c / 64]);
+  const uint16_t* rope = reinterpret_cast<const uint16_t*>(r.data + nope);
+  return quant::Bf16BitsToFloat(rope[c - nope]);
+}
+
+/// Tensor-core launch (attention_mma.cu); params already validated.
+Status LaunchSparseAttentionMma(const SparseAttentionParams& p, cudaStream_t stream);
+
+}  // namespace nw::cuda::detail

@@ -1,0 +1,283 @@
+// Sparse attention on tensor cores (see attention.h): one query per block, 8 warps. Warp w owns
+// heads 16 (w % 4) .. +15 and output dims (w / 4) * d/2 .. +d/2. Per 64-entry tile of gathered KV
+// rows (bf16 in shared memory, V4 fp8 rows dequantized exactly on the way in):
+//   S = Q K^T: each warp multiplies its heads over its half of the dims (mma.sync m16n8k16), the
+//     two halves are added through shared memory (same order for both warps of a head group);
+//   online softmax in base 2 with the sink as the initial maximum;
+//   O += P V: P from the S registers (rounded to bf16), V fragments by ldmatrix.trans.
+#include <algorithm>
+
+#include "kernels/cuda/attention_impl.cuh"
+#include "kernels/cuda/common.h"
+#include "kernels/cuda/device_util.cuh"
+#include "kernels/cuda/mma.cuh"
+
+namespace nw::cuda::detail {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kTile = 64;            // entries per tile
+constexpr int kHeads = 64;           // head rows (zero-padded past n_heads)
+constexpr int kXStride = kTile + 8;  // floats per row of the S exchange buffer
+constexpr float kLog2e = 1.4426950408889634f;
+
+template <int kDim>
+struct MmaSmem {
+  static constexpr int kStride = kDim + 8;  // bf16 per row: conflict-free fragment loads
+  static constexpr size_t kQ = static_cast<size_t>(kHeads) * kStride * 2;
+  static constexpr size_t kKv = static_cast<size_t>(kTile) * kStride * 2;
+  static constexpr size_t kX = 2ull * kHeads * kXStride * 4;
+  static constexpr size_t kBytes = kQ + kKv + kX;
+};
+
+template <int kDim, bool kFp8>
+__device__ __forceinline__ void LoadTile(const SparseAttentionParams& p, const int* s_set,
+                                         const int64_t* s_row, uint16_t* skv) {
+  constexpr int kStride = MmaSmem<kDim>::kStride;
+  if constexpr (!kFp8) {
+    constexpr int kChunks = kDim / 8;
+    for (int c = threadIdx.x; c < kTile * kChunks; c += kThreads) {
+      const int r = c / kChunks, cc = c % kChunks;
+      const int64_t row = s_row[r];
+      uint4 v = make_uint4(0, 0, 0, 0);
+      if (row >= 0) {
+        const uint16_t* src = static_cast<const uint16_t*>(p.sets[s_set[r]].kv);
+        v = *reinterpret_cast<const uint4*>(src + row * kDim + cc * 8);
+      }
+      *reinterpret_cast<uint4*>(skv + r * kStride + cc * 8) = v;
+    }
+  } else {
+    const V4KvLayout& l = p.kv_layout;
+    const int nope_chunks = l.nope() / 16;   // 16 e4m3 codes -> 16 bf16
+    const int rope_chunks = l.rope_dim / 8;  // 8 bf16 copied
+    const int chunks = nope_chunks + rope_chunks;
+    for (int c = threadIdx.x; c < kTile * chunks; c += kThreads) {
+      const int r = c / chunks, cc = c % chunks;
+      const int64_t row = s_row[r];
+      uint4* dst = reinterpret_cast<uint4*>(skv + r * kStride) +
+                   (cc < nope_chunks ? 2 * cc : nope_chunks * 2 + (cc - nope_chunks));
+      if (row < 0) {
+        dst[0] = make_uint4(0, 0, 0, 0);
+        if (cc < nope_chunks) dst[1] = make_uint4(0, 0, 0, 0);
+        continue;
+      }
+      const V4Row src = V4RowAt(p.sets[s_set[r]].kv, l, row);
+      if (cc < nope_chunks) {
+        const uint4 v = *reinterpret_cast<const uint4*>(src.data + cc * 16);
+        const float s = quant::DecodeUe8m0(src.scales[(cc * 16) / 64]);
+        const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+        uint32_t b[8];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+#pragma unroll
+          for (int hw = 0; hw < 2; ++hw) {
+            const uint16_t two = static_cast<uint16_t>(w[e] >> (16 * hw));
+            const __half2_raw h =
+                __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two), __NV_E4M3);
+            const float2 f = __half22float2(__half2(h));
+            b[2 * e + hw] = PackBf16x2(f.x * s, f.y * s);
+          }
+        }
+        dst[0] = make_uint4(b[0], b[1], b[2], b[3]);
+        dst[1] = make_uint4(b[4], b[5], b[6], b[7]);
+      } else {
+        dst[0] = *reinterpret_cast<const uint4*>(src.data + l.nope() + (cc - nope_chunks) * 16);
+      }
+    }
+  }
+}
+
+template <int kDim, bool kFp8>
+__global__ void __launch_bounds__(kThreads, 1) SparseAttentionMmaKernel(SparseAttentionParams p) {
+  using Smem = MmaSmem<kDim>;
+  constexpr int kStride = Smem::kStride;
+  constexpr int kHalf = kDim / 2;
+  constexpr int kSteps = kHalf / 16;
+  constexpr int kOut = kHalf / 8;  // output n-tiles per warp
+  extern __shared__ uint4 smem[];
+  uint16_t* sq = reinterpret_cast<uint16_t*>(smem);
+  uint16_t* skv = sq + Smem::kQ / 2;
+  float* sx = reinterpret_cast<float*>(skv + Smem::kKv / 2);  // [2][kHeads][kXStride]
+  __shared__ int s_set[kTile];
+  __shared__ int64_t s_row[kTile];
+
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
+  const int hw = warp & 3, dw = warp >> 2;
+  const int64_t i = blockIdx.x;
+
+  // Q -> shared memory (zero rows past n_heads).
+  {
+    const uint16_t* q = static_cast<const uint16_t*>(p.q) + i * p.n_heads * kDim;
+    constexpr int kChunks = kDim / 8;
+    for (int c = threadIdx.x; c < kHeads * kChunks; c += kThreads) {
+      const int h = c / kChunks, cc = c % kChunks;
+      uint4 v = make_uint4(0, 0, 0, 0);
+      if (h < p.n_heads) v = *reinterpret_cast<const uint4*>(q + h * kDim + cc * 8);
+      *reinterpret_cast<uint4*>(sq + h * kStride + cc * 8) = v;
+    }
+  }
+  const int64_t len0 = SetLength(p.sets[0], i);
+  const int64_t total = len0 + SetLength(p.sets[1], i);
+  const int r0 = hw * 16 + g, r1 = r0 + 8;  // this thread's two head rows
+  float m0 = r0 < p.n_heads ? p.sink[r0] * kLog2e : 0.0f;
+  float m1 = r1 < p.n_heads ? p.sink[r1] * kLog2e : 0.0f;
+  float l0 = m0 == -INFINITY ? 0.0f : 1.0f;
+  float l1 = m1 == -INFINITY ? 0.0f : 1.0f;
+  float o[kOut][4];
+#pragma unroll
+  for (int n = 0; n < kOut; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+  const float scale2 = p.scale * kLog2e;
+
+  for (int64_t s0 = 0; s0 < total; s0 += kTile) {
+    __syncthreads();  // the previous tile (skv, sx, slots) is no longer read
+    if (threadIdx.x < kTile) {
+      const int64_t s = s0 + threadIdx.x;
+      Slot slot{0, -1};
+      if (s < total) slot = SlotAt(p, i, len0, s);
+      s_set[threadIdx.x] = slot.set;
+      s_row[threadIdx.x] = slot.row;
+    }
+    __syncthreads();
+    LoadTile<kDim, kFp8>(p, s_set, s_row, skv);
+    __syncthreads();
+
+    // S partial over this warp's half of the dims.
+    float s[8][4];
+#pragma unroll
+    for (int n = 0; n < 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < kSteps; ++kk) {
+      const int col = dw * kHalf + kk * 16 + 2 * t4;
+      uint32_t a[4];
+      a[0] = *reinterpret_cast<const uint32_t*>(sq + r0 * kStride + col);
+      a[1] = *reinterpret_cast<const uint32_t*>(sq + r1 * kStride + col);
+      a[2] = *reinterpret_cast<const uint32_t*>(sq + r0 * kStride + col + 8);
+      a[3] = *reinterpret_cast<const uint32_t*>(sq + r1 * kStride + col + 8);
+#pragma unroll
+      for (int n = 0; n < 8; ++n) {
+        const uint16_t* bp = skv + (n * 8 + g) * kStride + col;
+        MmaBf16(s[n], a, *reinterpret_cast<const uint32_t*>(bp),
+                *reinterpret_cast<const uint32_t*>(bp + 8));
+      }
+    }
+    // Exchange the halves: S = part(dw 0) + part(dw 1) (addition commutes, so both warps agree).
+    float* mine = sx + (dw * kHeads) * kXStride;
+    const float* other = sx + ((1 - dw) * kHeads) * kXStride;
+#pragma unroll
+    for (int n = 0; n < 8; ++n) {
+      const int e = n * 8 + 2 * t4;
+      *reinterpret_cast<float2*>(mine + r0 * kXStride + e) = make_float2(s[n][0], s[n][1]);
+      *reinterpret_cast<float2*>(mine + r1 * kXStride + e) = make_float2(s[n][2], s[n][3]);
+    }
+    __syncthreads();
+    float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+    for (int n = 0; n < 8; ++n) {
+      const int e = n * 8 + 2 * t4;
+      const float2 x0 = *reinterpret_cast<const float2*>(other + r0 * kXStride + e);
+      const float2 x1 = *reinterpret_cast<const float2*>(other + r1 * kXStride + e);
+      const bool v0 = s_row[e] >= 0, v1 = s_row[e + 1] >= 0;
+      s[n][0] = v0 ? (s[n][0] + x0.x) * scale2 : -INFINITY;
+      s[n][1] = v1 ? (s[n][1] + x0.y) * scale2 : -INFINITY;
+      s[n][2] = v0 ? (s[n][2] + x1.x) * scale2 : -INFINITY;
+      s[n][3] = v1 ? (s[n][3] + x1.y) * scale2 : -INFINITY;
+      mx0 = fmaxf(mx0, fmaxf(s[n][0], s[n][1]));
+      mx1 = fmaxf(mx1, fmaxf(s[n][2], s[n][3]));
+    }
+#pragma unroll
+    for (int off = 1; off < 4; off <<= 1) {
+      mx0 = fmaxf(mx0, __shfl_xor_sync(kFullMask, mx0, off));
+      mx1 = fmaxf(mx1, __shfl_xor_sync(kFullMask, mx1, off));
+    }
+    const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
+    const float c0 = mn0 == -INFINITY ? 1.0f : exp2f(m0 - mn0);
+    const float c1 = mn1 == -INFINITY ? 1.0f : exp2f(m1 - mn1);
+    float sum0 = 0.0f, sum1 = 0.0f;
+#pragma unroll
+    for (int n = 0; n < 8; ++n) {
+      s[n][0] = mn0 == -INFINITY ? 0.0f : exp2f(s[n][0] - mn0);
+      s[n][1] = mn0 == -INFINITY ? 0.0f : exp2f(s[n][1] - mn0);
+      s[n][2] = mn1 == -INFINITY ? 0.0f : exp2f(s[n][2] - mn1);
+      s[n][3] = mn1 == -INFINITY ? 0.0f : exp2f(s[n][3] - mn1);
+      sum0 += s[n][0] + s[n][1];
+      sum1 += s[n][2] + s[n][3];
+    }
+#pragma unroll
+    for (int off = 1; off < 4; off <<= 1) {
+      sum0 += __shfl_xor_sync(kFullMask, sum0, off);
+      sum1 += __shfl_xor_sync(kFullMask, sum1, off);
+    }
+    l0 = l0 * c0 + sum0;
+    l1 = l1 * c1 + sum1;
+    m0 = mn0;
+    m1 = mn1;
+#pragma unroll
+    for (int n = 0; n < kOut; ++n) {
+      o[n][0] *= c0;
+      o[n][1] *= c0;
+      o[n][2] *= c1;
+      o[n][3] *= c1;
+    }
+    // O += P V over the tile's 4 groups of 16 entries.
+#pragma unroll
+    for (int kk = 0; kk < kTile / 16; ++kk) {
+      uint32_t a[4];
+      a[0] = PackBf16x2(s[2 * kk][0], s[2 * kk][1]);
+      a[1] = PackBf16x2(s[2 * kk][2], s[2 * kk][3]);
+      a[2] = PackBf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+      a[3] = PackBf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+      const int mi = lane >> 3, rr = lane & 7;
+      const uint16_t* vrow =
+          skv + (kk * 16 + (mi & 1) * 8 + rr) * kStride + dw * kHalf + (mi >> 1) * 8;
+#pragma unroll
+      for (int n = 0; n < kOut; n += 2) {
+        uint32_t b[4];
+        LdMatrixX4Trans(b, vrow + n * 8);
+        MmaBf16(o[n], a, b[0], b[1]);
+        MmaBf16(o[n + 1], a, b[2], b[3]);
+      }
+    }
+  }
+
+  const float inv0 = 1.0f / l0, inv1 = 1.0f / l1;
+  float* out = p.out + i * p.n_heads * kDim;
+#pragma unroll
+  for (int n = 0; n < kOut; ++n) {
+    const int col = dw * kHalf + n * 8 + 2 * t4;
+    if (r0 < p.n_heads) {
+      *reinterpret_cast<float2*>(out + r0 * kDim + col) =
+          make_float2(o[n][0] * inv0, o[n][1] * inv0);
+    }
+    if (r1 < p.n_heads) {
+      *reinterpret_cast<float2*>(out + r1 * kDim + col) =
+          make_float2(o[n][2] * inv1, o[n][3] * inv1);
+    }
+  }
+}
+
+template <int kDim, bool kFp8>
+Status Launch(const SparseAttentionParams& p, cudaStream_t stream) {
+  const size_t smem = MmaSmem<kDim>::kBytes;
+  NW_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(SparseAttentionMmaKernel<kDim, kFp8>,
+                                               cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               static_cast<int>(smem)));
+  SparseAttentionMmaKernel<kDim, kFp8><<<static_cast<unsigned>(p.m), kThreads, smem, stream>>>(p);
+  return NW_CUDA_LAUNCH_STATUS("SparseAttentionMmaKernel");
+}
+
+}  // namespace
+
+Status LaunchSparseAttentionMma(const SparseAttentionParams& p, cudaStream_t stream) {
+  if ((reinterpret_cast<uintptr_t>(p.q) % 16) != 0) {
+    return Status::InvalidArgument("SparseAttention (tensor cores): q must be 16-byte aligned");
+  }
+  const bool fp8 = p.kv_format == KvFormat::kV4Fp8;
+  if (fp8 && (p.kv_layout.nope() % 16 != 0 || p.kv_layout.rope_dim % 8 != 0 ||
+              p.kv_layout.TokenBytes() % 16 != 0)) {
+    return Status::InvalidArgument("SparseAttention (tensor cores): V4 layout needs 16-byte rows");
+  }
+  if (p.head_dim == 512) return fp8 ? Launch<512, true>(p, stream) : Launch<512, false>(p, stream);
+  return fp8 ? Launch<128, true>(p, stream) : Launch<128, false>(p, stream);
+}
+
+}  // namespace nw::cuda::detail

@@ -1,0 +1,77 @@
+#include "kernels/cuda/common.h"
+
+#include <string>
+
+namespace nw::cuda {
+
+Status CudaStatus(cudaError_t err, const char* what, const char* file, int line) {
+  if (err == cudaSuccess) return Status::Ok();
+  std::string m = std::string(file) + ":" + std::to_string(line) + ": " + what + ": " +
+                  cudaGetErrorName(err) + ": " + cudaGetErrorString(err);
+  return Status::Internal(std::move(m));
+}
+
+Status LastLaunchStatus(const char* kernel, const char* file, int line) {
+  const cudaError_t err = cudaGetLastError();
+  if (err == cudaSuccess) return Status::Ok();
+  return CudaStatus(err, (std::string("launch of ") + kernel).c_str(), file, line);
+}
+
+bool HasCudaDevice() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();  // clear the error so that later calls start clean
+    return false;
+  }
+  return n > 0;
+}
+
+int MultiprocessorCount() {
+  int dev = 0, sms = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+    cudaGetLastError();
+    return 1;
+  }
+  return sms > 0 ? sms : 1;
+}
+
+Result<Stream> Stream::Create() {
+  Stream s;
+  NW_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&s.s_, cudaStreamNonBlocking));
+  return s;
+}
+
+Status Stream::Synchronize() const {
+  NW_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s_));
+  return Status::Ok();
+}
+
+void Stream::Reset() {
+  if (s_ != nullptr) cudaStreamDestroy(s_);
+  s_ = nullptr;
+}
+
+Result<Event> Event::Create() {
+  Event e;
+  NW_CUDA_RETURN_IF_ERROR(cudaEventCreate(&e.e_));
+  return e;
+}
+
+Status Event::Record(cudaStream_t stream) const {
+  NW_CUDA_RETURN_IF_ERROR(cudaEventRecord(e_, stream));
+  return Status::Ok();
+}
+
+Result<float> Event::ElapsedSince(const Event& start) const {
+  float ms = 0.0f;
+  NW_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, start.e_, e_));
+  return ms;
+}
+
+void Event::Reset() {
+  if (e_ != nullptr) cudaEventDestroy(e_);
+  e_ = nullptr;
+}
+
+}  // namespace nw::cuda

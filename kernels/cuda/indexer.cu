@@ -1,0 +1,146 @@
+// Indexer logits: launcher and the exact fp32 path (see indexer.h). The exact kernel gives one
+// thread a key: the key's values sit in registers and every query head is dotted against them in
+// the CPU's association order, the query's heads coming from shared memory as broadcasts.
+#include <algorithm>
+#include <string>
+
+#include "kernels/cuda/common.h"
+#include "kernels/cuda/device_util.cuh"
+#include "kernels/cuda/indexer.h"
+#include "kernels/cuda/indexer_impl.cuh"
+
+namespace nw::cuda {
+namespace {
+
+using detail::AddRn;
+using detail::MulRn;
+
+constexpr int kExactThreads = 128;
+
+/// cpu::Dot: eight interleaved partial sums combined pairwise, products rounded separately.
+template <int kDim>
+__device__ __forceinline__ float Dot8(const float* q, const float (&k)[kDim]) {
+  float s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+#pragma unroll
+  for (int i = 0; i < kDim; i += 8) {
+    const float4 a = *reinterpret_cast<const float4*>(q + i);
+    const float4 b = *reinterpret_cast<const float4*>(q + i + 4);
+    s[0] = AddRn(s[0], MulRn(a.x, k[i + 0]));
+    s[1] = AddRn(s[1], MulRn(a.y, k[i + 1]));
+    s[2] = AddRn(s[2], MulRn(a.z, k[i + 2]));
+    s[3] = AddRn(s[3], MulRn(a.w, k[i + 3]));
+    s[4] = AddRn(s[4], MulRn(b.x, k[i + 4]));
+    s[5] = AddRn(s[5], MulRn(b.y, k[i + 5]));
+    s[6] = AddRn(s[6], MulRn(b.z, k[i + 6]));
+    s[7] = AddRn(s[7], MulRn(b.w, k[i + 7]));
+  }
+  return AddRn(AddRn(AddRn(s[0], s[1]), AddRn(s[2], s[3])),
+               AddRn(AddRn(s[4], s[5]), AddRn(s[6], s[7])));
+}
+
+template <int kDim>
+__global__ void __launch_bounds__(kExactThreads) IndexerExactKernel(IndexerLogitsParams p) {
+  extern __shared__ float4 smem4[];
+  float* sq = reinterpret_cast<float*>(smem4);  // [n_heads, kDim]
+  float* sw = sq + p.n_heads * kDim;            // [n_heads]
+  const int64_t i = blockIdx.x;
+  const detail::IndexerKeys keys = detail::QueryKeys(p, i);
+  detail::FillTail(p, i, keys.len);
+  const int64_t tile = kExactThreads;
+  if (static_cast<int64_t>(blockIdx.y) * tile >= keys.len) return;
+  const float* q = static_cast<const float*>(p.q) + i * p.n_heads * kDim;
+  for (int t = threadIdx.x; t < p.n_heads * kDim; t += kExactThreads) sq[t] = q[t];
+  for (int t = threadIdx.x; t < p.n_heads; t += kExactThreads) sw[t] = p.w[i * p.n_heads + t];
+  __syncthreads();
+  const float* k = static_cast<const float*>(p.k);
+  float* out = p.out + i * p.out_stride;
+  for (int64_t j0 = static_cast<int64_t>(blockIdx.y) * tile; j0 < keys.len;
+       j0 += static_cast<int64_t>(gridDim.y) * tile) {
+    const int64_t j = j0 + threadIdx.x;
+    if (j >= keys.len) break;
+    const int64_t row = detail::KeyRow(p, keys, j);
+    if (row < 0) {
+      out[j] = quant::QuietNan();
+      continue;
+    }
+    float kr[kDim];
+    const float4* src = reinterpret_cast<const float4*>(k + row * kDim);
+#pragma unroll
+    for (int c = 0; c < kDim / 4; ++c) {
+      const float4 v = src[c];
+      kr[4 * c] = v.x;
+      kr[4 * c + 1] = v.y;
+      kr[4 * c + 2] = v.z;
+      kr[4 * c + 3] = v.w;
+    }
+    float s = 0.0f;
+    for (int h = 0; h < p.n_heads; ++h) {
+      const float d = Dot8<kDim>(sq + h * kDim, kr);
+      s = AddRn(s, MulRn(sw[h], d < 0.0f ? 0.0f : d));  // w * std::max(d, 0)
+    }
+    out[j] = s;
+  }
+}
+
+}  // namespace
+
+Status LaunchIndexerLogits(const IndexerLogitsParams& params, cudaStream_t stream) {
+  IndexerLogitsParams p = params;
+  if (p.m < 0 || p.key_rows < 0 || p.out_cols < 0) {
+    return Status::InvalidArgument("IndexerLogits: negative size");
+  }
+  if (p.head_dim != 64 && p.head_dim != 128) {
+    return Status::InvalidArgument("IndexerLogits: head_dim must be 64 or 128, got " +
+                                   std::to_string(p.head_dim));
+  }
+  if (p.n_heads < 1 || p.n_heads > 64) {
+    return Status::InvalidArgument("IndexerLogits: n_heads must be in [1, 64], got " +
+                                   std::to_string(p.n_heads));
+  }
+  if (p.m == 0 || p.out_cols == 0) return Status::Ok();
+  if (p.m > 0x7FFFFFFF) return Status::InvalidArgument("IndexerLogits: more than 2^31 queries");
+  if (p.q == nullptr || p.w == nullptr || p.out == nullptr || (p.key_rows > 0 && p.k == nullptr)) {
+    return Status::InvalidArgument("IndexerLogits: null pointer");
+  }
+  const bool paged = p.block_table != nullptr;
+  if (paged) {
+    if (p.query_row == nullptr || p.lengths == nullptr || p.page_size <= 0 ||
+        p.block_table_stride <= 0) {
+      return Status::InvalidArgument(
+          "IndexerLogits: paged keys need query_row, lengths, page_size > 0 and a block-table "
+          "stride");
+    }
+  } else if (p.ks == nullptr || p.ke == nullptr) {
+    return Status::InvalidArgument("IndexerLogits: contiguous keys need ks and ke");
+  }
+  if (p.k_format == IndexerKeyFormat::kFp32 && p.k_scale != nullptr) {
+    return Status::InvalidArgument("IndexerLogits: fp32 keys take no k_scale");
+  }
+  if (p.k_format == IndexerKeyFormat::kFp8 && p.k_scale == nullptr) {
+    return Status::InvalidArgument("IndexerLogits: fp8 keys need k_scale");
+  }
+  if (p.out_stride == 0) p.out_stride = p.out_cols;
+  if (p.out_stride < p.out_cols) return Status::InvalidArgument("IndexerLogits: out_stride");
+  const int64_t max_len = std::min(p.max_len > 0 ? p.max_len : p.out_cols, p.out_cols);
+
+  if (p.k_format != IndexerKeyFormat::kFp32) {
+    // Four 64-key tiles per block when that still gives two blocks per multiprocessor.
+    const int64_t tiles = (max_len + 63) / 64;
+    const int64_t per = p.m * ((tiles + 3) / 4) >= 2LL * MultiprocessorCount() ? 4 : 1;
+    const unsigned splits =
+        static_cast<unsigned>(std::clamp<int64_t>((tiles + per - 1) / per, 1, 65535));
+    return detail::LaunchIndexerMma(p, splits, stream);
+  }
+  const unsigned splits = static_cast<unsigned>(
+      std::clamp<int64_t>((max_len + kExactThreads - 1) / kExactThreads, 1, 65535));
+  const dim3 grid(static_cast<unsigned>(p.m), splits);
+  const size_t smem = (static_cast<size_t>(p.n_heads) * p.head_dim + p.n_heads) * sizeof(float);
+  if (p.head_dim == 128) {
+    IndexerExactKernel<128><<<grid, kExactThreads, smem, stream>>>(p);
+  } else {
+    IndexerExactKernel<64><<<grid, kExactThreads, smem, stream>>>(p);
+  }
+  return NW_CUDA_LAUNCH_STATUS("IndexerExactKernel");
+}
+
+}  // namespace nw::cuda

@@ -1,0 +1,60 @@
+// Internals shared by the indexer kernels (indexer.cu, indexer_mma.cu). Device code.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "common/status.h"
+#include "kernels/cuda/indexer.h"
+
+namespace nw::cuda::detail {
+
+/// Where query i's keys live: len keys; contiguous rows start at `base`, paged rows go through
+/// `table` (the query's block-table row).
+struct IndexerKeys {
+  int64_t len;
+  int64_t base;
+  const int32_t* table;
+};
+
+__device__ __forceinline__ IndexerKeys QueryKeys(const IndexerLogitsParams& p, int64_t i) {
+  IndexerKeys r;
+  if (p.block_table == nullptr) {
+    const int64_t ks = max(static_cast<int64_t>(p.ks[i]), int64_t{0});
+    const int64_t ke = min(static_cast<int64_t>(p.ke[i]), p.key_rows);
+    r.len = max(ke - ks, int64_t{0});
+    r.base = ks;
+    r.table = nullptr;
+  } else {
+    r.len = min(static_cast<int64_t>(p.lengths[i]), p.block_table_stride * p.page_size);
+    r.len = max(r.len, int64_t{0});
+    r.base = 0;
+    r.table = p.block_table + static_cast<int64_t>(p.query_row[i]) * p.block_table_stride;
+  }
+  r.len = min(r.len, p.out_cols);
+  return r;
+}
+
+/// Physical row of logical key j, or -1 when its page lies outside the key buffer.
+__device__ __forceinline__ int64_t KeyRow(const IndexerLogitsParams& p, const IndexerKeys& q,
+                                          int64_t j) {
+  if (q.table == nullptr) return q.base + j;
+  const int64_t page = q.table[j / p.page_size];
+  const int64_t row = page * p.page_size + j % p.page_size;
+  return (page < 0 || row >= p.key_rows) ? -1 : row;
+}
+
+/// -inf into out[i, j] for len <= j < out_cols, this block's share (by blockIdx.y).
+__device__ __forceinline__ void FillTail(const IndexerLogitsParams& p, int64_t i, int64_t len) {
+  float* out = p.out + i * p.out_stride;
+  for (int64_t j = len + static_cast<int64_t>(blockIdx.y) * blockDim.x + threadIdx.x;
+       j < p.out_cols; j += static_cast<int64_t>(gridDim.y) * blockDim.x) {
+    out[j] = -INFINITY;
+  }
+}
+
+/// Tensor-core launch (indexer_mma.cu); params already validated.
+Status LaunchIndexerMma(const IndexerLogitsParams& p, unsigned splits, cudaStream_t stream);
+
+}  // namespace nw::cuda::detail

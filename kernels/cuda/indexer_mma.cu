@@ -1,0 +1,162 @@
+// Indexer logits on tensor cores (see indexer.h): one query per block, four warps of 16 heads.
+// Each warp keeps its heads' query fragments in registers for the whole block, multiplies them
+// with a 64-key tile in shared memory (mma.sync m16n8k16 bf16, fp32 accumulation), applies ReLU and
+// the head weights, and sums its 16 heads with shuffles; the four warps' partial sums are added in
+// a fixed order, so the logits are deterministic.
+#include <algorithm>
+
+#include "kernels/cuda/common.h"
+#include "kernels/cuda/device_util.cuh"
+#include "kernels/cuda/indexer_impl.cuh"
+#include "kernels/cuda/mma.cuh"
+
+namespace nw::cuda::detail {
+namespace {
+
+constexpr int kThreads = 128;
+constexpr int kTile = 64;
+
+template <int kDim, bool kFp8>
+__global__ void __launch_bounds__(kThreads) IndexerMmaKernel(IndexerLogitsParams p) {
+  constexpr int kStride = kDim + 8;  // bf16 per smem row: conflict-free fragment loads
+  constexpr int kSteps = kDim / 16;
+  __shared__ __align__(16) uint16_t sk[kTile * kStride];
+  __shared__ float sscale[kTile];
+  __shared__ float sred[4][kTile];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
+  const int64_t i = blockIdx.x;
+  const IndexerKeys keys = QueryKeys(p, i);
+  FillTail(p, i, keys.len);
+  if (static_cast<int64_t>(blockIdx.y) * kTile >= keys.len) return;
+
+  // Query fragments of this warp's heads h0 = 16 warp + g and h1 = h0 + 8 (zero past n_heads).
+  const int h0 = warp * 16 + g, h1 = h0 + 8;
+  const bool active = warp * 16 < p.n_heads;
+  const uint16_t* q = static_cast<const uint16_t*>(p.q) + i * p.n_heads * kDim;
+  uint32_t a[kSteps][4];
+#pragma unroll
+  for (int s = 0; s < kSteps; ++s) {
+    const int c0 = s * 16 + 2 * t4;
+    a[s][0] = h0 < p.n_heads ? *reinterpret_cast<const uint32_t*>(q + h0 * kDim + c0) : 0u;
+    a[s][1] = h1 < p.n_heads ? *reinterpret_cast<const uint32_t*>(q + h1 * kDim + c0) : 0u;
+    a[s][2] = h0 < p.n_heads ? *reinterpret_cast<const uint32_t*>(q + h0 * kDim + c0 + 8) : 0u;
+    a[s][3] = h1 < p.n_heads ? *reinterpret_cast<const uint32_t*>(q + h1 * kDim + c0 + 8) : 0u;
+  }
+  const float w0 = h0 < p.n_heads ? p.w[i * p.n_heads + h0] : 0.0f;
+  const float w1 = h1 < p.n_heads ? p.w[i * p.n_heads + h1] : 0.0f;
+  float* out = p.out + i * p.out_stride;
+
+  for (int64_t j0 = static_cast<int64_t>(blockIdx.y) * kTile; j0 < keys.len;
+       j0 += static_cast<int64_t>(gridDim.y) * kTile) {
+    // Key tile -> shared memory as bf16 (zeros past the end or for a missing page).
+    if constexpr (!kFp8) {
+      constexpr int kChunks = kDim / 8;  // 16-byte chunks of a bf16 row
+      const uint16_t* k = static_cast<const uint16_t*>(p.k);
+      for (int c = threadIdx.x; c < kTile * kChunks; c += kThreads) {
+        const int r = c / kChunks, cc = c % kChunks;
+        const int64_t j = j0 + r;
+        uint4 v = make_uint4(0, 0, 0, 0);
+        const int64_t row = j < keys.len ? KeyRow(p, keys, j) : -1;
+        if (row >= 0) v = *reinterpret_cast<const uint4*>(k + row * kDim + cc * 8);
+        *reinterpret_cast<uint4*>(sk + r * kStride + cc * 8) = v;
+      }
+    } else {
+      constexpr int kChunks = kDim / 16;  // 16-byte chunks of an e4m3 row
+      const uint8_t* k = static_cast<const uint8_t*>(p.k);
+      for (int c = threadIdx.x; c < kTile * kChunks; c += kThreads) {
+        const int r = c / kChunks, cc = c % kChunks;
+        const int64_t j = j0 + r;
+        uint4 v = make_uint4(0, 0, 0, 0);
+        const int64_t row = j < keys.len ? KeyRow(p, keys, j) : -1;
+        if (row >= 0) v = *reinterpret_cast<const uint4*>(k + row * kDim + cc * 16);
+        const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+        uint32_t b[8];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          b[2 * e] = E4m3x2ToBf16x2(static_cast<uint16_t>(w[e] & 0xFFFFu));
+          b[2 * e + 1] = E4m3x2ToBf16x2(static_cast<uint16_t>(w[e] >> 16));
+        }
+        uint4* dst = reinterpret_cast<uint4*>(sk + r * kStride + cc * 16);
+        dst[0] = make_uint4(b[0], b[1], b[2], b[3]);
+        dst[1] = make_uint4(b[4], b[5], b[6], b[7]);
+      }
+    }
+    for (int r = threadIdx.x; r < kTile; r += kThreads) {
+      const int64_t j = j0 + r;
+      float sc = 1.0f;
+      if (j < keys.len) {
+        const int64_t row = KeyRow(p, keys, j);
+        if (row < 0) {
+          sc = quant::QuietNan();
+        } else if (p.k_scale != nullptr) {
+          sc = p.k_scale[row];
+        }
+      }
+      sscale[r] = sc;
+    }
+    __syncthreads();
+
+    if (active) {
+#pragma unroll
+      for (int nt = 0; nt < kTile / 8; ++nt) {
+        float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        const uint16_t* bp = sk + (nt * 8 + g) * kStride + 2 * t4;
+#pragma unroll
+        for (int s = 0; s < kSteps; ++s) {
+          const uint32_t b0 = *reinterpret_cast<const uint32_t*>(bp + s * 16);
+          const uint32_t b1 = *reinterpret_cast<const uint32_t*>(bp + s * 16 + 8);
+          MmaBf16(c, a[s], b0, b1);
+        }
+        // ReLU (c < 0 ? 0 : c, like std::max(c, 0)) and the head weights, then the 8 row groups.
+        float p0 = w0 * (c[0] < 0.0f ? 0.0f : c[0]) + w1 * (c[2] < 0.0f ? 0.0f : c[2]);
+        float p1 = w0 * (c[1] < 0.0f ? 0.0f : c[1]) + w1 * (c[3] < 0.0f ? 0.0f : c[3]);
+#pragma unroll
+        for (int o = 4; o < 32; o <<= 1) {
+          p0 += __shfl_xor_sync(kFullMask, p0, o);
+          p1 += __shfl_xor_sync(kFullMask, p1, o);
+        }
+        if (g == 0) {
+          sred[warp][nt * 8 + 2 * t4] = p0;
+          sred[warp][nt * 8 + 2 * t4 + 1] = p1;
+        }
+      }
+    } else {
+      for (int r = lane; r < kTile; r += 32) sred[warp][r] = 0.0f;
+    }
+    __syncthreads();
+    if (threadIdx.x < kTile) {
+      const int r = threadIdx.x;
+      const int64_t j = j0 + r;
+      if (j < keys.len) {
+        out[j] = sscale[r] * (((sred[0][r] + sred[1][r]) + sred[2][r]) + sred[3][r]);
+      }
+    }
+    __syncthreads();  // sk, sscale and sred are rewritten by the next tile
+  }
+}
+
+}  // namespace
+
+Status LaunchIndexerMma(const IndexerLogitsParams& p, unsigned splits, cudaStream_t stream) {
+  if ((reinterpret_cast<uintptr_t>(p.k) % 16) != 0 || (reinterpret_cast<uintptr_t>(p.q) % 4) != 0) {
+    return Status::InvalidArgument("IndexerLogits: k must be 16-byte and q 4-byte aligned");
+  }
+  const dim3 grid(static_cast<unsigned>(p.m), splits);
+  const bool fp8 = p.k_format == IndexerKeyFormat::kFp8;
+  if (p.head_dim == 128) {
+    if (fp8) {
+      IndexerMmaKernel<128, true><<<grid, kThreads, 0, stream>>>(p);
+    } else {
+      IndexerMmaKernel<128, false><<<grid, kThreads, 0, stream>>>(p);
+    }
+  } else {
+    if (fp8) {
+      IndexerMmaKernel<64, true><<<grid, kThreads, 0, stream>>>(p);
+    } else {
+      IndexerMmaKernel<64, false><<<grid, kThreads, 0, stream>>>(p);
+    }
+  }
+  return NW_CUDA_LAUNCH_STATUS("IndexerMmaKernel");
+}
+
+}  // namespace nw::cuda::detail

@@ -1,0 +1,106 @@
+// RMSNorm and Hadamard on the GPU; see norm.h. One block per row (grid-stride over rows).
+#include <algorithm>
+#include <string>
+
+#include "kernels/cuda/common.h"
+#include "kernels/cuda/device_util.cuh"
+#include "kernels/cuda/norm.h"
+
+namespace nw::cuda {
+namespace {
+
+constexpr int kThreads = 128;
+
+__global__ void __launch_bounds__(kThreads) RmsNormKernel(RmsNormParams p) {
+  __shared__ double partial[kThreads / 32];
+  for (int64_t r = blockIdx.x; r < p.rows; r += gridDim.x) {
+    const float* x = p.x + r * p.x_stride;
+    float* y = p.y + r * p.y_stride;
+    double ss = 0.0;
+    for (int i = threadIdx.x; i < p.cols; i += kThreads) {
+      const double v = x[i];
+      ss += v * v;  // exact: a float squared fits in a double
+    }
+    ss = detail::BlockSum(ss, partial);
+    const float mean = static_cast<float>(ss / static_cast<double>(p.cols));
+    const float inv = 1.0f / sqrtf(detail::AddRn(mean, p.eps));
+    for (int i = threadIdx.x; i < p.cols; i += kThreads) {
+      float v = detail::MulRn(x[i], inv);
+      if (p.w != nullptr) v = detail::MulRn(v, p.w[i]);
+      y[i] = p.round_bf16 ? quant::RoundBf16(v) : v;
+    }
+  }
+}
+
+__global__ void __launch_bounds__(kThreads) HadamardKernel(HadamardParams p) {
+  extern __shared__ float buf[];
+  const int half = p.n / 2;
+  for (int64_t r = blockIdx.x; r < p.rows; r += gridDim.x) {
+    const float* x = p.x + r * p.x_stride;
+    float* y = p.y + r * p.y_stride;
+    for (int i = threadIdx.x; i < p.n; i += kThreads) buf[i] = x[i];
+    __syncthreads();
+    for (int h = 1; h < p.n; h *= 2) {
+      for (int q = threadIdx.x; q < half; q += kThreads) {
+        const int j = (q / h) * 2 * h + (q % h);
+        const float a = buf[j], b = buf[j + h];
+        buf[j] = detail::AddRn(a, b);
+        buf[j + h] = detail::SubRn(a, b);
+      }
+      __syncthreads();
+    }
+    for (int i = threadIdx.x; i < p.n; i += kThreads) {
+      const float v = detail::MulRn(buf[i], p.scale);
+      y[i] = p.round_bf16 ? quant::RoundBf16(v) : v;
+    }
+    __syncthreads();  // buf is refilled for the next row
+  }
+}
+
+unsigned RowBlocks(int64_t rows) {
+  return static_cast<unsigned>(std::clamp<int64_t>(rows, 1, 32LL * MultiprocessorCount()));
+}
+
+Status Strides(int64_t* xs, int64_t* ys, int64_t width, const char* what) {
+  if (*xs == 0) *xs = width;
+  if (*ys == 0) *ys = width;
+  if (*xs < width || *ys < width) {
+    return Status::InvalidArgument(std::string(what) + ": stride below the row width");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status LaunchRmsNorm(const RmsNormParams& params, cudaStream_t stream) {
+  RmsNormParams p = params;
+  if (p.rows < 0 || p.cols < 0) return Status::InvalidArgument("RmsNorm: negative size");
+  if (p.rows == 0 || p.cols == 0) return Status::Ok();
+  if (p.x == nullptr || p.y == nullptr) return Status::InvalidArgument("RmsNorm: null pointer");
+  NW_RETURN_IF_ERROR(Strides(&p.x_stride, &p.y_stride, p.cols, "RmsNorm"));
+  if (p.x == p.y && p.x_stride != p.y_stride) {
+    return Status::InvalidArgument("RmsNorm in place needs equal strides");
+  }
+  RmsNormKernel<<<RowBlocks(p.rows), kThreads, 0, stream>>>(p);
+  return NW_CUDA_LAUNCH_STATUS("RmsNormKernel");
+}
+
+Status LaunchHadamard(const HadamardParams& params, cudaStream_t stream) {
+  HadamardParams p = params;
+  if (p.rows < 0) return Status::InvalidArgument("Hadamard: negative rows");
+  if (p.n < 1 || p.n > kMaxHadamardSize || (p.n & (p.n - 1)) != 0) {
+    return Status::InvalidArgument("Hadamard: n must be a power of two in [1, 8192], got " +
+                                   std::to_string(p.n));
+  }
+  if (p.rows == 0) return Status::Ok();
+  if (p.x == nullptr || p.y == nullptr) return Status::InvalidArgument("Hadamard: null pointer");
+  NW_RETURN_IF_ERROR(Strides(&p.x_stride, &p.y_stride, p.n, "Hadamard"));
+  if (p.x == p.y && p.x_stride != p.y_stride) {
+    return Status::InvalidArgument("Hadamard in place needs equal strides");
+  }
+  const size_t smem = static_cast<size_t>(p.n) * sizeof(float);
+  HadamardKernel<<<RowBlocks(p.rows), kThreads, smem, stream>>>(p);
+  return NW_CUDA_LAUNCH_STATUS("HadamardKernel");
+}
+
+}  // namespace nw::cuda

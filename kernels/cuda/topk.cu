@@ -1,0 +1,195 @@
+// Deterministic per-row top-k on the GPU; see topk.h.
+#include <algorithm>
+#include <string>
+
+#include "kernels/cuda/common.h"
+#include "kernels/cuda/device_util.cuh"
+#include "kernels/cuda/topk.h"
+
+namespace nw::cuda {
+namespace {
+
+constexpr int kThreads = 512;
+constexpr int kWarps = kThreads / 32;
+constexpr int kBins = 2048;
+
+/// Unsigned key whose order is the rank order: NaN -> 0, -0 -> +0, numbers order-preserving.
+__device__ __forceinline__ uint32_t RankKey(float f) {
+  if (f != f) return 0u;
+  const uint32_t u = quant::FloatBits(f == 0.0f ? 0.0f : f);
+  return (u & 0x80000000u) != 0u ? ~u : (u | 0x80000000u);
+}
+
+struct TopKShared {
+  uint32_t hist[kBins];
+  uint32_t scan[kThreads];
+  unsigned long long items[kMaxTopK];
+  uint32_t warp_count[kWarps];
+  uint32_t bin;
+  uint32_t above;
+  uint32_t count;
+};
+
+/// After hist[0..bins) is filled: finds bin b with count(bins > b) < remaining <= count(>= b)
+/// and stores b and count(bins > b) into s.bin / s.above. Ends with a barrier.
+__device__ void FindThresholdBin(TopKShared& s, int bins, uint32_t remaining) {
+  const int per = bins / kThreads;
+  const int lo = threadIdx.x * per;
+  uint32_t local = 0;
+  for (int b = lo; b < lo + per; ++b) local += s.hist[b];
+  s.scan[threadIdx.x] = local;
+  __syncthreads();
+  // Inclusive suffix sums over threads (Hillis-Steele, deterministic).
+  for (int off = 1; off < kThreads; off <<= 1) {
+    const uint32_t v = threadIdx.x + off < kThreads ? s.scan[threadIdx.x + off] : 0u;
+    __syncthreads();
+    s.scan[threadIdx.x] += v;
+    __syncthreads();
+  }
+  uint32_t above = s.scan[threadIdx.x] - local;  // entries in bins above this thread's range
+  for (int b = lo + per - 1; b >= lo; --b) {
+    const uint32_t h = s.hist[b];
+    if (above < remaining && above + h >= remaining) {
+      s.bin = static_cast<uint32_t>(b);
+      s.above = above;
+    }
+    above += h;
+  }
+  __syncthreads();
+}
+
+/// Sorts s.items[0..size) descending (size a power of two, <= kMaxTopK).
+__device__ void BitonicSortDescending(unsigned long long* items, int size) {
+  for (int block = 2; block <= size; block <<= 1) {
+    for (int stride = block / 2; stride > 0; stride >>= 1) {
+      for (int t = threadIdx.x; t < size / 2; t += kThreads) {
+        const int i = (t / stride) * 2 * stride + (t % stride);
+        const int j = i + stride;
+        const bool desc = (i & block) == 0;
+        const unsigned long long a = items[i], b = items[j];
+        if (desc ? a < b : a > b) {
+          items[i] = b;
+          items[j] = a;
+        }
+      }
+      __syncthreads();
+    }
+  }
+}
+
+__global__ void __launch_bounds__(kThreads) TopKKernel(TopKParams p, int64_t cache_len) {
+  __shared__ TopKShared s;
+  extern __shared__ uint32_t cache[];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  for (int64_t r = blockIdx.x; r < p.rows; r += gridDim.x) {
+    const float* row = p.scores + r * p.stride;
+    int32_t* out = p.out + r * p.out_stride;
+    int64_t len = p.n;
+    if (p.lengths != nullptr) len = min(max(static_cast<int64_t>(p.lengths[r]), int64_t{0}), p.n);
+    const int take = static_cast<int>(min(static_cast<int64_t>(p.k), len));
+    const bool cached = len <= cache_len;
+    if (cached) {
+      for (int64_t i = threadIdx.x; i < len; i += kThreads) cache[i] = RankKey(row[i]);
+    }
+    __syncthreads();
+    auto key_at = [&](int64_t i) { return cached ? cache[i] : RankKey(row[i]); };
+
+    // 1. The key T of the take-th entry and how many entries equal to T are selected.
+    uint32_t threshold = 0;
+    uint32_t need_eq = static_cast<uint32_t>(min(len, int64_t{0x7FFFFFFF}));
+    if (take > 0 && take < len) {
+      uint32_t prefix = 0, mask = 0, remaining = static_cast<uint32_t>(take);
+      const int shifts[3] = {21, 10, 0};
+      const int widths[3] = {11, 11, 10};
+#pragma unroll
+      for (int pass = 0; pass < 3; ++pass) {
+        const int bins = 1 << widths[pass];
+        for (int b = threadIdx.x; b < kBins; b += kThreads) s.hist[b] = 0;
+        __syncthreads();
+        for (int64_t i = threadIdx.x; i < len; i += kThreads) {
+          const uint32_t key = key_at(i);
+          if ((key & mask) == prefix) atomicAdd(&s.hist[(key >> shifts[pass]) & (bins - 1)], 1u);
+        }
+        __syncthreads();
+        FindThresholdBin(s, bins, remaining);
+        remaining -= s.above;
+        prefix |= s.bin << shifts[pass];
+        mask |= static_cast<uint32_t>(bins - 1) << shifts[pass];
+        __syncthreads();  // s.bin / s.above are rewritten by the next pass
+      }
+      threshold = prefix;
+      need_eq = remaining;
+    }
+
+    // 2. Ordered selection: keys above T, and the first need_eq entries equal to T.
+    if (threadIdx.x == 0) s.count = 0;
+    __syncthreads();
+    uint32_t eq_before = 0;  // entries equal to T in earlier chunks
+    if (take > 0) {
+      for (int64_t base = 0; base < len; base += kThreads) {
+        const int64_t i = base + threadIdx.x;
+        const bool valid = i < len;
+        const uint32_t key = valid ? key_at(i) : 0u;
+        const bool gt = valid && key > threshold;
+        const bool eq = valid && key == threshold;
+        const unsigned ballot = __ballot_sync(detail::kFullMask, eq);
+        if (lane == 0) s.warp_count[warp] = __popc(ballot);
+        __syncthreads();
+        uint32_t warp_off = 0, chunk_eq = 0;
+        for (int w = 0; w < kWarps; ++w) {
+          if (w < warp) warp_off += s.warp_count[w];
+          chunk_eq += s.warp_count[w];
+        }
+        const uint32_t rank = eq_before + warp_off + __popc(ballot & ((1u << lane) - 1u));
+        if (gt || (eq && rank < need_eq)) {
+          const uint32_t slot = atomicAdd(&s.count, 1u);
+          s.items[slot] = (static_cast<unsigned long long>(key) << 32) |
+                          static_cast<unsigned long long>(0xFFFFFFFFu - static_cast<uint32_t>(i));
+        }
+        eq_before += chunk_eq;
+        __syncthreads();  // warp_count is rewritten by the next chunk
+      }
+    }
+
+    // 3. Rank order, then the indices and the -1 padding.
+    int size = 1;
+    while (size < take) size <<= 1;
+    for (int j = take + threadIdx.x; j < size; j += kThreads) s.items[j] = 0ull;
+    __syncthreads();
+    if (take > 1) BitonicSortDescending(s.items, size);
+    for (int j = threadIdx.x; j < p.k; j += kThreads) {
+      out[j] =
+          j < take ? static_cast<int32_t>(0xFFFFFFFFu - static_cast<uint32_t>(s.items[j])) : -1;
+    }
+    __syncthreads();  // items and the cache are reused by the next row
+  }
+}
+
+}  // namespace
+
+Status LaunchTopK(const TopKParams& params, cudaStream_t stream) {
+  TopKParams p = params;
+  if (p.rows < 0 || p.n < 0 || p.n > 0x7FFFFFFF || p.k < 0 || p.k > kMaxTopK) {
+    return Status::InvalidArgument(
+        "TopK: need rows >= 0, 0 <= n < 2^31, 0 <= k <= " + std::to_string(kMaxTopK) + "; got n " +
+        std::to_string(p.n) + ", k " + std::to_string(p.k));
+  }
+  if (p.rows == 0 || p.k == 0) return Status::Ok();
+  if (p.out == nullptr || (p.n > 0 && p.scores == nullptr)) {
+    return Status::InvalidArgument("TopK: null pointer");
+  }
+  if (p.stride == 0) p.stride = p.n;
+  if (p.out_stride == 0) p.out_stride = p.k;
+  if (p.stride < p.n || p.out_stride < p.k)
+    return Status::InvalidArgument("TopK: stride too small");
+  const int64_t cache_len = std::min(p.n, kTopKCachedLen);
+  const size_t smem = static_cast<size_t>(cache_len) * sizeof(uint32_t);
+  NW_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(
+      TopKKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  const unsigned blocks =
+      static_cast<unsigned>(std::clamp<int64_t>(p.rows, 1, 8LL * MultiprocessorCount()));
+  TopKKernel<<<blocks, kThreads, smem, stream>>>(p, cache_len);
+  return NW_CUDA_LAUNCH_STATUS("TopKKernel");
+}
+
+}  // namespace nw::cuda

@@ -1,0 +1,38 @@
+// Per-row top-k on the GPU with the CPU reference's deterministic order (kernels/cpu/topk.h):
+// higher score first, equal scores to the lower index, NaN below every number, -0 == +0. Row r
+// selects min(k, len_r) of scores[r, 0..len_r) in rank order and pads out[r, min(k, len_r)..k)
+// with -1, exactly like cpu::TopK.
+//
+// Algorithm: one thread block per row. Scores map to 32-bit keys whose unsigned order is the rank
+// order (NaN -> 0); a 3-pass radix select (11 + 11 + 10 bits, shared-memory histograms) finds the
+// key of the k-th entry; one ordered pass keeps every larger key and the lowest-index entries of
+// that key; a bitonic sort of (key, ~index) puts them in rank order. Rows up to kTopKCachedLen
+// entries are staged in shared memory once; longer rows (up to 2^31 - 1) are re-read from global
+// memory (L2) on each pass. Bitwise deterministic.
+// Thread-safety: launchers are reentrant.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "common/status.h"
+
+namespace nw::cuda {
+
+inline constexpr int kMaxTopK = 2048;
+inline constexpr int64_t kTopKCachedLen = 32768;
+
+struct TopKParams {
+  const float* scores = nullptr;     // [rows, stride]
+  const int32_t* lengths = nullptr;  // [rows], clamped to [0, n]; null: every row has n entries
+  int32_t* out = nullptr;            // [rows, out_stride]; the first k values of each row written
+  int64_t rows = 0;
+  int64_t n = 0;           // max entries per row, < 2^31
+  int64_t stride = 0;      // 0: n
+  int k = 0;               // [0, kMaxTopK]
+  int64_t out_stride = 0;  // 0: k
+};
+Status LaunchTopK(const TopKParams& p, cudaStream_t stream);
+
+}  // namespace nw::cuda

@@ -1,0 +1,237 @@
+// Sparse attention with sink against cpu::SparseAttention: window and compressed index sets with
+// -1 padding, invalid and duplicate indices, queries with no entry, fp32 / bf16 / V4-fp8 KV, the
+// SIMT path (fp32 tolerance) and the tensor-core path (bf16 tolerance + cosine).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "kernels/cpu/attention.h"
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/quant.h"
+#include "kernels/quant/quant.h"
+#include "tests/cuda/test_util.h"
+
+namespace nw::cuda::testing {
+namespace {
+
+struct AttnCase {
+  int64_t m;
+  int n_heads;
+  int head_dim;
+  int rope_dim;  // V4 fp8 layout
+  int window;    // set 0 width (window slots)
+  int topk;      // set 1 width (compressed selections)
+  KvFormat format;
+  bool tensor_cores;  // q in bf16
+};
+
+void RunAttention(const AttnCase& c, uint64_t seed) {
+  SCOPED_TRACE(::testing::Message()
+               << "m " << c.m << " heads " << c.n_heads << " dim " << c.head_dim << " window "
+               << c.window << " topk " << c.topk << " format " << static_cast<int>(c.format)
+               << " tc " << c.tensor_cores << " seed " << seed);
+  Rng rng(seed);
+  const int H = c.n_heads, D = c.head_dim;
+  const int64_t rows0 = 300, rows1 = 700;  // window buffer and compressed buffer rows
+  std::vector<float> kv0 = rng.Vec(static_cast<size_t>(rows0 * D), -1.0f, 1.0f);
+  std::vector<float> kv1 = rng.Vec(static_cast<size_t>(rows1 * D), -1.0f, 1.0f);
+  std::vector<float> q = rng.Vec(static_cast<size_t>(c.m * H * D), -1.5f, 1.5f);
+  std::vector<float> sink = rng.Vec(static_cast<size_t>(H), -2.0f, 2.0f);
+  // What the CPU reads: the stored (rounded) KV values and, on the tensor-core path, bf16 q.
+  if (c.format == KvFormat::kBf16) {
+    quant::FakeQuantBf16(kv0.data(), kv0.data(), kv0.size());
+    quant::FakeQuantBf16(kv1.data(), kv1.data(), kv1.size());
+  }
+  std::vector<float> kv0_cpu = kv0, kv1_cpu = kv1;
+  if (c.format == KvFormat::kV4Fp8) {
+    for (int64_t r = 0; r < rows0; ++r)
+      quant::FakeQuantV4Kv(&kv0[r * D], &kv0_cpu[r * D], D, c.rope_dim);
+    for (int64_t r = 0; r < rows1; ++r)
+      quant::FakeQuantV4Kv(&kv1[r * D], &kv1_cpu[r * D], D, c.rope_dim);
+  }
+  if (c.tensor_cores) quant::FakeQuantBf16(q.data(), q.data(), q.size());
+
+  // Index sets: window rows (consecutive, with -1 at the start of early queries), compressed
+  // rows (random, -1 padded, some out of range, some duplicated); lengths vary by query.
+  std::vector<int32_t> idx0(static_cast<size_t>(c.m * c.window), -1),
+      idx1(static_cast<size_t>(c.m * c.topk), -1);
+  std::vector<int32_t> len0(static_cast<size_t>(c.m)), len1(static_cast<size_t>(c.m));
+  for (int64_t i = 0; i < c.m; ++i) {
+    const int kind = static_cast<int>(i % 5);
+    len0[static_cast<size_t>(i)] =
+        kind == 4 ? 0 : static_cast<int32_t>(std::min<int64_t>(c.window, 1 + i * 13 % c.window));
+    len1[static_cast<size_t>(i)] = kind == 4   ? 0
+                                   : kind == 3 ? c.topk
+                                               : static_cast<int32_t>(rng.Int(0, c.topk));
+    const int64_t start = rng.Int(0, rows0 - c.window);
+    for (int j = 0; j < len0[static_cast<size_t>(i)]; ++j) {
+      idx0[static_cast<size_t>(i * c.window + j)] =
+          (kind == 1 && j < 3) ? -1 : static_cast<int32_t>(start + j);
+    }
+    for (int j = 0; j < len1[static_cast<size_t>(i)]; ++j) {
+      const int64_t r = rng.Int(0, 19);
+      idx1[static_cast<size_t>(i * c.topk + j)] =
+          r == 0            ? -1
+          : r == 1          ? static_cast<int32_t>(rows1 + 5)
+          : r == 2 && j > 0 ? idx1[static_cast<size_t>(i * c.topk + j - 1)]
+                            : static_cast<int32_t>(rng.Int(0, rows1 - 1));
+    }
+  }
+  if (c.m > 2) {  // a query whose every index is invalid (nothing visible but the sink)
+    for (int j = 0; j < c.window; ++j) idx0[static_cast<size_t>(2 * c.window + j)] = -1;
+    for (int j = 0; j < c.topk; ++j) idx1[static_cast<size_t>(2 * c.topk + j)] = -1;
+    len0[2] = c.window;
+    len1[2] = c.topk;
+  }
+
+  // CPU reference.
+  std::vector<float> want(static_cast<size_t>(c.m * H * D));
+  const cpu::SparseAttnParams sp{H, D, static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)))};
+  for (int64_t i = 0; i < c.m; ++i) {
+    std::vector<const float*> entries;
+    for (int j = 0; j < len0[static_cast<size_t>(i)]; ++j) {
+      const int32_t r = idx0[static_cast<size_t>(i * c.window + j)];
+      if (r >= 0 && r < rows0) entries.push_back(&kv0_cpu[static_cast<size_t>(r) * D]);
+    }
+    for (int j = 0; j < len1[static_cast<size_t>(i)]; ++j) {
+      const int32_t r = idx1[static_cast<size_t>(i * c.topk + j)];
+      if (r >= 0 && r < rows1) entries.push_back(&kv1_cpu[static_cast<size_t>(r) * D]);
+    }
+    std::vector<float> scratch(static_cast<size_t>(H) * (entries.size() + 1));
+    cpu::SparseAttention(sp, &q[i * H * D], entries.data(), static_cast<int64_t>(entries.size()),
+                         sink.data(), &want[i * H * D], scratch.data());
+  }
+
+  // Device buffers in the requested formats.
+  Guarded<float> dq32(c.tensor_cores ? std::vector<float>{} : q);
+  std::vector<uint16_t> q16;
+  if (c.tensor_cores) {
+    for (float v : q) q16.push_back(quant::FloatToBf16Bits(v));
+  }
+  Guarded<uint16_t> dq16(q16);
+  Guarded<float> dsink(sink), dout(want.size());
+  Guarded<int32_t> didx0(idx0), didx1(idx1), dlen0(len0), dlen1(len1);
+  Guarded<float> dkv0f(kv0), dkv1f(kv1);
+  std::vector<uint16_t> kv0b, kv1b;
+  if (c.format == KvFormat::kBf16) {
+    for (float v : kv0) kv0b.push_back(quant::FloatToBf16Bits(v));
+    for (float v : kv1) kv1b.push_back(quant::FloatToBf16Bits(v));
+  }
+  Guarded<uint16_t> dkv0b(kv0b), dkv1b(kv1b);
+  const V4KvLayout layout{D, c.rope_dim, 64};
+  const int64_t pages0 = (rows0 + 63) / 64, pages1 = (rows1 + 63) / 64;
+  Guarded<uint8_t> cache0(
+      static_cast<size_t>(c.format == KvFormat::kV4Fp8 ? pages0 * layout.PageBytes() : 0));
+  Guarded<uint8_t> cache1(
+      static_cast<size_t>(c.format == KvFormat::kV4Fp8 ? pages1 * layout.PageBytes() : 0));
+  if (c.format == KvFormat::kV4Fp8) {
+    cache0.Fill(0);
+    cache1.Fill(0);
+    for (int set = 0; set < 2; ++set) {
+      const int64_t rows = set == 0 ? rows0 : rows1;
+      std::vector<int64_t> slots(static_cast<size_t>(rows));
+      for (int64_t r = 0; r < rows; ++r) slots[static_cast<size_t>(r)] = r;
+      Guarded<int64_t> dslots(slots);
+      StoreV4KvParams st;
+      st.x = set == 0 ? dkv0f.get() : dkv1f.get();
+      st.slots = dslots.get();
+      st.cache = set == 0 ? cache0.get() : cache1.get();
+      st.tokens = rows;
+      st.num_pages = set == 0 ? pages0 : pages1;
+      st.layout = layout;
+      NW_ASSERT_OK(LaunchStoreV4Kv(st, nullptr));
+      NW_ASSERT_SYNC();
+    }
+  }
+  SparseAttentionParams p;
+  p.q =
+      c.tensor_cores ? static_cast<const void*>(dq16.get()) : static_cast<const void*>(dq32.get());
+  p.q_bf16 = c.tensor_cores;
+  p.sink = dsink.get();
+  p.out = dout.get();
+  p.m = c.m;
+  p.n_heads = H;
+  p.head_dim = D;
+  p.scale = sp.scale;
+  p.kv_format = c.format;
+  p.kv_layout = layout;
+  const void* kvp[2] = {c.format == KvFormat::kFp32   ? static_cast<const void*>(dkv0f.get())
+                        : c.format == KvFormat::kBf16 ? static_cast<const void*>(dkv0b.get())
+                                                      : static_cast<const void*>(cache0.get()),
+                        c.format == KvFormat::kFp32   ? static_cast<const void*>(dkv1f.get())
+                        : c.format == KvFormat::kBf16 ? static_cast<const void*>(dkv1b.get())
+                                                      : static_cast<const void*>(cache1.get())};
+  p.sets[0] = {kvp[0], rows0, didx0.get(), dlen0.get(), c.window};
+  p.sets[1] = {kvp[1], rows1, didx1.get(), dlen1.get(), c.topk};
+  NW_ASSERT_OK(LaunchSparseAttention(p, nullptr));
+  NW_ASSERT_SYNC();
+  const std::vector<float> got = dout.Download();
+  const std::vector<double> want_d(want.begin(), want.end());
+  if (c.tensor_cores) {
+    // Probabilities are rounded to bf16 for P V: |err| <= 2^-9 * max|kv| per output.
+    EXPECT_TRUE(Near(got, want_d, {5e-3, 2e-2}));
+    EXPECT_LE(CosineDistance(got, want_d), 1e-4);
+  } else {
+    EXPECT_TRUE(Near(got, want_d, {2e-5, 1e-4}));
+  }
+  for (int64_t i = 2; i < c.m; i += 1000) {  // the all-invalid query: exactly zero
+    for (int64_t e = 0; e < H * D; ++e) ASSERT_EQ(got[static_cast<size_t>(i * H * D + e)], 0.0f);
+  }
+  EXPECT_TRUE(dout.GuardsIntact());
+  NW_ASSERT_OK(LaunchSparseAttention(p, nullptr));
+  NW_ASSERT_SYNC();
+  EXPECT_TRUE(BitEqual(dout.Download(), got)) << "run to run";
+}
+
+TEST(CudaAttention, SimtFp32AndBf16Kv) {
+  NW_REQUIRE_GPU();
+  uint64_t seed = 1;
+  RunAttention({7, 4, 128, 64, 128, 64, KvFormat::kFp32, false}, seed++);    // the tiny model
+  RunAttention({5, 64, 512, 64, 128, 512, KvFormat::kFp32, false}, seed++);  // V4-Flash
+  RunAttention({6, 7, 96, 32, 31, 33, KvFormat::kBf16, false}, seed++);      // odd shapes
+  RunAttention({3, 1, 4, 0, 1, 1, KvFormat::kFp32, false}, seed++);
+}
+
+TEST(CudaAttention, SimtV4Fp8Kv) {
+  NW_REQUIRE_GPU();
+  uint64_t seed = 10;
+  RunAttention({5, 64, 512, 64, 128, 512, KvFormat::kV4Fp8, false}, seed++);
+  RunAttention({7, 4, 128, 64, 128, 64, KvFormat::kV4Fp8, false}, seed++);
+}
+
+TEST(CudaAttention, TensorCoresBf16Kv) {
+  NW_REQUIRE_GPU();
+  uint64_t seed = 20;
+  RunAttention({6, 64, 512, 64, 128, 512, KvFormat::kBf16, true}, seed++);
+  RunAttention({7, 4, 128, 64, 128, 64, KvFormat::kBf16, true}, seed++);
+  RunAttention({5, 33, 512, 64, 63, 65, KvFormat::kBf16, true}, seed++);
+}
+
+TEST(CudaAttention, TensorCoresV4Fp8Kv) {
+  NW_REQUIRE_GPU();
+  uint64_t seed = 30;
+  RunAttention({6, 64, 512, 64, 128, 512, KvFormat::kV4Fp8, true}, seed++);
+  RunAttention({7, 4, 128, 64, 128, 64, KvFormat::kV4Fp8, true}, seed++);
+}
+
+TEST(CudaAttention, RejectsBadParams) {
+  SparseAttentionParams p;
+  p.m = 1;
+  p.n_heads = 4;
+  p.head_dim = 130;
+  EXPECT_EQ(LaunchSparseAttention(p, nullptr).code(), StatusCode::kInvalidArgument);
+  p.head_dim = 256;
+  p.q_bf16 = true;
+  float dummy = 0;
+  p.q = &dummy;
+  p.sink = &dummy;
+  p.out = &dummy;
+  p.kv_format = KvFormat::kBf16;
+  EXPECT_EQ(LaunchSparseAttention(p, nullptr).code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace nw::cuda::testing

@@ -1,0 +1,291 @@
+// Indexer logits against cpu::IndexerScores: the fp32 path bit for bit, the bf16 and fp8
+// tensor-core paths within an fp32-summation bound, over contiguous ranges (ragged prefill) and
+// paged keys (block tables), with empty and tile-edge lengths.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <numeric>
+#include <vector>
+
+#include "kernels/cpu/attention.h"
+#include "kernels/cuda/indexer.h"
+#include "kernels/quant/quant.h"
+#include "tests/cuda/test_util.h"
+
+namespace nw::cuda::testing {
+namespace {
+
+enum class Mode { kFp32, kBf16, kFp8, kNvfp4Scaled };
+
+const char* ModeName(Mode m) {
+  switch (m) {
+    case Mode::kFp32:
+      return "fp32";
+    case Mode::kBf16:
+      return "bf16";
+    case Mode::kFp8:
+      return "fp8";
+    case Mode::kNvfp4Scaled:
+      return "nvfp4 (bf16 + per-key scale)";
+  }
+  return "?";
+}
+
+struct IndexerCase {
+  Mode mode;
+  bool paged;
+  int n_heads;
+  int head_dim;
+  std::vector<int64_t> lens;  // visible keys per query
+};
+
+/// Everything one case needs on the host: fake-quantized q/k (what the CPU sees) and the device
+/// encodings of the same values.
+struct IndexerData {
+  std::vector<float> q, w, keys;  // keys: [key_rows, dim] fp32 values the CPU reads (by row)
+  std::vector<uint16_t> q_bf16, k_bf16;
+  std::vector<uint8_t> k_fp8;
+  std::vector<float> k_scale;
+};
+
+uint16_t Bits16(float x) { return quant::FloatToBf16Bits(x); }
+
+void RunIndexer(const IndexerCase& c, uint64_t seed) {
+  SCOPED_TRACE(::testing::Message()
+               << ModeName(c.mode) << (c.paged ? " paged" : " contiguous") << " heads " << c.n_heads
+               << " dim " << c.head_dim << " seed " << seed);
+  Rng rng(seed);
+  const int64_t m = static_cast<int64_t>(c.lens.size());
+  const int H = c.n_heads, D = c.head_dim;
+  const int page = 64;
+  const int64_t max_len = *std::max_element(c.lens.begin(), c.lens.end());
+  const int64_t out_cols = max_len + 3;
+
+  // Key layout: contiguous = every query's keys back to back (a ragged prefill buffer); paged =
+  // pages of 64 rows in a shuffled pool, one block-table row per query.
+  std::vector<int32_t> ks(static_cast<size_t>(m)), ke(ks.size()), qrow(ks.size()),
+      lengths(ks.size());
+  int64_t key_rows = 0;
+  const int64_t max_pages = (max_len + page - 1) / page + 1;
+  std::vector<int32_t> table;
+  if (!c.paged) {
+    for (int64_t i = 0; i < m; ++i) {
+      ks[static_cast<size_t>(i)] = static_cast<int32_t>(key_rows);
+      key_rows += c.lens[static_cast<size_t>(i)];
+      ke[static_cast<size_t>(i)] = static_cast<int32_t>(key_rows);
+    }
+  } else {
+    int64_t pages = 0;
+    for (int64_t len : c.lens) pages += (len + page - 1) / page;
+    key_rows = (pages + 2) * page;  // two spare pages
+    std::vector<int32_t> perm(static_cast<size_t>(pages + 2));
+    std::iota(perm.begin(), perm.end(), 0);
+    for (size_t i = perm.size(); i > 1; --i)
+      std::swap(perm[i - 1], perm[static_cast<size_t>(rng.Int(0, static_cast<int64_t>(i) - 1))]);
+    table.assign(static_cast<size_t>(m * max_pages), -1);
+    size_t next = 0;
+    for (int64_t i = 0; i < m; ++i) {
+      qrow[static_cast<size_t>(i)] = static_cast<int32_t>(m - 1 - i);  // rows in reverse order
+      lengths[static_cast<size_t>(i)] = static_cast<int32_t>(c.lens[static_cast<size_t>(i)]);
+      for (int64_t pg = 0; pg * page < c.lens[static_cast<size_t>(i)]; ++pg) {
+        table[static_cast<size_t>((m - 1 - i) * max_pages + pg)] = perm[next++];
+      }
+    }
+  }
+
+  IndexerData d;
+  d.q = rng.Vec(static_cast<size_t>(m * H * D), -1.0f, 1.0f);
+  d.w = rng.Vec(static_cast<size_t>(m * H), -0.2f, 0.2f);
+  d.keys = rng.Vec(static_cast<size_t>(key_rows * D), -1.0f, 1.0f);
+  // Fake-quantize what the CPU sees, and encode the same values for the device.
+  if (c.mode != Mode::kFp32) {
+    if (c.mode == Mode::kFp8) {
+      for (int64_t r = 0; r < m * H; ++r) quant::FakeQuantFp8(&d.q[r * D], &d.q[r * D], D, 128);
+    }
+    quant::FakeQuantBf16(d.q.data(), d.q.data(), d.q.size());  // no-op after fp8
+    for (float v : d.q) d.q_bf16.push_back(Bits16(v));
+    d.k_scale.assign(static_cast<size_t>(key_rows), 1.0f);
+    for (int64_t r = 0; r < key_rows; ++r) {
+      float* k = &d.keys[r * D];
+      if (c.mode == Mode::kBf16) {
+        quant::FakeQuantBf16(k, k, D);
+        for (int i = 0; i < D; ++i) d.k_bf16.push_back(Bits16(k[i]));
+      } else if (c.mode == Mode::kFp8) {
+        float amax = 0.0f;
+        for (int i = 0; i < D; ++i) amax = std::max(amax, std::fabs(k[i]));
+        const float s = quant::DecodeUe8m0(quant::Ue8m0ScaleFor(amax, quant::kE4M3Max));
+        d.k_scale[static_cast<size_t>(r)] = s;
+        for (int i = 0; i < D; ++i) {
+          const uint8_t code = quant::EncodeE4M3(k[i] / s);
+          d.k_fp8.push_back(code);
+          k[i] = quant::DecodeE4M3(code) * s;  // = FakeQuantFp8(k, 128) with one block
+        }
+      } else {  // NVFP4: bf16 carries e2m1 * block scale, k_scale the row's global scale
+        std::vector<float> fq(static_cast<size_t>(D));
+        quant::FakeQuantNvfp4(k, fq.data(), D);
+        float amax = 0.0f;
+        for (int i = 0; i < D; ++i) amax = std::max(amax, std::fabs(k[i]));
+        const float g = amax / (quant::kE4M3Max * quant::kE2M1Max);
+        d.k_scale[static_cast<size_t>(r)] = g;
+        for (int i = 0; i < D; ++i) {
+          const float sb = quant::DecodeE4M3(quant::EncodeE4M3([&] {
+            float a = 0;
+            for (int j = i / 16 * 16; j < std::min(D, i / 16 * 16 + 16); ++j)
+              a = std::max(a, std::fabs(k[j]));
+            return a;
+          }() / (quant::kE2M1Max * g)));
+          const float code_val =
+              sb == 0.0f ? 0.0f : quant::DecodeE2M1(quant::EncodeE2M1(k[i] / (sb * g)));
+          d.k_bf16.push_back(Bits16(code_val * sb));
+        }
+        std::copy(fq.begin(), fq.end(), k);
+      }
+    }
+  }
+
+  // CPU reference (and, for the tensor-core paths, a bound from the magnitudes of the terms).
+  std::vector<float> want(static_cast<size_t>(m * out_cols), -INFINITY);
+  std::vector<double> bound(want.size(), 0.0);
+  const cpu::IndexerParams ip{H, D};
+  std::vector<float> keys_of(static_cast<size_t>(max_len * D)),
+      row_scores(static_cast<size_t>(max_len));
+  for (int64_t i = 0; i < m; ++i) {
+    const int64_t len = c.lens[static_cast<size_t>(i)];
+    for (int64_t j = 0; j < len; ++j) {
+      int64_t row;
+      if (!c.paged) {
+        row = ks[static_cast<size_t>(i)] + j;
+      } else {
+        row = static_cast<int64_t>(
+                  table[static_cast<size_t>(qrow[static_cast<size_t>(i)] * max_pages + j / page)]) *
+                  page +
+              j % page;
+      }
+      std::copy_n(&d.keys[row * D], D, &keys_of[j * D]);
+    }
+    cpu::IndexerScores(ip, &d.q[i * H * D], &d.w[i * H], keys_of.data(), len, row_scores.data());
+    for (int64_t j = 0; j < len; ++j) {
+      want[static_cast<size_t>(i * out_cols + j)] = row_scores[static_cast<size_t>(j)];
+      double mag = 0.0;
+      for (int h = 0; h < H; ++h) {
+        double dot = 0.0;
+        for (int e = 0; e < D; ++e)
+          dot += std::fabs(static_cast<double>(d.q[(i * H + h) * D + e]) * keys_of[j * D + e]);
+        mag += std::fabs(static_cast<double>(d.w[i * H + h])) * dot;
+      }
+      bound[static_cast<size_t>(i * out_cols + j)] = 1e-4 * mag + 1e-30;
+    }
+  }
+
+  Guarded<float> dq(c.mode == Mode::kFp32 ? d.q : std::vector<float>{});
+  Guarded<uint16_t> dq16(d.q_bf16), dk16(d.k_bf16);
+  Guarded<float> dw(d.w), dk32(c.mode == Mode::kFp32 ? d.keys : std::vector<float>{}),
+      dscale(d.k_scale);
+  Guarded<uint8_t> dk8(d.k_fp8);
+  Guarded<int32_t> dks(ks), dke(ke), dtable(table), dqrow(qrow), dlen(lengths);
+  Guarded<float> dout(static_cast<size_t>(m * out_cols));
+  IndexerLogitsParams p;
+  p.m = m;
+  p.n_heads = H;
+  p.head_dim = D;
+  p.w = dw.get();
+  p.key_rows = key_rows;
+  switch (c.mode) {
+    case Mode::kFp32:
+      p.q = dq.get();
+      p.k = dk32.get();
+      p.k_format = IndexerKeyFormat::kFp32;
+      break;
+    case Mode::kBf16:
+      p.q = dq16.get();
+      p.k = dk16.get();
+      p.k_format = IndexerKeyFormat::kBf16;
+      break;
+    case Mode::kFp8:
+      p.q = dq16.get();
+      p.k = dk8.get();
+      p.k_scale = dscale.get();
+      p.k_format = IndexerKeyFormat::kFp8;
+      break;
+    case Mode::kNvfp4Scaled:
+      p.q = dq16.get();
+      p.k = dk16.get();
+      p.k_scale = dscale.get();
+      p.k_format = IndexerKeyFormat::kBf16;
+      break;
+  }
+  if (c.paged) {
+    p.block_table = dtable.get();
+    p.block_table_stride = max_pages;
+    p.query_row = dqrow.get();
+    p.lengths = dlen.get();
+    p.page_size = page;
+  } else {
+    p.ks = dks.get();
+    p.ke = dke.get();
+  }
+  p.out = dout.get();
+  p.out_cols = out_cols;
+  p.max_len = max_len;
+  NW_ASSERT_OK(LaunchIndexerLogits(p, nullptr));
+  NW_ASSERT_SYNC();
+  const std::vector<float> got = dout.Download();
+  if (c.mode == Mode::kFp32) {
+    EXPECT_TRUE(BitEqual(got, want)) << "fp32 logits must be the CPU's bits";
+  } else {
+    EXPECT_TRUE(Near(got, std::vector<double>(want.begin(), want.end()), {}, &bound));
+  }
+  EXPECT_TRUE(dout.GuardsIntact());
+  NW_ASSERT_OK(LaunchIndexerLogits(p, nullptr));
+  NW_ASSERT_SYNC();
+  EXPECT_TRUE(BitEqual(dout.Download(), got)) << "run to run";
+}
+
+const std::vector<int64_t> kEdgeLens = {0, 1, 63, 64, 65, 127, 128, 129, 7, 300};
+
+TEST(CudaIndexer, Fp32ExactContiguousAndPaged) {
+  NW_REQUIRE_GPU();
+  uint64_t seed = 1;
+  for (bool paged : {false, true}) {
+    RunIndexer({Mode::kFp32, paged, 64, 128, kEdgeLens}, seed++);
+    RunIndexer({Mode::kFp32, paged, 8, 64, {1, 0, 97, 64, 200}}, seed++);
+    RunIndexer({Mode::kFp32, paged, 7, 128, {31, 1025}}, seed++);
+  }
+}
+
+TEST(CudaIndexer, Bf16TensorCores) {
+  NW_REQUIRE_GPU();
+  uint64_t seed = 20;
+  for (bool paged : {false, true}) {
+    RunIndexer({Mode::kBf16, paged, 64, 128, kEdgeLens}, seed++);
+    RunIndexer({Mode::kBf16, paged, 8, 64, {1, 0, 97, 64, 200}}, seed++);
+    RunIndexer({Mode::kBf16, paged, 17, 128, {31, 1025, 2}}, seed++);
+  }
+}
+
+TEST(CudaIndexer, Fp8AndNvfp4KeysTensorCores) {
+  NW_REQUIRE_GPU();
+  uint64_t seed = 40;
+  for (bool paged : {false, true}) {
+    RunIndexer({Mode::kFp8, paged, 64, 128, kEdgeLens}, seed++);
+    RunIndexer({Mode::kFp8, paged, 8, 64, {1, 0, 97, 64, 200}}, seed++);
+    RunIndexer({Mode::kNvfp4Scaled, paged, 64, 128, {65, 1, 0, 513}}, seed++);
+  }
+}
+
+TEST(CudaIndexer, RejectsBadParams) {
+  IndexerLogitsParams p;
+  p.m = 1;
+  p.n_heads = 64;
+  p.head_dim = 96;
+  p.out_cols = 1;
+  EXPECT_EQ(LaunchIndexerLogits(p, nullptr).code(), StatusCode::kInvalidArgument);
+  p.head_dim = 128;
+  p.n_heads = 65;
+  EXPECT_EQ(LaunchIndexerLogits(p, nullptr).code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace nw::cuda::testing

@@ -1,0 +1,340 @@
+// Perf mode (see perf.h and docs/cuda.md): CUDA-event timings, warm-up first, median of repeated
+// launches, inputs random (never zeros) and larger than the 60 MB L2 where the real workload is.
+#include "tests/cuda/perf.h"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <functional>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/common.h"
+#include "kernels/cuda/indexer.h"
+#include "kernels/cuda/topk.h"
+#include "kernels/quant/scalar.h"
+
+namespace nw::cuda::testing {
+namespace {
+
+// Ceilings of one H200 as measured on this workplace's machines (KINDS.md): a device-to-device
+// copy moves ~4.3 TB/s (read + write); a large bf16 GEMM runs at ~790 TFLOP/s. The copy is
+// re-measured below in the same run.
+constexpr double kPeakTflops = 790.0;
+double g_bandwidth_gbs = 4300.0;
+
+struct Fast {  // xorshift64*, for filling hundreds of MB quickly
+  uint64_t s;
+  uint64_t Next() {
+    s ^= s >> 12;
+    s ^= s << 25;
+    s ^= s >> 27;
+    return s * 2685821657736338717ull;
+  }
+  float Unit() { return static_cast<float>(Next() >> 40) * 0x1p-23f - 1.0f; }  // [-1, 1)
+};
+
+template <typename T>
+DeviceBuffer<T> Upload(const std::vector<T>& host) {
+  auto r = DeviceBuffer<T>::Allocate(host.size());
+  if (!r.ok()) {
+    std::fprintf(stderr, "perf: %s\n", r.status().ToString().c_str());
+    std::exit(1);
+  }
+  DeviceBuffer<T> b = std::move(r).value();
+  const Status s = b.CopyFromHost(host.data(), host.size());
+  if (!s.ok()) {
+    std::fprintf(stderr, "perf: %s\n", s.ToString().c_str());
+    std::exit(1);
+  }
+  return b;
+}
+
+std::vector<uint16_t> RandomBf16(size_t n, uint64_t seed) {
+  Fast f{seed * 0x9E3779B97F4A7C15ull + 1};
+  std::vector<uint16_t> v(n);
+  for (auto& x : v) x = quant::FloatToBf16Bits(f.Unit());
+  return v;
+}
+
+std::vector<float> RandomF32(size_t n, uint64_t seed, float scale = 1.0f) {
+  Fast f{seed * 0x9E3779B97F4A7C15ull + 7};
+  std::vector<float> v(n);
+  for (auto& x : v) x = scale * f.Unit();
+  return v;
+}
+
+/// Median milliseconds of `iters` launches after `warmup` launches; -1 on a launch error.
+double TimeMs(const std::function<Status()>& launch, int warmup = 3, int iters = 15) {
+  for (int i = 0; i < warmup; ++i) {
+    const Status s = launch();
+    if (!s.ok()) {
+      std::fprintf(stderr, "perf: launch failed: %s\n", s.ToString().c_str());
+      return -1.0;
+    }
+  }
+  cudaEvent_t a, b;
+  cudaEventCreate(&a);
+  cudaEventCreate(&b);
+  std::vector<float> ms;
+  for (int i = 0; i < iters; ++i) {
+    cudaEventRecord(a, nullptr);
+    const Status s = launch();
+    cudaEventRecord(b, nullptr);
+    if (!s.ok()) return -1.0;
+    cudaEventSynchronize(b);
+    float t = 0;
+    cudaEventElapsedTime(&t, a, b);
+    ms.push_back(t);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  const cudaError_t err = cudaDeviceSynchronize();
+  if (err != cudaSuccess) {
+    std::fprintf(stderr, "perf: %s\n", cudaGetErrorString(err));
+    return -1.0;
+  }
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+void Report(const char* name, double ms, double flops, double bytes) {
+  if (ms <= 0) {
+    std::printf("%-34s FAILED\n", name);
+    return;
+  }
+  const double tflops = flops / (ms * 1e-3) / 1e12;
+  const double gbs = bytes / (ms * 1e-3) / 1e9;
+  std::printf("%-34s %10.3f ms %9.1f TFLOP/s (%5.1f%% of %3.0f) %9.1f GB/s (%5.1f%% of %4.0f)\n",
+              name, ms, tflops, 100.0 * tflops / kPeakTflops, kPeakTflops, gbs,
+              100.0 * gbs / g_bandwidth_gbs, g_bandwidth_gbs);
+  std::fflush(stdout);
+}
+
+bool Want(const std::string& filter, const char* name) {
+  return filter.empty() || std::string(name).find(filter) != std::string::npos;
+}
+
+void PerfCopy() {
+  const size_t bytes = size_t{4} << 30;
+  auto a = DeviceBuffer<uint8_t>::Allocate(bytes);
+  auto b = DeviceBuffer<uint8_t>::Allocate(bytes);
+  if (!a.ok() || !b.ok()) return;
+  cudaMemset(a->data(), 1, bytes);
+  const double ms = TimeMs(
+      [&] {
+        return CudaStatus(
+            cudaMemcpyAsync(b->data(), a->data(), bytes, cudaMemcpyDeviceToDevice, nullptr),
+            "cudaMemcpyAsync", __FILE__, __LINE__);
+      },
+      2, 5);
+  if (ms > 0) g_bandwidth_gbs = 2.0 * static_cast<double>(bytes) / (ms * 1e-3) / 1e9;
+  Report("d2d copy 4 GiB (ceiling)", ms, 0, 2.0 * static_cast<double>(bytes));
+}
+
+// ---- Indexer logits: 64 heads x 128 -------------------------------------------------------------
+
+void PerfIndexer(const std::string& filter) {
+  const int H = 64, D = 128;
+  {  // Decode: 64 requests, 32768 compressed keys each (131072 tokens), paged, distinct pages.
+    const int64_t m = 64, len = 32768, page = 64, pages_per = len / page;
+    const int64_t rows = m * len;
+    auto q = Upload(RandomBf16(static_cast<size_t>(m * H * D), 1));
+    auto w = Upload(RandomF32(static_cast<size_t>(m * H), 2, 0.01f));
+    std::vector<int32_t> table(static_cast<size_t>(m * pages_per));
+    std::iota(table.begin(), table.end(), 0);
+    std::vector<int32_t> qrow(static_cast<size_t>(m)),
+        lens(static_cast<size_t>(m), static_cast<int32_t>(len));
+    std::iota(qrow.begin(), qrow.end(), 0);
+    auto dtable = Upload(table);
+    auto dqrow = Upload(qrow);
+    auto dlens = Upload(lens);
+    auto out = DeviceBuffer<float>::Allocate(static_cast<size_t>(m * len));
+    IndexerLogitsParams p;
+    p.q = q.data();
+    p.w = w.data();
+    p.m = m;
+    p.n_heads = H;
+    p.head_dim = D;
+    p.key_rows = rows;
+    p.block_table = dtable.data();
+    p.block_table_stride = pages_per;
+    p.query_row = dqrow.data();
+    p.lengths = dlens.data();
+    p.page_size = static_cast<int>(page);
+    p.out = out->data();
+    p.out_cols = len;
+    const double flops = 2.0 * m * len * H * D;
+    if (Want(filter, "indexer decode bf16 paged")) {
+      auto k = Upload(RandomBf16(static_cast<size_t>(rows * D), 3));
+      p.k = k.data();
+      p.k_format = IndexerKeyFormat::kBf16;
+      Report("indexer decode bf16 paged", TimeMs([&] { return LaunchIndexerLogits(p, nullptr); }),
+             flops, m * len * (2.0 * D + 4.0));
+    }
+    if (Want(filter, "indexer decode fp8 paged")) {
+      Fast f{11};
+      std::vector<uint8_t> k8(static_cast<size_t>(rows * D));
+      for (auto& b : k8) b = static_cast<uint8_t>(f.Next() >> 56) & 0xBE;  // no NaN codes
+      auto k = Upload(k8);
+      std::vector<float> sc(static_cast<size_t>(rows), 0.0078125f);
+      auto ks = Upload(sc);
+      p.k = k.data();
+      p.k_scale = ks.data();
+      p.k_format = IndexerKeyFormat::kFp8;
+      Report("indexer decode fp8 paged", TimeMs([&] { return LaunchIndexerLogits(p, nullptr); }),
+             flops, m * len * (D + 4.0 + 4.0));
+    }
+  }
+  {  // Prefill: 4096 queries over 16384 keys (a 64K-token request), contiguous.
+    const int64_t n = 16384;
+    for (const int64_t m : {int64_t{4096}, int64_t{256}}) {
+      const bool exact = m == 256;
+      const char* name = exact ? "indexer prefill fp32 exact" : "indexer prefill bf16";
+      if (!Want(filter, name)) continue;
+      std::vector<int32_t> ks(static_cast<size_t>(m), 0),
+          ke(static_cast<size_t>(m), static_cast<int32_t>(n));
+      auto dks = Upload(ks);
+      auto dke = Upload(ke);
+      auto w = Upload(RandomF32(static_cast<size_t>(m * H), 5, 0.01f));
+      auto out = DeviceBuffer<float>::Allocate(static_cast<size_t>(m * n));
+      auto q16 = Upload(RandomBf16(static_cast<size_t>(m * H * D), 6));
+      auto k16 = Upload(RandomBf16(static_cast<size_t>(n * D), 7));
+      auto q32 = Upload(RandomF32(static_cast<size_t>(m * H * D), 8));
+      auto k32 = Upload(RandomF32(static_cast<size_t>(n * D), 9));
+      IndexerLogitsParams p;
+      p.q = exact ? static_cast<const void*>(q32.data()) : static_cast<const void*>(q16.data());
+      p.k = exact ? static_cast<const void*>(k32.data()) : static_cast<const void*>(k16.data());
+      p.k_format = exact ? IndexerKeyFormat::kFp32 : IndexerKeyFormat::kBf16;
+      p.w = w.data();
+      p.m = m;
+      p.n_heads = H;
+      p.head_dim = D;
+      p.key_rows = n;
+      p.ks = dks.data();
+      p.ke = dke.data();
+      p.out = out->data();
+      p.out_cols = n;
+      Report(name, TimeMs([&] { return LaunchIndexerLogits(p, nullptr); }, 2, exact ? 3 : 10),
+             2.0 * m * n * H * D, m * n * 4.0 + n * D * (exact ? 4.0 : 2.0));
+    }
+  }
+}
+
+// ---- Top-k: k = 512 -----------------------------------------------------------------------------
+
+void PerfTopK(const std::string& filter) {
+  struct Shape {
+    const char* name;
+    int64_t rows;
+    int64_t n;
+  };
+  for (const Shape& s :
+       {Shape{"topk prefill 4096 x 16384", 4096, 16384},
+        Shape{"topk decode 64 x 262144", 64, 262144}, Shape{"topk 1 x 1048576", 1, 1 << 20}}) {
+    if (!Want(filter, s.name)) continue;
+    auto scores = Upload(RandomF32(static_cast<size_t>(s.rows * s.n), 12, 100.0f));
+    auto out = DeviceBuffer<int32_t>::Allocate(static_cast<size_t>(s.rows * 512));
+    TopKParams p;
+    p.scores = scores.data();
+    p.out = out->data();
+    p.rows = s.rows;
+    p.n = s.n;
+    p.k = 512;
+    Report(s.name, TimeMs([&] { return LaunchTopK(p, nullptr); }), 0, s.rows * s.n * 4.0);
+  }
+}
+
+// ---- Sparse attention: 64 heads x 512, 128 window + 512 selected --------------------------------
+
+void PerfAttention(const std::string& filter) {
+  const int H = 64, D = 512, W = 128, K = 512;
+  const int64_t rows = 65536;  // KV pool (64 MiB bf16), indices random
+  auto kv16 = Upload(RandomBf16(static_cast<size_t>(rows * D), 20));
+  auto sink = Upload(RandomF32(static_cast<size_t>(H), 21));
+  // The same pool in the V4 fp8 layout (random bytes with valid codes and moderate scales).
+  const V4KvLayout layout{D, 64, 64};
+  const int64_t pages = rows / 64;
+  std::vector<uint8_t> img(static_cast<size_t>(pages * layout.PageBytes()));
+  Fast f{22};
+  for (auto& b : img) b = static_cast<uint8_t>(f.Next() >> 56) & 0x3E;
+  for (int64_t pg = 0; pg < pages; ++pg) {
+    for (int t = 0; t < 64; ++t) {
+      uint8_t* sc = img.data() + pg * layout.PageBytes() + 64 * layout.TokenBytes() +
+                    t * layout.ScaleStride();
+      for (int j = 0; j < 8; ++j) sc[j] = j < 7 ? 120 : 0;
+    }
+  }
+  auto kv8 = Upload(img);
+  for (const int64_t m : {int64_t{2048}, int64_t{64}, int64_t{256}}) {
+    Fast g{static_cast<uint64_t>(m)};
+    std::vector<int32_t> i0(static_cast<size_t>(m * W)), i1(static_cast<size_t>(m * K));
+    for (int64_t i = 0; i < m; ++i) {
+      const int64_t start = static_cast<int64_t>(g.Next() % static_cast<uint64_t>(rows - W));
+      for (int j = 0; j < W; ++j)
+        i0[static_cast<size_t>(i * W + j)] = static_cast<int32_t>(start + j);
+      for (int j = 0; j < K; ++j)
+        i1[static_cast<size_t>(i * K + j)] =
+            static_cast<int32_t>(g.Next() % static_cast<uint64_t>(rows));
+    }
+    auto d0 = Upload(i0);
+    auto d1 = Upload(i1);
+    auto q16 = Upload(RandomBf16(static_cast<size_t>(m * H * D), 23));
+    auto q32 = Upload(RandomF32(static_cast<size_t>(m * H * D), 24));
+    auto out = DeviceBuffer<float>::Allocate(static_cast<size_t>(m * H * D));
+    SparseAttentionParams p;
+    p.sink = sink.data();
+    p.out = out->data();
+    p.m = m;
+    p.n_heads = H;
+    p.head_dim = D;
+    p.scale = 1.0f / std::sqrt(static_cast<float>(D));
+    p.kv_layout = layout;
+    const double flops = 4.0 * m * H * (W + K) * D;
+    struct Variant {
+      const char* tag;
+      KvFormat f;
+      bool tc;
+      double row_bytes;
+    };
+    for (const Variant& v : {Variant{"bf16 kv, tensor cores", KvFormat::kBf16, true, 2.0 * D},
+                             Variant{"v4 fp8 kv, tensor cores", KvFormat::kV4Fp8, true, 584.0},
+                             Variant{"bf16 kv, simt fp32", KvFormat::kBf16, false, 2.0 * D}}) {
+      if (!v.tc && m != 256) continue;  // the SIMT path only at one size (it is slow)
+      if (v.tc && m == 256) continue;
+      char name[96];
+      std::snprintf(name, sizeof(name), "attn m=%lld %s", static_cast<long long>(m), v.tag);
+      if (!Want(filter, name)) continue;
+      const void* kv = v.f == KvFormat::kBf16 ? static_cast<const void*>(kv16.data())
+                                              : static_cast<const void*>(kv8.data());
+      p.kv_format = v.f;
+      p.q_bf16 = v.tc;
+      p.q = v.tc ? static_cast<const void*>(q16.data()) : static_cast<const void*>(q32.data());
+      p.sets[0] = {kv, rows, d0.data(), nullptr, W};
+      p.sets[1] = {kv, rows, d1.data(), nullptr, K};
+      Report(name, TimeMs([&] { return LaunchSparseAttention(p, nullptr); }, 2, v.tc ? 10 : 3),
+             flops, m * (W + K) * v.row_bytes + m * H * D * (4.0 + (v.tc ? 2.0 : 4.0)));
+    }
+  }
+}
+
+}  // namespace
+
+int RunPerf(const std::string& filter) {
+  cudaDeviceProp prop{};
+  cudaGetDeviceProperties(&prop, 0);
+  std::printf("perf: %s, %d SMs, L2 %d MB; ceilings: %.0f TFLOP/s bf16 (KINDS.md), copy below\n",
+              prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20, kPeakTflops);
+  PerfCopy();
+  PerfIndexer(filter);
+  PerfTopK(filter);
+  PerfAttention(filter);
+  return 0;
+}
+
+}  // namespace nw::cuda::testing

@@ -1,0 +1,173 @@
+// Per-row top-k against cpu::TopK: exact indices in rank order with -1 padding, on rows with
+// heavy ties, NaN, infinities, signed zeros, ragged lengths (0 included), k > len, the shared-
+// memory/global boundary and rows of a million entries.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "kernels/cpu/topk.h"
+#include "kernels/cuda/topk.h"
+#include "tests/cuda/test_util.h"
+
+namespace nw::cuda::testing {
+namespace {
+
+/// Scores of one row, by kind: 0 uniform, 1 small integers (ties), 2 all equal, 3 with NaNs,
+/// 4 infinities and signed zeros, 5 all NaN, 6 ascending, 7 descending.
+void FillRow(float* row, int64_t n, int kind, Rng& rng) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (int64_t i = 0; i < n; ++i) {
+    float v = 0.0f;
+    switch (kind) {
+      case 0:
+        v = rng.Uniform(-100.0f, 100.0f);
+        break;
+      case 1:
+        v = static_cast<float>(rng.Int(0, 20));
+        break;
+      case 2:
+        v = 1.5f;
+        break;
+      case 3:
+        v = (rng.Next() % 5 == 0) ? nan : static_cast<float>(rng.Int(-3, 3));
+        break;
+      case 4: {
+        const int64_t r = rng.Int(0, 5);
+        v = r == 0   ? INFINITY
+            : r == 1 ? -INFINITY
+            : r == 2 ? -0.0f
+            : r == 3 ? 0.0f
+                     : rng.Uniform(-1.0f, 1.0f);
+        break;
+      }
+      case 5:
+        v = nan;
+        break;
+      case 6:
+        v = static_cast<float>(i);
+        break;
+      default:
+        v = static_cast<float>(n - i);
+        break;
+    }
+    row[i] = v;
+  }
+}
+
+struct TopKCase {
+  int64_t rows;
+  int64_t n;
+  int k;
+  bool ragged;
+};
+
+void RunTopK(const TopKCase& c, uint64_t seed) {
+  SCOPED_TRACE(::testing::Message() << "rows " << c.rows << " n " << c.n << " k " << c.k
+                                    << " ragged " << c.ragged << " seed " << seed);
+  Rng rng(seed);
+  const int64_t stride = c.n + 5;  // padded rows: the padding must never be read into results
+  std::vector<float> scores(static_cast<size_t>(c.rows * stride), -1e30f);
+  std::vector<int32_t> lengths(static_cast<size_t>(c.rows));
+  for (int64_t r = 0; r < c.rows; ++r) {
+    FillRow(scores.data() + r * stride, c.n, static_cast<int>((r + static_cast<int64_t>(seed)) % 8),
+            rng);
+    int64_t len = c.n;
+    if (c.ragged) {
+      const int64_t pick = rng.Int(0, 5);
+      len = pick == 0 ? 0 : pick == 1 ? c.n + 7 /* clamped to n */ : rng.Int(0, c.n);
+    }
+    lengths[static_cast<size_t>(r)] = static_cast<int32_t>(len);
+  }
+  const int64_t out_stride = c.k + 3;
+  std::vector<int32_t> want(static_cast<size_t>(c.rows * c.k));
+  std::vector<int32_t> scratch(static_cast<size_t>(c.n));
+  for (int64_t r = 0; r < c.rows; ++r) {
+    const int64_t len = std::min<int64_t>(lengths[static_cast<size_t>(r)], c.n);
+    cpu::TopK(scores.data() + r * stride, len, c.k, want.data() + r * c.k, scratch.data());
+  }
+  Guarded<float> ds(scores);
+  Guarded<int32_t> dl(lengths), dout(static_cast<size_t>(c.rows * out_stride));
+  TopKParams p;
+  p.scores = ds.get();
+  p.lengths = c.ragged ? dl.get() : nullptr;
+  p.out = dout.get();
+  p.rows = c.rows;
+  p.n = c.n;
+  p.stride = stride;
+  p.k = c.k;
+  p.out_stride = out_stride;
+  NW_ASSERT_OK(LaunchTopK(p, nullptr));
+  NW_ASSERT_SYNC();
+  const std::vector<int32_t> out = dout.Download();
+  std::vector<int32_t> got(want.size());
+  for (int64_t r = 0; r < c.rows; ++r) {
+    std::copy_n(out.begin() + r * out_stride, c.k, got.begin() + r * c.k);
+    for (int64_t j = c.k; j < out_stride; ++j) {
+      ASSERT_EQ(out[static_cast<size_t>(r * out_stride + j)], 0x7F7F7F7F) << "wrote past k";
+    }
+  }
+  EXPECT_TRUE(SameInts(got, want));
+  EXPECT_TRUE(dout.GuardsIntact());
+  // Run to run: the same bits again.
+  NW_ASSERT_OK(LaunchTopK(p, nullptr));
+  NW_ASSERT_SYNC();
+  EXPECT_TRUE(SameInts(dout.Download(), out)) << "run to run";
+}
+
+TEST(CudaTopK, SmallAndTileEdges) {
+  NW_REQUIRE_GPU();
+  uint64_t seed = 1;
+  for (const TopKCase& c : std::vector<TopKCase>{{1, 1, 1, false},
+                                                 {8, 7, 8, false},    // k > n: -1 padding
+                                                 {8, 64, 64, false},  // k == n
+                                                 {8, 65, 64, false},
+                                                 {8, 63, 64, false},
+                                                 {16, 1000, 512, true},
+                                                 {16, 4099, 512, true},
+                                                 {9, 2049, 2048, false},
+                                                 {4, 3, 1, true},
+                                                 {5, 0, 4, false}}) {
+    RunTopK(c, seed++);
+  }
+}
+
+TEST(CudaTopK, CacheBoundaryAndLongRows) {
+  NW_REQUIRE_GPU();
+  uint64_t seed = 50;
+  for (const TopKCase& c : std::vector<TopKCase>{{8, kTopKCachedLen, 512, false},
+                                                 {8, kTopKCachedLen + 1, 512, false},
+                                                 {6, 100003, 2048, true}}) {
+    RunTopK(c, seed++);
+  }
+}
+
+TEST(CudaTopK, LargeMillionEntryRows) {
+  NW_REQUIRE_GPU();
+  uint64_t seed = 90;
+  for (const TopKCase& c :
+       std::vector<TopKCase>{{8, 1 << 20, 512, false}, {2, 1 << 20, 2048, false}}) {
+    RunTopK(c, seed++);
+  }
+}
+
+TEST(CudaTopK, RejectsBadParams) {
+  TopKParams p;
+  p.rows = 1;
+  p.n = 10;
+  p.k = kMaxTopK + 1;
+  EXPECT_EQ(LaunchTopK(p, nullptr).code(), StatusCode::kInvalidArgument);
+  p.k = 4;
+  p.stride = 5;
+  float dummy = 0;
+  int32_t out[4];
+  p.scores = &dummy;
+  p.out = out;
+  EXPECT_EQ(LaunchTopK(p, nullptr).code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace nw::cuda::testing
