@@ -36,8 +36,7 @@ Result<ResolvedCampaign> ResolveHttp(const Campaign& campaign, ResolvedCampaign 
   auto digest = Sha256File(hs.spec.tokenizer);
   if (!digest.ok()) {
     return Status(digest.status().code(),
-                  Located(campaign, hs.tokenizer_where,
-                          what + hs.spec.tokenizer + ": " + digest.status().message()));
+                  Located(campaign, hs.tokenizer_where, what + digest.status().message()));
   }
   auto tokenizer = Tokenizer::Load(hs.spec.tokenizer);
   if (!tokenizer.ok()) {

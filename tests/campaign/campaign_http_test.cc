@@ -1,0 +1,313 @@
+// The http backend in campaigns: `backend: {http: {...}}` parsing and errors, `http` in
+// include/exclude, campaigns without a model, tokenizer digests at resolve, and what the job key
+// holds (and never holds: paths, timeouts, credentials).
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <set>
+#include <string>
+
+#include "common/sha256.h"
+#include "coordinator/campaign/campaign.h"
+#include "engine/text/niah.h"
+#include "engine/text/tokenizer.h"
+#include "tests/campaign/campaign_test_util.h"
+
+namespace nw {
+namespace {
+
+using ::testing::HasSubstr;
+using testing_campaign::TempDir;
+using testing_campaign::WriteFile;
+using testing_campaign::WriteTinyModel;
+
+class CampaignHttpTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    WriteTinyModel(tmp_.path() / "models" / "tiny");
+    auto tok = TrainByteLevelBpe(NiahTokenizerCorpus(3, 40000), 400, {"<bos>", "<eos>"});
+    ASSERT_TRUE(tok.ok()) << tok.status().ToString();
+    tokenizer_text_ = tok->dump();
+    WriteFile(tokenizer_path(), tokenizer_text_);
+  }
+  std::filesystem::path tokenizer_path() const { return tmp_.path() / "server" / "tokenizer.json"; }
+
+  Result<Campaign> ParseText(const std::string& text) {
+    const auto path = tmp_.path() / "campaigns" / "c.yaml";
+    WriteFile(path, text);
+    return ParseCampaignFile(path);
+  }
+  Campaign MustParse(const std::string& text) {
+    auto c = ParseText(text);
+    EXPECT_TRUE(c.ok()) << c.status().ToString();
+    return c.ok() ? *std::move(c) : Campaign{};
+  }
+  std::string ParseError(const std::string& text) {
+    auto c = ParseText(text);
+    EXPECT_FALSE(c.ok()) << "expected an error for:\n" << text;
+    return c.ok() ? "" : c.status().message();
+  }
+  std::vector<JobSpec> Jobs(const std::string& text) {
+    Campaign c = MustParse(text);
+    auto r = ResolveCampaign(c);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    if (!r.ok()) return {};
+    auto jobs = ExpandCampaign(*r);
+    EXPECT_TRUE(jobs.ok()) << jobs.status().ToString();
+    return jobs.ok() ? *std::move(jobs) : std::vector<JobSpec>{};
+  }
+
+  TempDir tmp_;
+  std::string tokenizer_text_;
+};
+
+// A campaign whose matrix is `backend: <backend>`, with the model unless `model` is false.
+std::string Yaml(const std::string& backend, bool model = true, const std::string& extra = "") {
+  return std::string("name: h\n") + (model ? "model: ../models/tiny\n" : "") +
+         "matrix:\n  context_length: [256, 512]\n  needle_position: 0.5\n  topk: 16\n"
+         "  backend: " +
+         backend + "\n" + extra;
+}
+
+constexpr const char* kServer =
+    "{http: {url: 'http://127.0.0.1:8000', model: tiny, tokenizer: ../server/tokenizer.json}}";
+
+TEST_F(CampaignHttpTest, ParsesTheHttpBackendWithDefaults) {
+  Campaign c = MustParse(Yaml(std::string("[cpu, ") + kServer + "]"));
+  ASSERT_TRUE(c.http.has_value());
+  const HttpBackendSpec& h = c.http->spec;
+  EXPECT_EQ(h.url, "http://127.0.0.1:8000");
+  EXPECT_EQ(h.model, "tiny");
+  EXPECT_EQ(h.api, "completions");
+  EXPECT_EQ(h.tokenizer, tokenizer_path().lexically_normal().string());
+  EXPECT_TRUE(h.tokenizer_digest.empty());  // filled in by ResolveCampaign
+  EXPECT_FALSE(h.engine_params);
+  EXPECT_EQ(h.concurrency, 1);
+  EXPECT_EQ(h.timeout_ms, 600'000);
+  EXPECT_EQ(h.retries, 4);
+  EXPECT_EQ(h.health_path, "/health");
+  EXPECT_EQ(c.http->where.line, 7);
+  ASSERT_EQ(c.matrix[static_cast<size_t>(Axis::kBackend)].size(), 2u);
+  EXPECT_EQ(c.matrix[static_cast<size_t>(Axis::kBackend)][1].name(), "http");
+  EXPECT_EQ(c.cells.size(), 4u);
+}
+
+TEST_F(CampaignHttpTest, ParsesEverySetting) {
+  Campaign c = MustParse(Yaml(R"(
+    - http:
+        url: http://localhost:9000/v1
+        model: deepseek-v4
+        api: chat
+        tokenizer: ../server/tokenizer.json
+        headers: {X-Team: nlp, X-Trace: "1"}
+        api_key_env: NW_TEST_KEY
+        engine_params: true
+        concurrency: 8
+        timeout_ms: 1000
+        retries: 0
+        ready_timeout_ms: 0
+        health_path: ""
+        server_index_topk: 512)"));
+  ASSERT_TRUE(c.http.has_value());
+  const HttpBackendSpec& h = c.http->spec;
+  EXPECT_EQ(h.url, "http://localhost:9000/v1");
+  EXPECT_EQ(h.api, "chat");
+  EXPECT_EQ(h.headers.at("X-Team"), "nlp");
+  EXPECT_EQ(h.headers.at("X-Trace"), "1");
+  EXPECT_EQ(h.api_key_env, "NW_TEST_KEY");
+  EXPECT_TRUE(h.engine_params);
+  EXPECT_EQ(h.concurrency, 8);
+  EXPECT_EQ(h.timeout_ms, 1000);
+  EXPECT_EQ(h.retries, 0);
+  EXPECT_EQ(h.ready_timeout_ms, 0);
+  EXPECT_EQ(h.health_path, "");
+  EXPECT_EQ(h.server_index_topk, 512);
+}
+
+TEST_F(CampaignHttpTest, IncludeAndExcludeNameItHttp) {
+  Campaign c = MustParse(Yaml(std::string("[cpu, ") + kServer + "]", true,
+                              "exclude:\n  - {backend: http, context_length: 512}\n"));
+  EXPECT_EQ(c.cells.size(), 3u);
+  // The settings may also come from an include entry, and the same map may be repeated.
+  Campaign d = MustParse(Yaml("cpu", true,
+                              std::string("include:\n  - {backend: ") + kServer +
+                                  ", context_length: 256}\n  - {backend: " + kServer +
+                                  ", context_length: 512}\n"));
+  ASSERT_TRUE(d.http.has_value());
+  EXPECT_EQ(d.cells.size(), 4u);
+}
+
+TEST_F(CampaignHttpTest, RejectsBadSettingsWithLocations) {
+  EXPECT_THAT(ParseError(Yaml("{http: {model: tiny}}")),
+              HasSubstr("matrix.backend.http: missing url"));
+  EXPECT_THAT(ParseError(Yaml("{http: {url: 'http://h:1'}}")), HasSubstr("missing model"));
+  EXPECT_THAT(ParseError(Yaml("{http: {url: 'https://api.example.com/v1', model: m}}")),
+              HasSubstr("matrix.backend.http.url: https is not supported"));
+  EXPECT_THAT(ParseError(Yaml("{http: {url: 'http://h:99999', model: m}}")),
+              HasSubstr("bad port '99999'"));
+  EXPECT_THAT(ParseError(Yaml("{http: {url: 'http://h:80/api', model: m}}")),
+              HasSubstr("the path must be empty or /v1"));
+  EXPECT_THAT(ParseError(Yaml("{http: {url: 'http://user:pw@h:80', model: m}}")),
+              HasSubstr("credentials do not belong in the URL"));
+  EXPECT_THAT(ParseError(Yaml("{http: {url: 'http://h', model: m, api: generate}}")),
+              HasSubstr("matrix.backend.http.api: must be completions or chat"));
+  EXPECT_THAT(ParseError(Yaml("{http: {url: 'http://h', model: m, timout_ms: 5}}")),
+              HasSubstr("unknown key 'timout_ms'; did you mean 'timeout_ms'?"));
+  EXPECT_THAT(ParseError(Yaml("{http: {url: 'http://h', model: m, concurrency: 0}}")),
+              HasSubstr("concurrency: must be >= 1"));
+  EXPECT_THAT(ParseError(Yaml("{http: {url: 'http://h', model: m}, other: 1}")),
+              HasSubstr("unknown key 'other'"));
+  EXPECT_THAT(ParseError(Yaml("{http: {url: 'http://h', model: m, health_path: health}}")),
+              HasSubstr("must be empty or a path starting with /"));
+  EXPECT_THAT(
+      ParseError(Yaml("{http: {url: 'http://h', model: m, api_key_env: A, api_key_file: k}}")),
+      HasSubstr("give api_key_env or api_key_file, not both"));
+}
+
+TEST_F(CampaignHttpTest, SecretsAreRefused) {
+  EXPECT_THAT(ParseError(Yaml("{http: {url: 'http://h', model: m, api_key_env: sk-abc123}}")),
+              HasSubstr("must be the name of an environment variable"));
+  EXPECT_THAT(
+      ParseError(Yaml("{http: {url: 'http://h', model: m, headers: {Authorization: Bearer x}}}")),
+      HasSubstr("credentials never go in the campaign file"));
+  EXPECT_THAT(ParseError(Yaml("{http: {url: 'http://h', model: m, headers: {x-api-key: k}}}")),
+              HasSubstr("credentials never go in the campaign file"));
+  EXPECT_THAT(ParseError(Yaml("{http: {url: 'http://h', model: m, headers: {Host: k}}}")),
+              HasSubstr("is set by the client"));
+}
+
+TEST_F(CampaignHttpTest, HttpNeedsItsSettingsAndThereIsOnlyOneServer) {
+  EXPECT_THAT(ParseError(Yaml("[cpu, http]")),
+              HasSubstr("c.yaml:7:18: matrix.backend[1]: backend 'http' needs its settings"));
+  EXPECT_THAT(
+      ParseError(Yaml(std::string("[") + kServer +
+                      ", {http: {url: 'http://127.0.0.1:8001', model: tiny}}]")),
+      HasSubstr("a campaign evaluates one http backend; this one differs from matrix.backend[0]"));
+  // The old errors are unchanged.
+  EXPECT_THAT(ParseError(Yaml("[cpu, tpu]")),
+              HasSubstr("unknown backend 'tpu' (expected cpu, cpu-paged, cuda, cuda-paged)"));
+  EXPECT_THAT(ParseError(Yaml("{linear: {from: 1, to: 2, step: 1}}")),
+              HasSubstr("matrix.backend: must be a name or a list of names, got a map"));
+  ParseOptions no_http;
+  no_http.allow_http = false;
+  WriteFile(tmp_.path() / "x.yaml", Yaml(kServer));
+  auto c = ParseCampaignFile(tmp_.path() / "x.yaml", no_http);
+  ASSERT_FALSE(c.ok());
+  EXPECT_THAT(c.status().message(), HasSubstr("must be a name or a list of names"));
+}
+
+TEST_F(CampaignHttpTest, TheModelIsOptionalOnlyWhenEveryCellRunsOnHttp) {
+  Campaign c = MustParse(Yaml(kServer, /*model=*/false));
+  EXPECT_TRUE(c.model.empty());
+  EXPECT_THAT(ParseError(Yaml(std::string("[cpu, ") + kServer + "]", false)),
+              HasSubstr("missing required field 'model'"));
+  EXPECT_THAT(ParseError(Yaml("{http: {url: 'http://h', model: m}}", false)),
+              HasSubstr("tokenizer: required when the campaign has no model"));
+  // Excluding every non-http cell is enough.
+  MustParse(Yaml(std::string("[cpu, ") + kServer + "]", false, "exclude:\n  - {backend: cpu}\n"));
+}
+
+TEST_F(CampaignHttpTest, ResolveRecordsTheTokenizerDigestAndExpandCarriesTheSettings) {
+  auto jobs = Jobs(Yaml(kServer, /*model=*/false));
+  ASSERT_EQ(jobs.size(), 2u);
+  for (const JobSpec& j : jobs) {
+    EXPECT_EQ(j.backend, "http");
+    ASSERT_TRUE(j.http.has_value());
+    EXPECT_EQ(j.http->tokenizer_digest, Sha256Hex(tokenizer_text_));
+    EXPECT_EQ(j.model_digest, "");
+    EXPECT_EQ(j.model_dir, "");
+    auto back = JobSpec::FromJson(j.ToJson());
+    ASSERT_TRUE(back.ok()) << back.status().ToString();
+    EXPECT_EQ(back->Key(), j.Key());
+    EXPECT_EQ(back->http, j.http);
+  }
+  // A campaign with a model may leave the tokenizer out: the model's is used (and must load).
+  Campaign c = MustParse(Yaml("{http: {url: 'http://h', model: m}}"));
+  auto r = ResolveCampaign(c);
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(r.status().message(), HasSubstr("tokenizer (the model's)"));
+  EXPECT_THAT(r.status().message(), HasSubstr("models/tiny/tokenizer.json"));
+
+  // A missing tokenizer file is reported at its field.
+  Campaign m = MustParse(
+      Yaml("{http: {url: 'http://h', model: m, tokenizer: ../server/nothing.json}}", false));
+  auto rm = ResolveCampaign(m);
+  ASSERT_FALSE(rm.ok());
+  EXPECT_THAT(rm.status().message(), HasSubstr("c.yaml:6:"));
+  EXPECT_THAT(rm.status().message(), HasSubstr("matrix.backend.http.tokenizer: "));
+  EXPECT_THAT(rm.status().message(), HasSubstr("nothing.json"));
+}
+
+TEST_F(CampaignHttpTest, TheKeyHoldsWhatIdentifiesResultsAndNothingElse) {
+  auto base = Jobs(Yaml(kServer, false));
+  ASSERT_EQ(base.size(), 2u);
+  const std::string key = base[0].Key();
+
+  // How the server is reached does not change the key ...
+  auto how = Jobs(Yaml(
+      "{http: {url: 'http://127.0.0.1:8000', model: tiny, tokenizer: ../server/tokenizer.json, "
+      "timeout_ms: 5, retries: 9, concurrency: 3, ready_timeout_ms: 7, health_path: /ready, "
+      "headers: {X-A: b}, api_key_env: SOME_KEY}}",
+      false));
+  ASSERT_EQ(how.size(), 2u);
+  EXPECT_EQ(how[0].Key(), key);
+  // ... what is evaluated does.
+  for (const std::string& change :
+       {std::string("url: 'http://127.0.0.1:8001'"), std::string("url: 'http://127.0.0.1:8000/v1'"),
+        std::string("url: 'http://127.0.0.1:8000', api: chat"),
+        std::string("url: 'http://127.0.0.1:8000', engine_params: true")}) {
+    auto other = Jobs(
+        Yaml("{http: {" + change + ", model: tiny, tokenizer: ../server/tokenizer.json}}", false));
+    ASSERT_EQ(other.size(), 2u);
+    EXPECT_NE(other[0].Key(), key) << change;
+  }
+  auto other_model = Jobs(Yaml(
+      "{http: {url: 'http://127.0.0.1:8000', model: big, tokenizer: ../server/tokenizer.json}}",
+      false));
+  ASSERT_EQ(other_model.size(), 2u);
+  EXPECT_NE(other_model[0].Key(), key);
+
+  // The key JSON has no paths, timeouts or credential sources.
+  JobSpec j = how[0];
+  const std::string key_json = j.http->KeyJson().dump();
+  EXPECT_EQ(key_json.find("tokenizer\""), std::string::npos);
+  EXPECT_EQ(key_json.find("SOME_KEY"), std::string::npos);
+  EXPECT_EQ(key_json.find("timeout"), std::string::npos);
+  EXPECT_NE(key_json.find(j.http->tokenizer_digest), std::string::npos);
+
+  // A changed tokenizer file is a new key.
+  WriteFile(tokenizer_path(), tokenizer_text_ + "\n");
+  auto changed = Jobs(Yaml(kServer, false));
+  ASSERT_EQ(changed.size(), 2u);
+  EXPECT_NE(changed[0].Key(), key);
+}
+
+TEST_F(CampaignHttpTest, OtherJobsAreUnchangedAndHttpJobsShareTheCpuHaystack) {
+  auto jobs = Jobs(Yaml(std::string("[cpu, ") + kServer + "]"));
+  ASSERT_EQ(jobs.size(), 4u);
+  std::set<std::string> keys;
+  for (const JobSpec& j : jobs) keys.insert(j.Key());
+  EXPECT_EQ(keys.size(), 4u);
+  const JobSpec& cpu = jobs[0];
+  const JobSpec& http = jobs[2];
+  ASSERT_EQ(cpu.backend, "cpu");
+  ASSERT_EQ(http.backend, "http");
+  ASSERT_EQ(cpu.context_length, http.context_length);
+  EXPECT_FALSE(cpu.ToJson().contains("http"));
+  EXPECT_FALSE(cpu.http.has_value());
+  // The http job gets the prompt of its cpu twin (and so the cpu job's answers compare one to
+  // one), but a key of its own.
+  EXPECT_EQ(http.HaystackSeed(), cpu.HaystackSeed());
+  EXPECT_NE(http.Key(), cpu.Key());
+  EXPECT_NE(jobs[1].HaystackSeed(), cpu.HaystackSeed());
+
+  // A cpu job spec without the http field reads back unchanged, and an http job needs it.
+  nlohmann::json j = http.ToJson();
+  j.erase("http");
+  auto bad = JobSpec::FromJson(j);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.status().message(), HasSubstr("job.http: missing"));
+}
+
+}  // namespace
+}  // namespace nw
