@@ -143,8 +143,9 @@ __global__ void __launch_bounds__(kThreads) TopKKernel(TopKParams p, int64_t cac
         const uint32_t rank = eq_before + warp_off + __popc(ballot & ((1u << lane) - 1u));
         if (gt || (eq && rank < need_eq)) {
           const uint32_t slot = atomicAdd(&s.count, 1u);
-          s.items[slot] = (static_cast<unsigned long long>(key) << 32) |
-                          static_cast<unsigned long long>(0xFFFFFFFFu - static_cast<uint32_t>(i));
+          if (slot < static_cast<uint32_t>(kMaxTopK))
+            s.items[slot] = (static_cast<unsigned long long>(key) << 32) |
+                            static_cast<unsigned long long>(0xFFFFFFFFu - static_cast<uint32_t>(i));
         }
         eq_before += chunk_eq;
         __syncthreads();  // warp_count is rewritten by the next chunk

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/blas.h"
 #include "kernels/cuda/common.h"
 #include "kernels/cuda/indexer.h"
 #include "kernels/cuda/topk.h"
@@ -135,6 +136,20 @@ void PerfCopy() {
       2, 5);
   if (ms > 0) g_bandwidth_gbs = 2.0 * static_cast<double>(bytes) / (ms * 1e-3) / 1e9;
   Report("d2d copy 4 GiB (ceiling)", ms, 0, 2.0 * static_cast<double>(bytes));
+}
+
+/// The tensor-core ceiling in the same run: an 8192^3 bf16 GEMM through cuBLASLt.
+void PerfGemm() {
+  const int64_t n = 8192;
+  auto x = Upload(RandomBf16(static_cast<size_t>(n * n), 30));
+  auto w = Upload(RandomBf16(static_cast<size_t>(n * n), 31));
+  auto y = DeviceBuffer<uint16_t>::Allocate(static_cast<size_t>(n * n));
+  auto blas = BlasLt::Create();
+  if (!y.ok() || !blas.ok()) return;
+  const double ms = TimeMs(
+      [&] { return blas->LinearBf16(x.data(), w.data(), y->data(), true, n, n, n, nullptr); }, 3,
+      10);
+  Report("cublasLt bf16 gemm 8192^3 (ceiling)", ms, 2.0 * n * n * n, 3.0 * n * n * 2);
 }
 
 // ---- Indexer logits: 64 heads x 128 -------------------------------------------------------------
@@ -331,6 +346,7 @@ int RunPerf(const std::string& filter) {
   std::printf("perf: %s, %d SMs, L2 %d MB; ceilings: %.0f TFLOP/s bf16 (KINDS.md), copy below\n",
               prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20, kPeakTflops);
   PerfCopy();
+  if (Want(filter, "gemm")) PerfGemm();
   PerfIndexer(filter);
   PerfTopK(filter);
   PerfAttention(filter);
