@@ -4,6 +4,10 @@
 //   "cpu"        contiguous KV, the whole prompt in one pass (ragged prefill);
 //   "cpu-paged"  paged KV (pages of 64 entries), prefill in chunks of 256 tokens through the
 //                paged cache and the paged indexer, as decode does.
+// Both give bit-identical tokens, logits and probes. Cost on tiny config A (one core): a
+// 4096-token prefill takes about 1.2 s of CPU, decode about 0.5 ms per token. The one-pass
+// prefill keeps per-token activations of one layer for the whole prompt (about 12 KB per token
+// for config A), so very long prompts need proportionally more memory than "cpu-paged".
 // Thread-safety: pure function of its arguments (the weights are only read).
 #pragma once
 
