@@ -91,6 +91,10 @@ Status BlasLt::LinearBf16(const uint16_t* x, const uint16_t* w, void* y, bool y_
   const uint64_t ws = workspace_.bytes();
   NW_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(
       pref.get(), CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+  // Split-K partial sums only in fp32 (never rounded to a bf16 output in between).
+  const uint32_t reduction = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+  NW_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(
+      pref.get(), CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &reduction, sizeof(reduction)));
   cublasLtMatmulHeuristicResult_t heuristic{};
   int found = 0;
   NW_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulAlgoGetHeuristic(

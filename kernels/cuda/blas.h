@@ -5,7 +5,8 @@
 // out] row-major, fp32 or bf16 (rounded from the fp32 accumulators). In column-major terms this is
 // the "TN" GEMM C[out, tokens] = W^T' * X' that cuBLASLt serves best. The algorithm is the first
 // heuristic choice for the shape and is fixed for a given shape and GPU, so results are
-// deterministic run to run (cuBLASLt's split-K reductions are ordered). Not bit-exact with the CPU
+// deterministic run to run (split-K, if chosen, reduces fp32 partials in a separate ordered step;
+// partial sums are never rounded to the output type). Not bit-exact with the CPU
 // Linear (fp32 summation order differs; tolerance as for any bf16 GEMM).
 // Thread-safety: a BlasLt may be used by one thread at a time (it owns one workspace).
 #pragma once

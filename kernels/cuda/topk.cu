@@ -143,9 +143,10 @@ __global__ void __launch_bounds__(kThreads) TopKKernel(TopKParams p, int64_t cac
         const uint32_t rank = eq_before + warp_off + __popc(ballot & ((1u << lane) - 1u));
         if (gt || (eq && rank < need_eq)) {
           const uint32_t slot = atomicAdd(&s.count, 1u);
-          if (slot < static_cast<uint32_t>(kMaxTopK))
+          if (slot < static_cast<uint32_t>(kMaxTopK)) {  // always true; guards a logic error
             s.items[slot] = (static_cast<unsigned long long>(key) << 32) |
                             static_cast<unsigned long long>(0xFFFFFFFFu - static_cast<uint32_t>(i));
+          }
         }
         eq_before += chunk_eq;
         __syncthreads();  // warp_count is rewritten by the next chunk
@@ -181,8 +182,9 @@ Status LaunchTopK(const TopKParams& params, cudaStream_t stream) {
   }
   if (p.stride == 0) p.stride = p.n;
   if (p.out_stride == 0) p.out_stride = p.k;
-  if (p.stride < p.n || p.out_stride < p.k)
+  if (p.stride < p.n || p.out_stride < p.k) {
     return Status::InvalidArgument("TopK: stride too small");
+  }
   const int64_t cache_len = std::min(p.n, kTopKCachedLen);
   const size_t smem = static_cast<size_t>(cache_len) * sizeof(uint32_t);
   NW_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(
