@@ -1,5 +1,6 @@
 #include "http/openai.h"
 
+#include <charconv>
 #include <cmath>
 #include <limits>
 
@@ -44,6 +45,13 @@ std::optional<ApiError> ReadInt(const json& body, const char* key, int64_t lo, i
   return std::nullopt;
 }
 
+// Shortest text that reads back as the same double ("0", "2", "0.5").
+std::string Num(double v) {
+  char buf[32];
+  auto r = std::to_chars(buf, buf + sizeof(buf), v);
+  return std::string(buf, r.ptr);
+}
+
 std::optional<ApiError> ReadNumber(const json& body, const char* key, double lo, double hi,
                                    bool lo_open, double* out) {
   const json* v = Get(body, key);
@@ -51,8 +59,8 @@ std::optional<ApiError> ReadNumber(const json& body, const char* key, double lo,
   if (!v->is_number()) return Invalid(key, std::string(key) + " must be a number");
   const double x = v->get<double>();
   if (!std::isfinite(x) || x < lo || (lo_open && x == lo) || x > hi) {
-    return Invalid(key, std::string(key) + " must be in " + (lo_open ? "(" : "[") +
-                            json(lo).dump() + ", " + json(hi).dump() + "], got " + v->dump());
+    return Invalid(key, std::string(key) + " must be in " + (lo_open ? "(" : "[") + Num(lo) + ", " +
+                            Num(hi) + "], got " + v->dump());
   }
   *out = x;
   return std::nullopt;
