@@ -213,8 +213,8 @@ nlohmann::json HttpExecutor::Capabilities() const {
 }
 
 HttpExecutor::Stats HttpExecutor::stats() const {
-  return Stats{requests_.load(),      retries_.load(),   transport_errors_.load(),
-               server_errors_.load(), malformed_.load(), timeouts_.load()};
+  return Stats{requests_.load(),  retries_.load(),  transport_errors_.load(), server_errors_.load(),
+               malformed_.load(), timeouts_.load(), health_checks_.load()};
 }
 
 void HttpExecutor::Log(const std::string& line) const {
@@ -272,6 +272,7 @@ Result<JobResult> HttpExecutor::Run(const JobSpec& spec, const std::string& key,
     while (!server->ready) {
       const auto left =
           std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      ++health_checks_;
       auto r = server->client->Send(
           "GET", h.health_path, "",
           std::clamp(left, std::chrono::milliseconds(100), std::chrono::milliseconds(5000)), auth);

@@ -76,6 +76,7 @@ class HttpExecutor final : public JobExecutor {
     int64_t server_errors = 0;     // 5xx, 408, 429
     int64_t malformed = 0;         // 200 with a body that is not a completion
     int64_t timeouts = 0;
+    int64_t health_checks = 0;  // readiness probes sent while waiting for a server
   };
   Stats stats() const;
 
@@ -85,7 +86,7 @@ class HttpExecutor final : public JobExecutor {
 
   HttpExecutorOptions options_;
   std::atomic<int64_t> requests_{0}, retries_{0}, transport_errors_{0}, server_errors_{0},
-      malformed_{0}, timeouts_{0};
+      malformed_{0}, timeouts_{0}, health_checks_{0};
 };
 
 /// The executor `nw run` gives every worker slot: http jobs go to an HttpExecutor, every other

@@ -116,7 +116,7 @@ struct HttpServer::Impl {
   asio::io_context ioc;
   std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work;
   tcp::acceptor acceptor{ioc};
-  ServerOptions options;
+  HttpServerOptions options;
   std::unique_ptr<ServeModel> model;
   std::string model_name;
   int64_t created_s = 0;
@@ -542,7 +542,7 @@ HttpServer::HttpServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 HttpServer::~HttpServer() { Stop(); }
 
 Result<std::unique_ptr<HttpServer>> HttpServer::Start(std::unique_ptr<ServeModel> model,
-                                                      ServerOptions options) {
+                                                      HttpServerOptions options) {
   if (model == nullptr) return Status::InvalidArgument("nw serve: no model");
   if (options.max_batch < 1) return Status::InvalidArgument("--max-batch must be >= 1");
   if (options.max_body_bytes < 1) return Status::InvalidArgument("--max-body-bytes must be >= 1");
@@ -618,10 +618,10 @@ std::string HttpServer::url() const {
 
 const std::string& HttpServer::model_name() const { return impl_->model_name; }
 
-ServerStats HttpServer::stats() const {
+HttpServerStats HttpServer::stats() const {
   const Impl& m = *impl_;
-  return ServerStats{m.n_connections.load(), m.n_requests.load(),  m.n_completions.load(),
-                     m.n_busy.load(),        m.n_timed_out.load(), m.n_client_errors.load()};
+  return HttpServerStats{m.n_connections.load(), m.n_requests.load(),  m.n_completions.load(),
+                         m.n_busy.load(),        m.n_timed_out.load(), m.n_client_errors.load()};
 }
 
 }  // namespace nw

@@ -27,7 +27,7 @@
 
 namespace nw {
 
-struct ServerOptions {
+struct HttpServerOptions {
   std::string listen = "127.0.0.1:8000";      // host:port; port 0 picks a free one
   std::string model_name;                     // the model id served ("" = the model folder's name)
   int max_batch = 16;                         // requests queued or running; more get 503
@@ -39,7 +39,7 @@ struct ServerOptions {
   std::function<void(std::string_view)> log;  // lifecycle and server errors (never bodies)
 };
 
-struct ServerStats {
+struct HttpServerStats {
   int64_t connections = 0;    // accepted
   int64_t requests = 0;       // HTTP requests read
   int64_t completions = 0;    // generations answered 200
@@ -53,7 +53,7 @@ class HttpServer {
   /// Binds `options.listen` and starts the threads. Errors: InvalidArgument for a bad listen
   /// address, Unavailable when it cannot be bound.
   static Result<std::unique_ptr<HttpServer>> Start(std::unique_ptr<ServeModel> model,
-                                                   ServerOptions options);
+                                                   HttpServerOptions options);
   ~HttpServer();
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
@@ -63,7 +63,7 @@ class HttpServer {
   /// "http://127.0.0.1:<port>".
   std::string url() const;
   const std::string& model_name() const;
-  ServerStats stats() const;
+  HttpServerStats stats() const;
 
   struct Impl;  // defined in server.cc
   explicit HttpServer(std::unique_ptr<Impl> impl);

@@ -71,11 +71,11 @@ class ServeTest : public ::testing::Test {
   }
   static std::filesystem::path model_dir() { return dir_->path() / "tiny"; }
 
-  std::unique_ptr<HttpServer> Start(ServerOptions o = {}, const std::string& backend = "cpu") {
+  std::unique_ptr<HttpServer> Start(HttpServerOptions o = {}, const std::string& backend = "cpu") {
     auto model = ServeModel::Load(model_dir(), backend);
     EXPECT_TRUE(model.ok()) << model.status().ToString();
     if (!model.ok()) return nullptr;
-    if (o.listen == ServerOptions{}.listen) o.listen = "127.0.0.1:0";
+    if (o.listen == HttpServerOptions{}.listen) o.listen = "127.0.0.1:0";
     if (o.model_name.empty()) o.model_name = "tiny";
     auto server = HttpServer::Start(*std::move(model), std::move(o));
     EXPECT_TRUE(server.ok()) << server.status().ToString();
@@ -354,7 +354,7 @@ TEST_F(ServeTest, IndexerTopkHasSglangsShapeAndTheEnginesSets) {
 }
 
 TEST_F(ServeTest, BadRequestsGet4xxWithOpenAiErrorBodies) {
-  ServerOptions o;
+  HttpServerOptions o;
   o.max_body_bytes = 600'000;
   auto server = Start(o);
   ASSERT_NE(server, nullptr);
@@ -442,7 +442,7 @@ TEST_F(ServeTest, MalformedHttpAndExpectContinue) {
 
 TEST_F(ServeTest, AFullQueueAnswers503AndDrains) {
   Gate gate;
-  ServerOptions o;
+  HttpServerOptions o;
   o.max_batch = 2;  // one running + one queued
   o.before_generate = [&gate] { gate.Enter(); };
   auto server = Start(o);
@@ -469,7 +469,7 @@ TEST_F(ServeTest, AFullQueueAnswers503AndDrains) {
 
 TEST_F(ServeTest, PastTheDeadlineThe504IsFinalAndTheLateAnswerIsDropped) {
   Gate gate;
-  ServerOptions o;
+  HttpServerOptions o;
   o.timeout_ms = 150;
   o.before_generate = [&gate] { gate.Enter(); };
   auto server = Start(o);
@@ -506,7 +506,7 @@ TEST_F(ServeTest, StopClosesConnectionsAndTheSamePortServesAgain) {
   auto down = client->Send("POST", "/v1/completions", body.dump(), std::chrono::seconds(5));
   ASSERT_FALSE(down.ok());
   EXPECT_EQ(down.status().code(), StatusCode::kUnavailable) << down.status().ToString();
-  ServerOptions again;
+  HttpServerOptions again;
   again.listen = "127.0.0.1:" + std::to_string(port);
   auto restarted = Start(again);
   ASSERT_NE(restarted, nullptr);
@@ -517,7 +517,7 @@ TEST_F(ServeTest, StopClosesConnectionsAndTheSamePortServesAgain) {
 TEST_F(ServeTest, BadOptionsAreRejected) {
   auto model = ServeModel::Load(model_dir(), "cpu");
   ASSERT_TRUE(model.ok());
-  ServerOptions o;
+  HttpServerOptions o;
   o.listen = "nowhere";
   auto s = HttpServer::Start(*std::move(model), o);
   ASSERT_FALSE(s.ok());
@@ -529,7 +529,7 @@ TEST_F(ServeTest, BadOptionsAreRejected) {
   ASSERT_NE(busy, nullptr);
   auto model2 = ServeModel::Load(model_dir(), "cpu");
   ASSERT_TRUE(model2.ok());
-  ServerOptions same;
+  HttpServerOptions same;
   same.listen = "127.0.0.1:" + std::to_string(busy->port());
   auto taken = HttpServer::Start(*std::move(model2), same);
   ASSERT_FALSE(taken.ok());

@@ -1,0 +1,94 @@
+// nw serve --model DIR: needlework's engine behind an OpenAI-compatible HTTP API (/v1/completions,
+// /v1/chat/completions, /v1/models, /health), so the http campaign backend and any OpenAI client
+// can talk to it. Runs until SIGINT or SIGTERM. docs/http.md describes the API.
+// Exit codes: 0 stopped by a signal; 2 bad options, an unloadable model or an address in use.
+#include <pthread.h>
+
+#include <csignal>
+#include <filesystem>
+#include <iostream>
+
+#include "cli/commands.h"
+#include "http/server.h"
+
+namespace nw::cli {
+namespace {
+
+struct ServeArgs {
+  std::string model;
+  std::string backend = "cpu";
+  std::string listen = "127.0.0.1:8000";
+  std::string name;
+  int max_batch = 16;
+  size_t max_body_bytes = 16 << 20;
+  int64_t timeout_ms = 600'000;
+};
+
+int Serve(const ServeArgs& a, const Globals& g) {
+  // The signals are blocked before any thread starts (every thread inherits the mask) and
+  // taken with sigwait on this thread.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  auto model = ServeModel::Load(a.model, a.backend);
+  if (!model.ok()) {
+    std::cerr << "nw serve: " << model.status().ToString() << "\n";
+    return 2;
+  }
+  HttpServerOptions so;
+  so.listen = a.listen;
+  so.model_name = a.name;
+  if (so.model_name.empty()) {
+    const std::filesystem::path dir = std::filesystem::path(a.model).lexically_normal();
+    so.model_name =
+        dir.has_filename() ? dir.filename().string() : dir.parent_path().filename().string();
+  }
+  so.max_batch = a.max_batch;
+  so.max_body_bytes = a.max_body_bytes;
+  so.timeout_ms = a.timeout_ms;
+  if (!g.quiet) so.log = [](std::string_view line) { std::cerr << line << "\n"; };
+  auto server = HttpServer::Start(*std::move(model), std::move(so));
+  if (!server.ok()) {
+    std::cerr << "nw serve: " << server.status().ToString() << "\n";
+    return 2;
+  }
+  int sig = 0;
+  sigwait(&signals, &sig);
+  (*server)->Stop();
+  return 0;
+}
+
+}  // namespace
+
+void RegisterServe(CLI::App& app, Globals& g) {
+  auto* cmd = app.add_subcommand(
+      "serve", "Serve a model over an OpenAI-compatible HTTP API (see docs/http.md)");
+  auto a = std::make_shared<ServeArgs>();
+  cmd->add_option("--model", a->model, "Model folder (config.json, tokenizer.json, weights)")
+      ->required()
+      ->check(CLI::ExistingDirectory);
+  cmd->add_option("--backend", a->backend, "cpu or cpu-paged")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"cpu", "cpu-paged"}));
+  cmd->add_option("--listen", a->listen, "host:port to listen on (port 0: any free port)")
+      ->capture_default_str();
+  cmd->add_option("--name", a->name, "Model id served (default: the model folder's name)");
+  cmd->add_option("--max-batch", a->max_batch,
+                  "Requests queued or running at once; more are answered 503")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 16));
+  cmd->add_option("--max-body-bytes", a->max_body_bytes,
+                  "Largest request body accepted; larger ones are answered 413")
+      ->capture_default_str()
+      ->check(CLI::Range(size_t{1}, size_t{1} << 32));
+  cmd->add_option("--timeout-ms", a->timeout_ms,
+                  "Per-request limit from arrival to answer; later requests are answered 504")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{24} * 3600 * 1000));
+  cmd->callback([a, &g] { g.exit_code = Serve(*a, g); });
+}
+
+}  // namespace nw::cli
