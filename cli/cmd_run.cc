@@ -24,6 +24,7 @@ using nw::report::RenderJson;
 using nw::report::RenderMarkdown;
 using nw::report::RenderText;
 using nw::report::TextOptions;
+#include "http/http_executor.h"
 #include "worker/engine_executor.h"
 
 namespace nw::cli {
@@ -99,18 +100,24 @@ int Run(const RunArgs& a, const Globals& g) {
   auto done_keys = (*store)->DoneKeys(loaded->keys);
   const size_t already = done_keys.ok() ? done_keys->size() : 0;
 
-  // One CPU worker per core up to 2 by default (no GPU backends in this build).
+  // One CPU worker per core up to 2 by default (no GPU backends in this build); a campaign with
+  // an http backend gets at least as many as its requests in flight. Each slot runs the engine
+  // in-process, or http jobs through one shared keep-alive pool per server (BackendRouter).
   int workers = a.workers;
-  if (workers <= 0) workers = 2;
+  if (workers <= 0) workers = c.http ? std::max(2, c.http->spec.concurrency) : 2;
+  auto http_pool = std::make_shared<HttpBackendPool>();
   std::vector<std::unique_ptr<JobExecutor>> executors;
   for (int i = 0; i < workers; ++i) {
     EngineExecutorOptions eo;
     eo.worker_id = "embedded-" + std::to_string(i);
-    executors.push_back(std::make_unique<EngineExecutor>(eo));
+    HttpExecutorOptions ho;
+    ho.worker_id = eo.worker_id;
+    ho.pool = http_pool;
+    executors.push_back(std::make_unique<BackendRouter>(eo, ho));
   }
   if (!g.quiet) {
     std::cerr << "campaign '" << c.name << "': " << loaded->jobs.size() << " jobs, " << already
-              << " already done, " << workers << " CPU workers, database " << g.db_path << "\n";
+              << " already done, " << workers << " workers, database " << g.db_path << "\n";
   }
 
   std::stop_source stop;
