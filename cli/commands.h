@@ -21,5 +21,6 @@ void RegisterReport(CLI::App& app, Globals& g);
 void RegisterModel(CLI::App& app, Globals& g);
 void RegisterVersion(CLI::App& app, Globals& g);
 void RegisterData(CLI::App& app, Globals& g);
+void RegisterServe(CLI::App& app, Globals& g);
 
 }  // namespace nw::cli

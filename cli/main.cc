@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
   nw::cli::RegisterModel(app, g);
   nw::cli::RegisterVersion(app, g);
   nw::cli::RegisterData(app, g);
+  nw::cli::RegisterServe(app, g);
   CLI11_PARSE(app, argc, argv);
   return g.exit_code;
 }
