@@ -18,6 +18,10 @@ int main(int argc, char** argv) {
   nw::cli::RegisterPlan(app, g);
   nw::cli::RegisterStatus(app, g);
   nw::cli::RegisterReport(app, g);
+  nw::cli::RegisterQuery(app, g);
+  nw::cli::RegisterExport(app, g);
+  nw::cli::RegisterBaseline(app, g);
+  nw::cli::RegisterGate(app, g);
   nw::cli::RegisterModel(app, g);
   nw::cli::RegisterVersion(app, g);
   nw::cli::RegisterData(app, g);
