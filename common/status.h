@@ -16,20 +16,20 @@
 namespace nw {
 
 // Stable numeric codes: they are stored in SQLite and sent on the wire. Never renumber.
-#define NW_STATUS_CODES(X)                                                 \
-  X(kOk, 0, "ok", false)                                                   \
-  X(kInvalidArgument, 1, "invalid_argument", false)                        \
-  X(kNotFound, 2, "not_found", false)                                      \
-  X(kCorruption, 3, "corruption", false)                                   \
-  X(kIoError, 4, "io_error", true)                                         \
-  X(kFailedPrecondition, 5, "failed_precondition", false)                  \
-  X(kOutOfRange, 6, "out_of_range", false)                                 \
-  X(kResourceExhausted, 7, "resource_exhausted", true)                     \
-  X(kUnavailable, 8, "unavailable", true)                                  \
-  X(kDeadlineExceeded, 9, "deadline_exceeded", true)                       \
-  X(kCancelled, 10, "cancelled", false)                                    \
-  X(kAlreadyExists, 11, "already_exists", false)                           \
-  X(kInternal, 12, "internal", false)                                      \
+#define NW_STATUS_CODES(X)                                \
+  X(kOk, 0, "ok", false)                                  \
+  X(kInvalidArgument, 1, "invalid_argument", false)       \
+  X(kNotFound, 2, "not_found", false)                     \
+  X(kCorruption, 3, "corruption", false)                  \
+  X(kIoError, 4, "io_error", true)                        \
+  X(kFailedPrecondition, 5, "failed_precondition", false) \
+  X(kOutOfRange, 6, "out_of_range", false)                \
+  X(kResourceExhausted, 7, "resource_exhausted", true)    \
+  X(kUnavailable, 8, "unavailable", true)                 \
+  X(kDeadlineExceeded, 9, "deadline_exceeded", true)      \
+  X(kCancelled, 10, "cancelled", false)                   \
+  X(kAlreadyExists, 11, "already_exists", false)          \
+  X(kInternal, 12, "internal", false)                     \
   X(kUnsupported, 13, "unsupported", false)
 
 enum class StatusCode : int {
@@ -51,7 +51,9 @@ class [[nodiscard]] Status {
   Status(StatusCode code, std::string message) : code_(code), message_(std::move(message)) {}
 
   static Status Ok() { return Status(); }
-  static Status InvalidArgument(std::string m) { return {StatusCode::kInvalidArgument, std::move(m)}; }
+  static Status InvalidArgument(std::string m) {
+    return {StatusCode::kInvalidArgument, std::move(m)};
+  }
   static Status NotFound(std::string m) { return {StatusCode::kNotFound, std::move(m)}; }
   static Status Corruption(std::string m) { return {StatusCode::kCorruption, std::move(m)}; }
   static Status IoError(std::string m) { return {StatusCode::kIoError, std::move(m)}; }
@@ -92,7 +94,7 @@ class [[nodiscard]] Status {
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : v_(std::move(value)) {}  // NOLINT(google-explicit-constructor)
+  Result(T value) : v_(std::move(value)) {}        // NOLINT(google-explicit-constructor)
   Result(Status status) : v_(std::move(status)) {  // NOLINT(google-explicit-constructor)
     assert(!std::get<Status>(v_).ok() && "Result constructed from an OK Status");
     if (std::get<Status>(v_).ok()) v_ = Status::Internal("Result constructed from OK status");
@@ -120,10 +122,10 @@ class [[nodiscard]] Result {
 #define NW_CONCAT(a, b) NW_CONCAT_INNER(a, b)
 
 /// Returns the Status from the enclosing function if `expr` is not OK.
-#define NW_RETURN_IF_ERROR(expr)                 \
-  do {                                           \
-    ::nw::Status nw_status_ = (expr);            \
-    if (!nw_status_.ok()) return nw_status_;     \
+#define NW_RETURN_IF_ERROR(expr)             \
+  do {                                       \
+    ::nw::Status nw_status_ = (expr);        \
+    if (!nw_status_.ok()) return nw_status_; \
   } while (0)
 
 #define NW_ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr) \

@@ -77,8 +77,10 @@ Status PrecisionProfile::Validate() const {
   using F = NumFormat;
   NW_RETURN_IF_ERROR(check("weights", weights, {F::kFp32, F::kBf16, F::kFp8}));
   NW_RETURN_IF_ERROR(check("activations", activations, {F::kFp32, F::kBf16}));
-  NW_RETURN_IF_ERROR(check("index_q", index_q, {F::kFp32, F::kBf16, F::kFp8, F::kMxfp4, F::kNvfp4}));
-  NW_RETURN_IF_ERROR(check("index_k", index_k, {F::kFp32, F::kBf16, F::kFp8, F::kMxfp4, F::kNvfp4}));
+  NW_RETURN_IF_ERROR(
+      check("index_q", index_q, {F::kFp32, F::kBf16, F::kFp8, F::kMxfp4, F::kNvfp4}));
+  NW_RETURN_IF_ERROR(
+      check("index_k", index_k, {F::kFp32, F::kBf16, F::kFp8, F::kMxfp4, F::kNvfp4}));
   NW_RETURN_IF_ERROR(check("kv", kv, {F::kFp32, F::kBf16, F::kFp8}));
   return Status::Ok();
 }

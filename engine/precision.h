@@ -15,13 +15,13 @@
 namespace nw {
 
 enum class NumFormat {
-  kFp32,     // no rounding
-  kBf16,     // round to nearest even to bfloat16
-  kFp8,      // e4m3 with power-of-two (ue8m0) scales: per 1x128 for activations and index q/k,
-             // 128x128 for weights; for the KV cache this is the V4 layout (448 e4m3 nope dims
-             // with per-64 ue8m0 scales + 64 bf16 rope dims)
-  kMxfp4,    // e2m1, per-32 ue8m0 scale
-  kNvfp4,    // e2m1, per-16 e4m3 scale and an fp32 tensor scale
+  kFp32,   // no rounding
+  kBf16,   // round to nearest even to bfloat16
+  kFp8,    // e4m3 with power-of-two (ue8m0) scales: per 1x128 for activations and index q/k,
+           // 128x128 for weights; for the KV cache this is the V4 layout (448 e4m3 nope dims
+           // with per-64 ue8m0 scales + 64 bf16 rope dims)
+  kMxfp4,  // e2m1, per-32 ue8m0 scale
+  kNvfp4,  // e2m1, per-16 e4m3 scale and an fp32 tensor scale
 };
 
 std::string_view NumFormatName(NumFormat f);  // "fp32", "bf16", "fp8", "mxfp4", "nvfp4"

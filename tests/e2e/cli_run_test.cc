@@ -201,8 +201,8 @@ trials: 1
 }
 
 TEST_F(CliRunTest, HelpOnEverySubcommand) {
-  for (const std::string sub : {"", "run", "validate", "plan", "status", "report", "model init",
-                                "data niah", "version"}) {
+  for (const std::string sub :
+       {"", "run", "validate", "plan", "status", "report", "model init", "data niah", "version"}) {
     CommandResult r = Sh(std::string(NW_BIN) + " " + sub + " --help");
     EXPECT_EQ(r.exit_code, 0) << sub << ": " << r.out;
     EXPECT_NE(r.out.find("Usage:"), std::string::npos) << sub;
