@@ -118,4 +118,32 @@ void MoeForward(const ModelConfig& cfg, const FfnWeights& w, int layer_id, const
   AddExpert(cfg, w.shared, x, 1.0f, /*swiglu_limit=*/0.0f, out);
 }
 
+void MoeForwardRanks(const ModelConfig& cfg, const FfnWeights& w, int layer_id, const float* x,
+                     int32_t token_id, int ranks, float* out) {
+  if (ranks <= 1) {
+    MoeForward(cfg, w, layer_id, x, token_id, out);
+    return;
+  }
+  assert(cfg.n_routed_experts % ranks == 0);
+  const MoeRouting r = MoeRoute(cfg, w, layer_id, x, token_id);
+  std::vector<size_t> order(r.experts.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::stable_sort(order.begin(), order.end(),
+                   [&r](size_t a, size_t b) { return r.experts[a] < r.experts[b]; });
+  const auto limit = static_cast<float>(cfg.swiglu_limit);
+  const int64_t per_rank = cfg.n_routed_experts / ranks;
+  std::vector<float> partial(static_cast<size_t>(cfg.dim));
+  std::fill(out, out + cfg.dim, 0.0f);
+  for (int rank = 0; rank < ranks; ++rank) {
+    std::fill(partial.begin(), partial.end(), 0.0f);
+    for (size_t s : order) {
+      const int32_t e = r.experts[s];
+      if (e / per_rank != rank) continue;
+      AddExpert(cfg, w.experts.at(static_cast<size_t>(e)), x, r.weights[s], limit, partial.data());
+    }
+    if (rank == 0) AddExpert(cfg, w.shared, x, 1.0f, /*swiglu_limit=*/0.0f, partial.data());
+    for (int64_t d = 0; d < cfg.dim; ++d) out[d] += partial[static_cast<size_t>(d)];
+  }
+}
+
 }  // namespace nw::cpu

@@ -40,5 +40,11 @@ MoeRouting MoeRoute(const ModelConfig& cfg, const FfnWeights& w, int layer_id, c
 /// out[D] = shared(x) + sum_k weight_k * expert_k(x); x is the ffn_norm output ([D]).
 void MoeForward(const ModelConfig& cfg, const FfnWeights& w, int layer_id, const float* x,
                 int32_t token_id, float* out);
+/// MoeForward split over `ranks` simulated tensor-parallel ranks: rank r runs the selected routed
+/// experts with ids in [r E/ranks, (r+1) E/ranks) in ascending id (rank 0 then the shared
+/// expert) into its partial output; `out` is the sum of the partials in rank order (the
+/// all-reduce). E must be a multiple of ranks. ranks == 1 is MoeForward.
+void MoeForwardRanks(const ModelConfig& cfg, const FfnWeights& w, int layer_id, const float* x,
+                     int32_t token_id, int ranks, float* out);
 
 }  // namespace nw::cpu

@@ -15,6 +15,7 @@
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/rope.h"
 #include "kernels/cpu/topk.h"
+#include "kernels/cpu/vec.h"
 
 namespace nw::cpu {
 
@@ -382,11 +383,32 @@ void Sequence::Impl::SelectEntries(int layer, int64_t p, int64_t visible, const 
   if (need_scores) {
     scores.resize(static_cast<size_t>(visible));
     scratch.resize(static_cast<size_t>(visible));
-    const IndexerParams ip{cfg.index_n_heads, cfg.index_head_dim};
-    layers[static_cast<size_t>(layer)].index_keys.ForEachRun(
-        0, visible, [&](int64_t first, const float* rows, int64_t count) {
-          IndexerScores(ip, iq, iw, rows, count, scores.data() + first);
-        });
+    const int R = opts.tp_ranks;
+    if (R <= 1) {
+      const IndexerParams ip{cfg.index_n_heads, cfg.index_head_dim};
+      layers[static_cast<size_t>(layer)].index_keys.ForEachRun(
+          0, visible, [&](int64_t first, const float* rows, int64_t count) {
+            IndexerScores(ip, iq, iw, rows, count, scores.data() + first);
+          });
+    } else {
+      // Simulated TP: each rank scores its index heads; the partials are summed in rank order
+      // (the all-reduce) before top-k.
+      const int hr = cfg.index_n_heads / R;
+      const IndexerParams ip{hr, cfg.index_head_dim};
+      std::fill(scores.begin(), scores.end(), 0.0f);
+      std::vector<float> partial(static_cast<size_t>(visible));
+      for (int rank = 0; rank < R; ++rank) {
+        const float* q_r = iq + static_cast<int64_t>(rank) * hr * cfg.index_head_dim;
+        const float* w_r = iw + static_cast<int64_t>(rank) * hr;
+        layers[static_cast<size_t>(layer)].index_keys.ForEachRun(
+            0, visible, [&](int64_t first, const float* rows, int64_t count) {
+              IndexerScores(ip, q_r, w_r, rows, count, partial.data() + first);
+            });
+        for (int64_t i = 0; i < visible; ++i) {
+          scores[static_cast<size_t>(i)] += partial[static_cast<size_t>(i)];
+        }
+      }
+    }
     n_sel = TopK(scores.data(), visible, width, topk_out.data(), scratch.data());
   } else {
     // Every visible entry is selected (k >= visible): no scores needed.
@@ -501,16 +523,45 @@ void Sequence::Impl::Attention(int layer, const float* x, int64_t n, int64_t s, 
     }
     const int64_t m = static_cast<int64_t>(entries.size());
     attn_scratch.resize(static_cast<size_t>(H * (m + 1)));
-    SparseAttention(sp, qh.data() + t * H * d, entries.data(), m, a.attn_sink.ptr(), o.data(),
-                    attn_scratch.data());
-    num.Act(o.data(), H * d);
-    for (int64_t h = 0; h < H; ++h) {
-      ApplyRope(o.data() + h * d + nope, pairs, rope.cos(p), rope.sin(p), true);
+    if (opts.tp_ranks <= 1) {
+      SparseAttention(sp, qh.data() + t * H * d, entries.data(), m, a.attn_sink.ptr(), o.data(),
+                      attn_scratch.data());
+      num.Act(o.data(), H * d);
+      for (int64_t h = 0; h < H; ++h) {
+        ApplyRope(o.data() + h * d + nope, pairs, rope.cos(p), rope.sin(p), true);
+      }
+      num.Act(o.data(), H * d);
+      GroupedLinear(o.data(), a.wo_a.ptr(), static_cast<int>(g), H * d / g, R, oa.data());
+      num.Act(oa.data(), g * R);
+      Linear(oa.data(), 1, g * R, a.wo_b.ptr(), D, y + t * D);
+    } else {
+      // Simulated TP: rank r owns heads [r Hr, (r+1) Hr) and wo_a groups [r gr, (r+1) gr) (the
+      // heads of its groups), and columns [r gr R, (r+1) gr R) of wo_b; its partial output is
+      // all-reduced (summed in rank order).
+      const int Rk = opts.tp_ranks;
+      const int64_t Hr = H / Rk, gr = g / Rk;
+      const SparseAttnParams spr{static_cast<int>(Hr), static_cast<int>(d), sp.scale};
+      float* yt = y + t * D;
+      std::fill(yt, yt + D, 0.0f);
+      for (int rank = 0; rank < Rk; ++rank) {
+        const int64_t h0 = rank * Hr, g0 = rank * gr;
+        float* o_r = o.data() + h0 * d;
+        float* oa_r = oa.data() + g0 * R;
+        SparseAttention(spr, qh.data() + (t * H + h0) * d, entries.data(), m,
+                        a.attn_sink.ptr() + h0, o_r, attn_scratch.data());
+        num.Act(o_r, Hr * d);
+        for (int64_t h = 0; h < Hr; ++h) {
+          ApplyRope(o_r + h * d + nope, pairs, rope.cos(p), rope.sin(p), true);
+        }
+        num.Act(o_r, Hr * d);
+        GroupedLinear(o_r, a.wo_a.ptr() + g0 * R * (H * d / g), static_cast<int>(gr), H * d / g, R,
+                      oa_r);
+        num.Act(oa_r, gr * R);
+        for (int64_t i = 0; i < D; ++i) {
+          yt[i] += Dot(oa_r, a.wo_b.ptr() + i * g * R + g0 * R, gr * R);
+        }
+      }
     }
-    num.Act(o.data(), H * d);
-    GroupedLinear(o.data(), a.wo_a.ptr(), static_cast<int>(g), H * d / g, R, oa.data());
-    num.Act(oa.data(), g * R);
-    Linear(oa.data(), 1, g * R, a.wo_b.ptr(), D, y + t * D);
     num.Act(y + t * D, D);
   }
 
@@ -569,7 +620,8 @@ Status Sequence::Impl::Forward(std::span<const int32_t> tokens, std::vector<floa
       float* xt = x.data() + t * D;
       RmsNorm(u.data(), b.ffn_norm.ptr(), D, eps, xt);
       num.Act(xt, D);
-      MoeForward(cfg, b.ffn, l, xt, tokens[static_cast<size_t>(t)], y.data() + t * D);
+      MoeForwardRanks(cfg, b.ffn, l, xt, tokens[static_cast<size_t>(t)], opts.tp_ranks,
+                      y.data() + t * D);
       num.Act(y.data() + t * D, D);
       MhcPost(mhc, m, X.data() + t * stream, y.data() + t * D, Xn.data() + t * stream);
       num.Act(Xn.data() + t * stream, stream);
@@ -616,6 +668,13 @@ Result<Sequence> Sequence::Create(const ModelConfig& cfg, const ModelWeights& we
   if (options.prefill_chunk < 0 || options.index_topk < 0) {
     return Status::InvalidArgument("prefill_chunk and index_topk must be >= 0");
   }
+  if (options.tp_ranks < 1 || cfg.n_heads % options.tp_ranks != 0 ||
+      cfg.o_groups % options.tp_ranks != 0 || cfg.n_routed_experts % options.tp_ranks != 0 ||
+      (cfg.num_indexer_layers() > 0 && cfg.index_n_heads % options.tp_ranks != 0)) {
+    return Status::InvalidArgument(
+        "tp_ranks must be >= 1 and divide n_heads, o_groups, n_routed_experts and "
+        "index_n_heads");
+  }
   if (cfg.num_indexer_layers() > 0 && options.index_topk == 0 && cfg.index_topk <= 0) {
     return Status::InvalidArgument("index_topk must be positive");
   }
@@ -638,6 +697,103 @@ const std::vector<IndexerProbe>& Sequence::probes() const { return impl_->probes
 
 int64_t Sequence::pages_in_use() const {
   return impl_->kv_pool->pages_in_use() + impl_->index_pool->pages_in_use();
+}
+
+SequenceState Sequence::ExportState() const {
+  const Impl& im = *impl_;
+  const ModelConfig& cfg = im.cfg;
+  SequenceState st;
+  st.position = im.pos;
+  const int64_t d = cfg.head_dim, cI = cfg.index_head_dim;
+  auto rows = [](const RowStore& store, int64_t begin, int64_t end, int64_t width,
+                 std::vector<float>& out) {
+    out.resize(static_cast<size_t>((end - begin) * width));
+    for (int64_t i = begin; i < end; ++i) {
+      std::copy_n(store.Row(i), width, out.data() + (i - begin) * width);
+    }
+  };
+  for (int l = 0; l < cfg.n_layers; ++l) {
+    const LayerCache& c = im.layers[static_cast<size_t>(l)];
+    SequenceLayerState ls;
+    ls.ratio = cfg.ratio(l);
+    rows(c.window, std::max<int64_t>(0, im.pos - cfg.window_size), im.pos, d, ls.window);
+    if (ls.ratio > 0) {
+      rows(c.compressed, 0, im.pos / ls.ratio, d, ls.compressed);
+      ls.kv_state_kv = c.kv_state.kv;
+      ls.kv_state_score = c.kv_state.score;
+    }
+    if (ls.ratio == 4) {
+      rows(c.index_keys, 0, im.pos / 4, cI, ls.index_keys);
+      ls.index_state_kv = c.index_state.kv;
+      ls.index_state_score = c.index_state.score;
+    }
+    st.layers.push_back(std::move(ls));
+  }
+  return st;
+}
+
+Status Sequence::ImportState(const SequenceState& st) {
+  Impl& im = *impl_;
+  const ModelConfig& cfg = im.cfg;
+  if (im.pos != 0) return Status::FailedPrecondition("import needs a fresh sequence");
+  if (st.position < 0 || st.position > im.opts.max_tokens) {
+    return Status::OutOfRange("state position " + std::to_string(st.position) +
+                              " outside the sequence capacity " +
+                              std::to_string(im.opts.max_tokens));
+  }
+  if (static_cast<int>(st.layers.size()) != cfg.n_layers) {
+    return Status::InvalidArgument("state has " + std::to_string(st.layers.size()) +
+                                   " layers, config has " + std::to_string(cfg.n_layers));
+  }
+  const int64_t pos = st.position, d = cfg.head_dim, cI = cfg.index_head_dim;
+  auto expect = [](const std::vector<float>& v, int64_t n, const std::string& what) {
+    if (static_cast<int64_t>(v.size()) != n) {
+      return Status::InvalidArgument("state " + what + " has " + std::to_string(v.size()) +
+                                     " values, expected " + std::to_string(n));
+    }
+    return Status::Ok();
+  };
+  // Check everything before writing anything.
+  for (int l = 0; l < cfg.n_layers; ++l) {
+    const SequenceLayerState& ls = st.layers[static_cast<size_t>(l)];
+    const LayerCache& c = im.layers[static_cast<size_t>(l)];
+    const std::string P = "layer " + std::to_string(l) + " ";
+    if (ls.ratio != cfg.ratio(l)) return Status::InvalidArgument(P + "has another ratio");
+    NW_RETURN_IF_ERROR(
+        expect(ls.window, std::min<int64_t>(pos, cfg.window_size) * d, P + "window"));
+    const int64_t ks = ls.ratio > 0 ? c.kv_state.span * c.kv_state.width : 0;
+    NW_RETURN_IF_ERROR(
+        expect(ls.compressed, ls.ratio > 0 ? pos / ls.ratio * d : 0, P + "compressed"));
+    NW_RETURN_IF_ERROR(expect(ls.kv_state_kv, ks, P + "compressor kv state"));
+    NW_RETURN_IF_ERROR(expect(ls.kv_state_score, ks, P + "compressor score state"));
+    const int64_t is = ls.ratio == 4 ? c.index_state.span * c.index_state.width : 0;
+    NW_RETURN_IF_ERROR(expect(ls.index_keys, ls.ratio == 4 ? pos / 4 * cI : 0, P + "index keys"));
+    NW_RETURN_IF_ERROR(expect(ls.index_state_kv, is, P + "indexer kv state"));
+    NW_RETURN_IF_ERROR(expect(ls.index_state_score, is, P + "indexer score state"));
+  }
+  auto put = [](RowStore& store, int64_t begin, int64_t end, int64_t width,
+                const std::vector<float>& in) {
+    for (int64_t i = begin; i < end; ++i) {
+      std::copy_n(in.data() + (i - begin) * width, width, store.MutableRow(i));
+    }
+  };
+  for (int l = 0; l < cfg.n_layers; ++l) {
+    const SequenceLayerState& ls = st.layers[static_cast<size_t>(l)];
+    LayerCache& c = im.layers[static_cast<size_t>(l)];
+    put(c.window, std::max<int64_t>(0, pos - cfg.window_size), pos, d, ls.window);
+    if (ls.ratio > 0) {
+      put(c.compressed, 0, pos / ls.ratio, d, ls.compressed);
+      c.kv_state.kv = ls.kv_state_kv;
+      c.kv_state.score = ls.kv_state_score;
+    }
+    if (ls.ratio == 4) {
+      put(c.index_keys, 0, pos / 4, cI, ls.index_keys);
+      c.index_state.kv = ls.index_state_kv;
+      c.index_state.score = ls.index_state_score;
+    }
+  }
+  im.pos = pos;
+  return Status::Ok();
 }
 
 Status Sequence::Forward(std::span<const int32_t> tokens, std::vector<float>* last_logits,

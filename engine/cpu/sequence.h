@@ -55,6 +55,30 @@ struct SequenceOptions {
                                   // whatever ModelWeights the caller passes
   std::optional<ProbeRequest> probe;
   int64_t max_tokens = 0;  // positions the sequence may reach (RoPE tables, buffer reservations)
+  // Simulated tensor parallelism (engine/parallel/partition.h): R rank-local computations in one
+  // process. Each rank attends with its n_heads/R query heads (and sinks), applies its
+  // o_groups/R wo_a groups and its column slice of wo_b; each rank scores its index_n_heads/R
+  // indexer heads; each rank runs the selected routed experts of its n_routed_experts/R id range
+  // (rank 0 also the shared expert). Partial outputs (attention output, index scores before
+  // top-k, MoE output) are all-reduced by summing in rank order 0..R-1. 1 = the plain path.
+  int tp_ranks = 1;
+};
+
+/// Decode state of a request (prefill/decode disaggregation): every value the next Forward reads.
+/// Rows are by logical index, so it is independent of the KV layout.
+struct SequenceLayerState {
+  int ratio = 0;
+  std::vector<float> window;       // [min(pos, window_size), head_dim]: positions pos-n .. pos-1
+  std::vector<float> compressed;   // [pos / ratio, head_dim] (ratio > 0)
+  std::vector<float> index_keys;   // [pos / 4, index_head_dim] (ratio 4)
+  std::vector<float> kv_state_kv;  // compressor rolling state, [span, width] rings (ratio > 0)
+  std::vector<float> kv_state_score;
+  std::vector<float> index_state_kv;  // indexer compressor rolling state (ratio 4)
+  std::vector<float> index_state_score;
+};
+struct SequenceState {
+  int64_t position = 0;
+  std::vector<SequenceLayerState> layers;
 };
 
 class Sequence {
@@ -85,6 +109,12 @@ class Sequence {
 
   /// Pages currently held in the request's page pools (paged layout; 0 for contiguous).
   int64_t pages_in_use() const;
+
+  /// The request's decode state (KV caches, compressor states, position).
+  SequenceState ExportState() const;
+  /// Loads a state exported by a Sequence of the same config into this fresh (position 0)
+  /// Sequence; every size is checked against the config and capacity. Probes are not carried.
+  Status ImportState(const SequenceState& state);
 
  private:
   struct Impl;
