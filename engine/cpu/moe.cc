@@ -141,9 +141,10 @@ void MoeForwardRanks(const ModelConfig& cfg, const FfnWeights& w, int layer_id, 
       if (e / per_rank != rank) continue;
       AddExpert(cfg, w.experts.at(static_cast<size_t>(e)), x, r.weights[s], limit, partial.data());
     }
-    if (rank == 0) AddExpert(cfg, w.shared, x, 1.0f, /*swiglu_limit=*/0.0f, partial.data());
     for (int64_t d = 0; d < cfg.dim; ++d) out[d] += partial[static_cast<size_t>(d)];
   }
+  // The shared expert is replicated and added after the all-reduce (DeepSeek's MoE.forward).
+  AddExpert(cfg, w.shared, x, 1.0f, /*swiglu_limit=*/0.0f, out);
 }
 
 }  // namespace nw::cpu

@@ -41,9 +41,10 @@ MoeRouting MoeRoute(const ModelConfig& cfg, const FfnWeights& w, int layer_id, c
 void MoeForward(const ModelConfig& cfg, const FfnWeights& w, int layer_id, const float* x,
                 int32_t token_id, float* out);
 /// MoeForward split over `ranks` simulated tensor-parallel ranks: rank r runs the selected routed
-/// experts with ids in [r E/ranks, (r+1) E/ranks) in ascending id (rank 0 then the shared
-/// expert) into its partial output; `out` is the sum of the partials in rank order (the
-/// all-reduce). E must be a multiple of ranks. ranks == 1 is MoeForward.
+/// experts with ids in [r E/ranks, (r+1) E/ranks) in ascending id into its partial output;
+/// `out` is the sum of the partials in rank order (the all-reduce) plus the shared expert
+/// (replicated, added after the all-reduce as in DeepSeek's MoE.forward). E must be a multiple
+/// of ranks. ranks == 1 is MoeForward.
 void MoeForwardRanks(const ModelConfig& cfg, const FfnWeights& w, int layer_id, const float* x,
                      int32_t token_id, int ranks, float* out);
 

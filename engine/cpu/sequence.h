@@ -59,8 +59,9 @@ struct SequenceOptions {
   // process. Each rank attends with its n_heads/R query heads (and sinks), applies its
   // o_groups/R wo_a groups and its column slice of wo_b; each rank scores its index_n_heads/R
   // indexer heads; each rank runs the selected routed experts of its n_routed_experts/R id range
-  // (rank 0 also the shared expert). Partial outputs (attention output, index scores before
-  // top-k, MoE output) are all-reduced by summing in rank order 0..R-1. 1 = the plain path.
+  // (the shared expert is added once, after the all-reduce). Partial outputs (attention output,
+  // index scores before top-k, MoE output) are all-reduced by summing in rank order 0..R-1. 1 = the
+  // plain path.
   int tp_ranks = 1;
 };
 

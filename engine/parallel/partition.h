@@ -8,8 +8,9 @@
 //   index heads    [r h_I/R, (r+1) h_I/R)    indexer wq_b rows, weights_proj rows; partial index
 //                                            scores summed BEFORE top-k
 //   routed experts [r E/R, (r+1) E/R)        whole experts; partial MoE outputs summed
-// Replicated on every rank: embeddings, norms, mHC, wq_a, wkv, compressors, the gate, the head.
-// The shared expert runs on rank 0 in the simulated executor (tp_sim.h).
+// Replicated on every rank: norms, mHC, wq_a, wkv, compressors, the gate, the shared expert
+// (added after the MoE all-reduce). convert.py also splits embed and head on dim 0 (vocab);
+// those splits are exact (a gather), so the simulation keeps them whole.
 // Thread-safety: plain values.
 #pragma once
 
