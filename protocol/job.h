@@ -30,7 +30,7 @@ struct HttpBackendSpec {
   std::string model;                // the server's model name (the requests' "model" field)
   std::string api = "completions";  // completions (token ids in) | chat (text in messages)
   std::string tokenizer;            // absolute path of the server model's tokenizer.json
-  std::string tokenizer_digest;     // sha256 of that file, checked before every job
+  std::string tokenizer_digest;     // sha256 of that file, checked when a worker loads it
   bool engine_params = false;       // send the job's topk and precision (`nw serve` fields)
   std::map<std::string, std::string> headers;  // extra request headers (no secrets)
   std::string api_key_env;              // environment variable holding the API key (sent as Bearer)
