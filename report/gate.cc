@@ -510,10 +510,10 @@ void Tally(GateReport& r) {
     r.decision = "fail: regression";
   } else if (r.tests == 0) {
     r.exit_code = 3;
-    r.decision = "fail: not enough evidence (no cell had enough answers to test)";
+    r.decision = "fail: not enough evidence: no cell had enough answers to test";
   } else if (r.options.strict && r.insufficient > 0) {
     r.exit_code = 3;
-    r.decision = "fail: not enough evidence (--strict and insufficient cells)";
+    r.decision = "fail: not enough evidence: --strict and insufficient cells";
   } else {
     r.exit_code = 0;
     r.decision = "pass";
@@ -567,8 +567,9 @@ std::string Header(const GateReport& r) {
                    : r.options.by == GateGranularity::kCell ? "length x position"
                                                             : "configuration";
   s += "rule: one-sided, alpha " + FormatNumber(r.options.alpha, 3) + " (Holm over " +
-       std::to_string(r.tests) + " tests), tolerance " + FormatNumber(r.options.tolerance, 3) +
-       ", min trials " + std::to_string(r.options.min_trials) + ", cells by " + by +
+       std::to_string(r.tests) + (r.tests == 1 ? " test" : " tests") + "), tolerance " +
+       FormatNumber(r.options.tolerance, 3) + ", min trials " +
+       std::to_string(r.options.min_trials) + ", cells by " + by +
        (r.options.strict ? ", strict" : "") +
        (r.rerun_times > 0 ? ", reruns " + std::to_string(r.rerun_times) : "") + "\n";
   return s;
