@@ -369,8 +369,13 @@ Result<GateReport> Compute(const std::vector<CampaignSample>& baseline,
     for (const CampaignSample* s : cg.samples) {
       Accum& a = cell_of(*s);
       AddPairOrSide(a, nullptr, s);
+      // Each baseline job pairs at most once (a side may hold two jobs of one design point,
+      // e.g. with and without probes).
       auto partner = base_by_key.find(KeyOf(*s));
-      if (partner != base_by_key.end()) AddPairing(a, *partner->second, *s);
+      if (partner != base_by_key.end()) {
+        AddPairing(a, *partner->second, *s);
+        base_by_key.erase(partner);
+      }
     }
 
     // Boundary shift.
@@ -411,7 +416,10 @@ Result<GateReport> Compute(const std::vector<CampaignSample>& baseline,
         if (s->job.spec.context_length != lf) continue;
         AddPairOrSide(sa, nullptr, s);
         auto partner = ref_by_key.find(KeyOf(*s));
-        if (partner != ref_by_key.end()) AddPairing(sa, *partner->second, *s);
+        if (partner != ref_by_key.end()) {
+          AddPairing(sa, *partner->second, *s);
+          ref_by_key.erase(partner);
+        }
       }
       shift.summary = "candidate lost from " + FormatThousands(lf) +
                       ", below the baseline's found-up-to " + FormatThousands(*bb.l_pass);

@@ -43,11 +43,12 @@ class Side {
   }
   // One job per outcome at (len, pos), trials numbered from first_trial.
   Side& Add(int64_t len, double pos, const std::vector<Outcome>& outcomes, int topk = 16,
-            int first_trial = 0, const std::string& precision = "fp32") {
+            int first_trial = 0, const std::string& precision = "fp32", bool probe = false) {
     int trial = first_trial;
     for (Outcome o : outcomes) {
       JobSpec s = MakeSpec(len, pos, trial++, topk, "cpu", id_);
       s.precision.name = precision;
+      s.probe = probe;
       specs_.push_back(s);
       JobResult r = MakeResult(s, 1, o);
       // The same design point gets the same prompt hash on both sides.
@@ -248,6 +249,22 @@ TEST_F(GateFixture, UnpairedUsesNewcombe) {
   EXPECT_EQ(r2.cells[0].test.method, GateMethod::kNewcombe);
   EXPECT_EQ(r2.cells[0].test.verdict, GateVerdict::kPass);
   EXPECT_EQ(r2.exit_code, 0);
+}
+
+// Two candidate jobs of one design point (with and without probes; probe is not an axis) pair
+// with the one baseline job only once; the second counts unpaired.
+TEST_F(GateFixture, EachBaselineJobPairsOnce) {
+  Side base(*store_, "base"), cand(*store_, "cand");
+  base.Add(1000, 0.0, N(10, P));
+  cand.Add(1000, 0.0, N(10, M), 8).Add(1000, 0.0, N(10, M), 8, 0, "fp32", /*probe=*/true);
+  base.Commit();
+  cand.Commit();
+  const GateReport r = Gate(base, cand);
+  ASSERT_EQ(r.cells.size(), 1u);
+  EXPECT_EQ(r.cells[0].test.pairs, 10);
+  EXPECT_EQ(r.cells[0].test.lost, 10);
+  EXPECT_EQ(r.cells[0].test.candidate.trials, 20);
+  EXPECT_EQ(r.exit_code, 1);
 }
 
 // Engine errors are not misses: a candidate that crashes is not a retrieval regression, but it
