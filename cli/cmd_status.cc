@@ -1,8 +1,11 @@
 // nw status [CAMPAIGN]: progress of every campaign (or one) in the database, read-only.
+// nw status [CAMPAIGN] --coordinator tcp://HOST:PORT: the same, asked of a coordinator daemon,
+// with each campaign's priority and state and the workers connected now.
 #include <iomanip>
 #include <iostream>
 
 #include "cli/commands.h"
+#include "coordinator/control_client.h"
 #include "db/store.h"
 #include "engine/engine.h"
 
@@ -41,13 +44,67 @@ Status ShowStatus(const Globals& g, const std::string& only) {
   return Status::Ok();
 }
 
+struct RemoteStatusArgs {
+  std::string coordinator;
+  std::string server_key;
+  std::string curve_key;
+  int64_t timeout_ms = 5000;
+};
+
+Status ShowRemoteStatus(const RemoteStatusArgs& a, const std::string& only) {
+  NW_ASSIGN_OR_RETURN(
+      ControlClientOptions options,
+      ClientOptionsFromFlags(a.coordinator, a.server_key, a.curve_key, a.timeout_ms));
+  zmq::context_t context;
+  ControlClient client(context, options);
+  NW_ASSIGN_OR_RETURN(StatusReply reply, client.QueryStatus(only));
+  std::cout << std::left << std::setw(28) << "campaign" << std::setw(10) << "state" << std::right
+            << std::setw(9) << "priority" << std::setw(8) << "jobs" << std::setw(8) << "queued"
+            << std::setw(8) << "leased" << std::setw(8) << "done" << std::setw(8) << "failed"
+            << std::setw(8) << "pass" << std::setw(8) << "miss" << std::setw(8) << "other"
+            << "\n";
+  for (const CampaignStatus& c : reply.campaigns) {
+    std::cout << std::left << std::setw(28) << c.name << std::setw(10) << c.state << std::right
+              << std::setw(9) << c.priority << std::setw(8) << c.total << std::setw(8) << c.queued
+              << std::setw(8) << c.leased << std::setw(8) << c.done << std::setw(8) << c.failed
+              << std::setw(8) << c.pass << std::setw(8) << c.miss << std::setw(8) << c.other
+              << "\n";
+  }
+  std::cout << "\nworkers connected: " << reply.workers.size() << "\n";
+  for (const WorkerStatus& w : reply.workers) {
+    std::cout << "  " << w.id << "  " << w.host << "  " << w.device << "  " << w.busy << "/"
+              << w.slots << " busy  backends";
+    for (const auto& b : w.backends) std::cout << " " << b;
+    std::cout << "\n";
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 void RegisterStatus(CLI::App& app, Globals& g) {
   auto* cmd = app.add_subcommand("status", "Progress of the campaigns in the database");
   auto name = std::make_shared<std::string>();
+  auto remote = std::make_shared<RemoteStatusArgs>();
   cmd->add_option("campaign", *name, "Only this campaign");
-  cmd->callback([name, &g] {
+  cmd->add_option("--coordinator", remote->coordinator,
+                  "Ask this coordinator daemon (tcp://HOST:PORT) instead of reading --db");
+  cmd->add_option("--server-key", remote->server_key,
+                  "With --coordinator: its public key (NAME.pub or Z85): use CURVE");
+  cmd->add_option("--curve-key", remote->curve_key,
+                  "With --coordinator: this client's key pair (NAME.key)");
+  cmd->add_option("--timeout-ms", remote->timeout_ms,
+                  "With --coordinator: wait this long for the reply (3 tries)")
+      ->capture_default_str();
+  cmd->callback([name, remote, &g] {
+    if (!remote->coordinator.empty()) {
+      Status s = ShowRemoteStatus(*remote, *name);
+      if (!s.ok()) {
+        std::cerr << "nw status: " << s.ToString() << "\n";
+        g.exit_code = s.code() == StatusCode::kNotFound ? 2 : 1;
+      }
+      return;
+    }
     Status s = ShowStatus(g, *name);
     if (!s.ok()) {
       std::cerr << "nw status: " << s.ToString() << "\n";

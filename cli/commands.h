@@ -26,5 +26,10 @@ void RegisterModel(CLI::App& app, Globals& g);
 void RegisterVersion(CLI::App& app, Globals& g);
 void RegisterData(CLI::App& app, Globals& g);
 void RegisterServe(CLI::App& app, Globals& g);
+void RegisterCoordinator(CLI::App& app, Globals& g);
+void RegisterSubmit(CLI::App& app, Globals& g);
+void RegisterWorker(CLI::App& app, Globals& g);
+void RegisterKeygen(CLI::App& app, Globals& g);
+void RegisterControl(CLI::App& app, Globals& g);  // cancel, pause, resume
 
 }  // namespace nw::cli

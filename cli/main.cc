@@ -26,6 +26,11 @@ int main(int argc, char** argv) {
   nw::cli::RegisterVersion(app, g);
   nw::cli::RegisterData(app, g);
   nw::cli::RegisterServe(app, g);
+  nw::cli::RegisterCoordinator(app, g);
+  nw::cli::RegisterSubmit(app, g);
+  nw::cli::RegisterWorker(app, g);
+  nw::cli::RegisterKeygen(app, g);
+  nw::cli::RegisterControl(app, g);
   CLI11_PARSE(app, argc, argv);
   return g.exit_code;
 }

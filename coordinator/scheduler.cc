@@ -23,15 +23,20 @@ Status EngineErrorStatus(const JobResult& r, const std::string& worker_id) {
   return Status(c, "engine error on worker " + worker_id + ": " + r.error_message);
 }
 
-std::set<std::string> BackendsOf(const nlohmann::json& caps) {
+std::set<std::string> StringSet(const nlohmann::json& list) {
   std::set<std::string> out;
-  if (!caps.is_object()) return out;
-  auto it = caps.find("backends");
-  if (it == caps.end() || !it->is_array()) return out;
-  for (const auto& b : *it) {
+  if (!list.is_array()) return out;
+  for (const auto& b : list) {
     if (b.is_string()) out.insert(b.get<std::string>());
   }
   return out;
+}
+
+std::optional<std::set<std::string>> OptionalList(const nlohmann::json& caps, const char* key) {
+  if (!caps.is_object()) return std::nullopt;
+  auto it = caps.find(key);
+  if (it == caps.end() || !it->is_array()) return std::nullopt;
+  return StringSet(*it);
 }
 
 }  // namespace
@@ -48,6 +53,7 @@ Status SchedulerOptions::Validate() const {
     return Status::InvalidArgument("scheduler.retry_backoff: need 0 <= initial_ms <= max_ms");
   }
   if (max_attempts < 1) return Status::InvalidArgument("scheduler.max_attempts: must be >= 1");
+  if (orphan_grace_ms < 0) return Status::InvalidArgument("scheduler.orphan_grace_ms: < 0");
   return Status::Ok();
 }
 
@@ -55,6 +61,7 @@ void SchedulerEvents::Append(SchedulerEvents&& other) {
   for (auto& f : other.failures) failures.push_back(std::move(f));
   for (auto& l : other.lost_workers) lost_workers.push_back(std::move(l));
   for (auto& g : other.grants) grants.push_back(std::move(g));
+  for (auto& a : other.adopted) adopted.push_back(std::move(a));
 }
 
 std::string_view ResultVerdictName(ResultVerdict v) {
@@ -78,66 +85,304 @@ std::string_view ResultVerdictName(ResultVerdict v) {
 Scheduler::Scheduler(const Clock& clock, SchedulerOptions options)
     : clock_(clock), options_(options) {}
 
-void Scheduler::SetState(Job& job, State s) {
-  --counts_[static_cast<int>(job.state)];
-  job.state = s;
-  ++counts_[static_cast<int>(s)];
+// ---- Specs -------------------------------------------------------------------------------------
+
+const Scheduler::SpecCommon* Scheduler::Intern(const JobSpec& spec) {
+  // The interning key: every shared field, separated by a byte that cannot occur in them.
+  std::string id;
+  for (const std::string* f : {&spec.model_dir, &spec.model_digest, &spec.engine_version,
+                               &spec.task, &spec.haystack, &spec.backend}) {
+    id += *f;
+    id.push_back('\0');
+  }
+  id += spec.precision.ToJson().dump();
+  auto it = spec_pool_.find(id);
+  if (it == spec_pool_.end()) {
+    auto common = std::make_unique<SpecCommon>();
+    common->model_dir = spec.model_dir;
+    common->model_digest = spec.model_digest;
+    common->engine_version = spec.engine_version;
+    common->task = spec.task;
+    common->haystack = spec.haystack;
+    common->backend = spec.backend;
+    common->precision = spec.precision;
+    it = spec_pool_.emplace(std::move(id), std::move(common)).first;
+  }
+  return it->second.get();
 }
 
-Status Scheduler::AddJob(const std::string& key, const JobSpec& spec, int prior_attempts,
-                         int priority) {
-  if (key.empty()) return Status::InvalidArgument("scheduler: empty job key");
-  if (prior_attempts < 0) {
-    return Status::InvalidArgument("scheduler: job " + key + ": negative prior attempts");
+JobSpec Scheduler::SpecOf(const Job& job) const {
+  JobSpec s;
+  s.model_dir = job.common->model_dir;
+  s.model_digest = job.common->model_digest;
+  s.engine_version = job.common->engine_version;
+  s.task = job.common->task;
+  s.haystack = job.common->haystack;
+  s.backend = job.common->backend;
+  s.precision = job.common->precision;
+  s.context_length = job.context_length;
+  s.needle_position = job.needle_position;
+  s.seed = job.seed;
+  s.topk = job.topk;
+  s.trial = job.trial;
+  s.max_new_tokens = job.max_new_tokens;
+  s.probe = job.probe;
+  return s;
+}
+
+// ---- Campaigns ---------------------------------------------------------------------------------
+
+Status Scheduler::AddCampaign(int64_t id, const std::string& name, int priority, bool paused) {
+  if (campaigns_.count(id) != 0) {
+    return Status::AlreadyExists("scheduler: campaign " + std::to_string(id) + " added twice");
   }
-  if (jobs_.count(key) != 0) {
-    return Status::AlreadyExists("scheduler: job " + key + " added twice");
+  Campaign& c = campaigns_[id];
+  c.id = id;
+  c.name = name;
+  c.priority = priority;
+  c.paused = paused;
+  return Status::Ok();
+}
+
+bool Scheduler::HasCampaign(int64_t id) const { return campaigns_.count(id) != 0; }
+
+Scheduler::Campaign* Scheduler::FindCampaign(int64_t id) {
+  auto it = campaigns_.find(id);
+  return it == campaigns_.end() ? nullptr : &it->second;
+}
+
+Status Scheduler::SetCampaignPriority(int64_t id, int priority) {
+  Campaign* c = FindCampaign(id);
+  if (c == nullptr) return Status::NotFound("scheduler: unknown campaign " + std::to_string(id));
+  c->priority = priority;
+  return Status::Ok();
+}
+
+Status Scheduler::SetCampaignPaused(int64_t id, bool paused) {
+  Campaign* c = FindCampaign(id);
+  if (c == nullptr) return Status::NotFound("scheduler: unknown campaign " + std::to_string(id));
+  c->paused = paused;
+  return Status::Ok();
+}
+
+Result<int64_t> Scheduler::RemoveCampaign(int64_t id) {
+  Campaign* c = FindCampaign(id);
+  if (c == nullptr) return Status::NotFound("scheduler: unknown campaign " + std::to_string(id));
+  int64_t removed = 0;
+  for (auto& [key, job] : jobs_) {
+    auto it = std::find(job.campaigns.begin(), job.campaigns.end(), id);
+    if (it == job.campaigns.end()) continue;
+    if (job.state == State::kQueued) Dequeue(job);
+    job.campaigns.erase(it);
+    if (job.campaigns.empty()) {
+      if (job.state == State::kQueued) ++removed;
+      detached_.push_back(key);
+    } else if (job.state == State::kQueued) {
+      Enqueue(job);
+    }
   }
-  Job job;
-  job.key = key;
-  job.spec = spec;
+  campaigns_.erase(id);
+  SweepDetached();
+  return removed;
+}
+
+Result<CampaignCounts> Scheduler::CountsOf(int64_t id) const {
+  auto it = campaigns_.find(id);
+  if (it == campaigns_.end()) {
+    return Status::NotFound("scheduler: unknown campaign " + std::to_string(id));
+  }
+  const Campaign& c = it->second;
+  CampaignCounts out;
+  out.queued = c.counts[static_cast<int>(State::kQueued)];
+  out.leased = c.counts[static_cast<int>(State::kLeased)];
+  out.done = c.counts[static_cast<int>(State::kDone)];
+  out.failed = c.counts[static_cast<int>(State::kFailed)];
+  return out;
+}
+
+std::vector<int64_t> Scheduler::TakeFinishedCampaigns() {
+  std::vector<int64_t> finished;
+  for (const auto& [id, c] : campaigns_) {
+    if (id == kDefaultCampaign) continue;
+    if (c.counts[static_cast<int>(State::kQueued)] == 0 &&
+        c.counts[static_cast<int>(State::kLeased)] == 0) {
+      finished.push_back(id);
+    }
+  }
+  for (int64_t id : finished) {
+    // No queued job left: removing it only drops finished jobs (shared ones stay for others).
+    (void)RemoveCampaign(id);
+  }
+  return finished;
+}
+
+// ---- Jobs --------------------------------------------------------------------------------------
+
+void Scheduler::SetState(Job& job, State s) {
+  --counts_[static_cast<int>(job.state)];
+  ++counts_[static_cast<int>(s)];
+  for (int64_t id : job.campaigns) {
+    if (Campaign* c = FindCampaign(id)) {
+      --c->counts[static_cast<int>(job.state)];
+      ++c->counts[static_cast<int>(s)];
+    }
+  }
+  job.state = s;
+}
+
+Scheduler::Job& Scheduler::NewJob(const std::string& key, const JobSpec& spec, int prior_attempts,
+                                  int priority) {
+  auto [it, inserted] = jobs_.emplace(key, Job{});
+  Job& job = it->second;
+  job.key = &it->first;
+  job.common = Intern(spec);
+  job.context_length = spec.context_length;
+  job.needle_position = spec.needle_position;
+  job.seed = spec.seed;
+  job.topk = spec.topk;
+  job.trial = spec.trial;
+  job.max_new_tokens = spec.max_new_tokens;
+  job.probe = spec.probe;
   job.priority = priority;
   job.seq = next_seq_++;
   job.attempt = prior_attempts;
   job.state = State::kQueued;
   ++counts_[static_cast<int>(State::kQueued)];
-  auto [it, inserted] = jobs_.emplace(key, std::move(job));
-  Enqueue(it->second);
+  return job;
+}
+
+Status Scheduler::AddJob(const std::string& key, const JobSpec& spec, int prior_attempts,
+                         int priority) {
+  if (!HasCampaign(kDefaultCampaign)) {
+    NW_RETURN_IF_ERROR(AddCampaign(kDefaultCampaign, "default", 0));
+  }
+  if (jobs_.count(key) != 0) {
+    return Status::AlreadyExists("scheduler: job " + key + " added twice");
+  }
+  return AddCampaignJob(kDefaultCampaign, key, spec, prior_attempts, priority);
+}
+
+Status Scheduler::AddCampaignJob(int64_t campaign, const std::string& key, const JobSpec& spec,
+                                 int prior_attempts, int priority) {
+  if (key.empty()) return Status::InvalidArgument("scheduler: empty job key");
+  if (prior_attempts < 0) {
+    return Status::InvalidArgument("scheduler: job " + key + ": negative prior attempts");
+  }
+  Campaign* c = FindCampaign(campaign);
+  if (c == nullptr) {
+    return Status::NotFound("scheduler: job " + key + ": unknown campaign " +
+                            std::to_string(campaign));
+  }
+  auto it = jobs_.find(key);
+  if (it == jobs_.end()) {
+    Job& job = NewJob(key, spec, prior_attempts, priority);
+    job.campaigns.push_back(campaign);
+    ++c->counts[static_cast<int>(State::kQueued)];
+    Enqueue(job);
+    return Status::Ok();
+  }
+  Job& job = it->second;
+  if (std::find(job.campaigns.begin(), job.campaigns.end(), campaign) != job.campaigns.end()) {
+    return Status::AlreadyExists("scheduler: job " + key + " added twice to campaign " +
+                                 std::to_string(campaign));
+  }
+  if (job.state == State::kQueued) Dequeue(job);
+  job.campaigns.push_back(campaign);
+  ++c->counts[static_cast<int>(job.state)];
+  job.priority = std::max(job.priority, priority);
+  if (job.state == State::kQueued) Enqueue(job);
   return Status::Ok();
+}
+
+Status Scheduler::AddOrphanLease(int64_t campaign, const std::string& key, const JobSpec& spec,
+                                 int attempt, const std::string& worker_id,
+                                 int64_t lease_expires_ms) {
+  if (attempt < 1) {
+    return Status::InvalidArgument("scheduler: orphan lease of " + key + ": attempt < 1");
+  }
+  if (jobs_.count(key) != 0) return AddCampaignJob(campaign, key, spec, attempt);
+  NW_RETURN_IF_ERROR(AddCampaignJob(campaign, key, spec, attempt));
+  Job& job = jobs_.at(key);
+  Dequeue(job);
+  SetState(job, State::kLeased);
+  job.orphan = true;
+  job.lease_worker = worker_id;
+  job.orphan_lease_expires_ms = lease_expires_ms;
+  job.lease_expires_ms = std::min(lease_expires_ms, clock_.NowMs() + options_.orphan_grace_ms);
+  expiries_.emplace(job.lease_expires_ms, &job);
+  return Status::Ok();
+}
+
+Status Scheduler::Requeue(const std::string& key) {
+  auto it = jobs_.find(key);
+  if (it == jobs_.end()) return Status::NotFound("scheduler: unknown job " + key);
+  Job& job = it->second;
+  if (job.state != State::kDone && job.state != State::kFailed) return Status::Ok();
+  job.attempts_this_run = 0;
+  job.done_attempt = 0;
+  job.not_before_ms = 0;
+  SetState(job, State::kQueued);
+  Enqueue(job);
+  return Status::Ok();
+}
+
+void Scheduler::EnqueueIn(Campaign& c, Job& job) {
+  c.ready[Bucket{job.common}].insert(ReadyEntry{-job.priority, job.seq, &job});
+}
+
+void Scheduler::DequeueFrom(Campaign& c, Job& job) {
+  auto b = c.ready.find(Bucket{job.common});
+  if (b == c.ready.end()) return;
+  b->second.erase(ReadyEntry{-job.priority, job.seq, &job});
+  if (b->second.empty()) c.ready.erase(b);
 }
 
 void Scheduler::Enqueue(Job& job) {
   if (job.not_before_ms > clock_.NowMs()) {
-    delayed_.emplace(job.not_before_ms, job.key);
+    delayed_.emplace(job.not_before_ms, &job);
     job.delayed = true;
-  } else {
-    ready_[{job.spec.backend, job.spec.model_digest}].insert({{-job.priority, job.seq}, job.key});
-    job.delayed = false;
+    return;
+  }
+  job.delayed = false;
+  for (int64_t id : job.campaigns) {
+    if (Campaign* c = FindCampaign(id)) EnqueueIn(*c, job);
   }
 }
 
 void Scheduler::Dequeue(Job& job) {
   if (job.delayed) {
-    delayed_.erase({job.not_before_ms, job.key});
+    delayed_.erase({job.not_before_ms, &job});
     job.delayed = false;
     return;
   }
-  auto b = ready_.find({job.spec.backend, job.spec.model_digest});
-  if (b == ready_.end()) return;
-  b->second.erase({{-job.priority, job.seq}, job.key});
-  if (b->second.empty()) ready_.erase(b);
+  for (int64_t id : job.campaigns) {
+    if (Campaign* c = FindCampaign(id)) DequeueFrom(*c, job);
+  }
+}
+
+void Scheduler::ClearLease(Job& job) {
+  if (auto w = workers_.find(job.lease_worker); w != workers_.end()) {
+    w->second.leases.erase(*job.key);
+  }
+  expiries_.erase({job.lease_expires_ms, &job});
+  job.lease_worker.clear();
+  job.orphan = false;
+}
+
+void Scheduler::Adopt(Job& job, Worker& w) {
+  expiries_.erase({job.lease_expires_ms, &job});
+  job.orphan = false;
+  job.lease_expires_ms = job.orphan_lease_expires_ms;
+  expiries_.emplace(job.lease_expires_ms, &job);
+  w.leases.insert(*job.key);
 }
 
 AttemptFailure Scheduler::FailLease(Job& job, Status reason) {
   AttemptFailure f;
-  f.job_key = job.key;
+  f.job_key = *job.key;
   f.attempt = job.attempt;
   f.worker_id = job.lease_worker;
-  if (auto w = workers_.find(job.lease_worker); w != workers_.end()) {
-    w->second.leases.erase(job.key);
-  }
-  expiries_.erase({job.lease_expires_ms, job.key});
-  job.lease_worker.clear();
+  ClearLease(job);
   if (job.attempts_this_run >= options_.max_attempts) {
     reason = Status(reason.code(), reason.message() + " (attempt " + std::to_string(job.attempt) +
                                        "; " + std::to_string(job.attempts_this_run) + " of " +
@@ -146,7 +391,8 @@ AttemptFailure Scheduler::FailLease(Job& job, Status reason) {
     SetState(job, State::kFailed);
     f.will_retry = false;
   } else {
-    const int shift = std::min(job.attempts_this_run - 1, 30);
+    // An orphan lease (from before a restart) counts as no attempt of this run.
+    const int shift = std::clamp(job.attempts_this_run - 1, 0, 30);
     const int64_t backoff =
         std::min(options_.retry_backoff_max_ms, options_.retry_backoff_initial_ms << shift);
     job.not_before_ms = clock_.NowMs() + backoff;
@@ -156,8 +402,24 @@ AttemptFailure Scheduler::FailLease(Job& job, Status reason) {
   }
   job.last_error = reason.ToString();
   f.reason = std::move(reason);
+  if (job.campaigns.empty()) detached_.push_back(*job.key);
   return f;
 }
+
+void Scheduler::SweepDetached() {
+  for (const std::string& key : detached_) {
+    auto it = jobs_.find(key);
+    if (it == jobs_.end()) continue;
+    Job& job = it->second;
+    if (!job.campaigns.empty() || job.state == State::kLeased) continue;
+    if (job.state == State::kQueued) Dequeue(job);
+    --counts_[static_cast<int>(job.state)];
+    jobs_.erase(it);
+  }
+  detached_.clear();
+}
+
+// ---- Workers -----------------------------------------------------------------------------------
 
 void Scheduler::RemoveWorker(const std::string& worker_id, const Status& reason,
                              SchedulerEvents* ev) {
@@ -185,19 +447,53 @@ SchedulerEvents Scheduler::OnReady(const WorkerInfo& info, const std::vector<Att
                                      std::to_string(job.attempt))));
       }
     }
-    std::set<AttemptRef> zombies;
-    for (const auto& z : w.zombies) {
-      if (held_set.count(z) != 0) zombies.insert(z);
-    }
-    w.zombies = std::move(zombies);
   } else {
     it = workers_.emplace(info.id, Worker{}).first;
   }
   Worker& w = it->second;
   w.info = info;
   w.info.slots = std::clamp(info.slots, 1, kMaxSlots);
-  w.backends = BackendsOf(info.capabilities);
+  w.backends = info.capabilities.is_object() && info.capabilities.contains("backends")
+                   ? StringSet(info.capabilities["backends"])
+                   : std::set<std::string>();
+  w.models = OptionalList(info.capabilities, "models");
+  w.engine_versions = OptionalList(info.capabilities, "engine_versions");
+  w.prefetch = 0;
+  if (info.capabilities.is_object()) {
+    auto p = info.capabilities.find("prefetch");
+    if (p != info.capabilities.end() && p->is_number_integer()) {
+      w.prefetch = static_cast<int>(std::clamp<int64_t>(p->get<int64_t>(), 0, 3 * kMaxSlots));
+    }
+  }
   w.last_seen_ms = clock_.NowMs();
+
+  // Leases from before a coordinator restart that name this worker: adopt or fail them.
+  std::vector<Job*> orphans;
+  for (const auto& [t, job] : expiries_) {
+    if (job->orphan && job->lease_worker == info.id) orphans.push_back(job);
+  }
+  for (Job* job : orphans) {
+    if (held_set.count({*job->key, job->attempt}) != 0) {
+      Adopt(*job, w);
+      ev.adopted.push_back({*job->key, job->attempt});
+    } else {
+      ev.failures.push_back(FailLease(
+          *job, Status::Unavailable("worker " + info.id +
+                                    " re-registered after a coordinator restart without attempt " +
+                                    std::to_string(job->attempt))));
+    }
+  }
+  // Everything else it holds is a superseded attempt it still runs or has a result for: those
+  // occupy its slots until it reports on them.
+  w.zombies.clear();
+  for (const auto& ref : held_set) {
+    auto j = jobs_.find(ref.job_key);
+    const bool current_lease = j != jobs_.end() && j->second.state == State::kLeased &&
+                               j->second.attempt == ref.attempt &&
+                               j->second.lease_worker == info.id;
+    if (!current_lease) w.zombies.insert(ref);
+  }
+  SweepDetached();
   return ev;
 }
 
@@ -228,7 +524,7 @@ ResultDecision Scheduler::OnResult(const std::string& worker_id, const JobResult
     return d;
   }
   Job& job = jit->second;
-  const std::string what = "result for " + job.key + " attempt " + std::to_string(r.attempt) +
+  const std::string what = "result for " + *job.key + " attempt " + std::to_string(r.attempt) +
                            " from " + worker_id + ": ";
   if (job.state == State::kDone) {
     if (r.attempt == job.done_attempt) {
@@ -241,17 +537,18 @@ ResultDecision Scheduler::OnResult(const std::string& worker_id, const JobResult
     return d;
   }
   if (job.state == State::kLeased && job.attempt == r.attempt && job.lease_worker == worker_id) {
+    if (job.orphan) Adopt(job, w);  // READY adopts first; a result proves the worker has it
     if (IsRetryableEngineError(r)) {
       d.verdict = ResultVerdict::kAttemptFailed;
       d.events.failures.push_back(FailLease(job, EngineErrorStatus(r, worker_id)));
       d.reason = d.events.failures.back().reason.ToString();
+      SweepDetached();
       return d;
     }
-    w.leases.erase(job.key);
-    expiries_.erase({job.lease_expires_ms, job.key});
-    job.lease_worker.clear();
+    ClearLease(job);
     job.done_attempt = r.attempt;
     SetState(job, State::kDone);
+    if (job.campaigns.empty()) detached_.push_back(*job.key);
     d.verdict = ResultVerdict::kCommit;
     return d;
   }
@@ -272,8 +569,11 @@ SchedulerEvents Scheduler::OnDisconnect(const std::string& worker_id, const std:
   SchedulerEvents ev;
   RemoveWorker(worker_id, Status::Unavailable("worker " + worker_id + " disconnected: " + reason),
                &ev);
+  SweepDetached();
   return ev;
 }
+
+// ---- Time --------------------------------------------------------------------------------------
 
 SchedulerEvents Scheduler::Tick() {
   SchedulerEvents ev;
@@ -295,83 +595,111 @@ SchedulerEvents Scheduler::Tick() {
   }
 
   while (!expiries_.empty() && expiries_.begin()->first <= now) {
-    Job& job = jobs_.at(expiries_.begin()->second);
+    Job& job = *expiries_.begin()->second;
     const std::string worker_id = job.lease_worker;
     const int attempt = job.attempt;
+    const std::string key = *job.key;
+    if (job.orphan) {
+      ev.failures.push_back(FailLease(
+          job, Status::Unavailable("lease of attempt " + std::to_string(attempt) + " on " +
+                                   worker_id + " from before a coordinator restart: the worker " +
+                                   "did not re-register with it in time")));
+      continue;
+    }
     ev.failures.push_back(
         FailLease(job, Status::DeadlineExceeded("lease of attempt " + std::to_string(attempt) +
                                                 " on " + worker_id + " expired after " +
                                                 std::to_string(options_.lease_ms) + " ms")));
     // The worker is presumably still running it: the slot stays occupied until it reports.
     if (auto w = workers_.find(worker_id); w != workers_.end()) {
-      w->second.zombies.insert({job.key, attempt});
+      w->second.zombies.insert({key, attempt});
     }
   }
 
   while (!delayed_.empty() && delayed_.begin()->first <= now) {
-    Job& job = jobs_.at(delayed_.begin()->second);
+    Job& job = *delayed_.begin()->second;
     delayed_.erase(delayed_.begin());
     job.delayed = false;
     job.not_before_ms = 0;
     Enqueue(job);
   }
 
+  SweepDetached();
   Grant(&ev);
   return ev;
 }
 
-bool Scheduler::CanRun(const Worker& w, const Job& job) const {
-  return w.backends.count(job.spec.backend) != 0;
+bool Scheduler::CanRun(const Worker& w, const SpecCommon& c) const {
+  if (w.backends.count(c.backend) == 0) return false;
+  if (w.models && w.models->count(c.model_digest) == 0) return false;
+  if (w.engine_versions && w.engine_versions->count(c.engine_version) == 0) return false;
+  return true;
 }
 
-std::optional<std::string> Scheduler::PickJob(const Worker& w) const {
-  // Best first: higher priority, then the model the worker has loaded, then oldest.
-  std::optional<std::tuple<int, int, uint64_t>> best_rank;
-  std::optional<std::string> best;
-  for (const auto& backend : w.backends) {
-    for (auto it = ready_.lower_bound({backend, std::string()});
-         it != ready_.end() && it->first.first == backend; ++it) {
-      const ReadyKey& head = *it->second.begin();
-      const int affinity = it->first.second == w.last_model ? 0 : 1;
-      const std::tuple<int, int, uint64_t> rank{head.first.first, affinity, head.first.second};
+Scheduler::Job* Scheduler::PickJob(const Worker& w) {
+  // Campaigns: higher priority first, then the fewest leased jobs (fair share), then the one
+  // served longest ago. Paused campaigns and campaigns with nothing ready are skipped.
+  std::vector<Campaign*> order;
+  for (auto& [id, c] : campaigns_) {
+    if (!c.paused && !c.ready.empty()) order.push_back(&c);
+  }
+  std::sort(order.begin(), order.end(), [](const Campaign* a, const Campaign* b) {
+    return std::tuple(-a->priority, a->counts[static_cast<int>(State::kLeased)], a->last_grant_seq,
+                      a->id) < std::tuple(-b->priority, b->counts[static_cast<int>(State::kLeased)],
+                                          b->last_grant_seq, b->id);
+  });
+  for (Campaign* c : order) {
+    // Within the campaign: higher job priority, then the model the worker has loaded, then age.
+    std::optional<std::tuple<int, int, uint64_t>> best_rank;
+    Job* best = nullptr;
+    for (const auto& [bucket, entries] : c->ready) {
+      if (!CanRun(w, *bucket.common)) continue;
+      const ReadyEntry& head = *entries.begin();
+      const int affinity = bucket.common->model_digest == w.last_model ? 0 : 1;
+      const std::tuple<int, int, uint64_t> rank{head.neg_priority, affinity, head.seq};
       if (!best_rank || rank < *best_rank) {
         best_rank = rank;
-        best = head.second;
+        best = head.job;
       }
     }
+    if (best != nullptr) {
+      c->last_grant_seq = ++grant_seq_;
+      return best;
+    }
   }
-  return best;
+  return nullptr;
 }
 
 void Scheduler::Grant(SchedulerEvents* ev) {
   const int64_t now = clock_.NowMs();
   bool granted_any = true;
-  while (granted_any && !ready_.empty()) {
+  while (granted_any) {
     granted_any = false;
     std::vector<Worker*> order;
     for (auto& [id, w] : workers_) {
-      if (w.Busy() < w.info.slots) order.push_back(&w);
+      if (w.Busy() < w.Capacity()) order.push_back(&w);
     }
+    if (order.empty()) break;
     std::sort(order.begin(), order.end(), [](const Worker* a, const Worker* b) {
       return std::tuple(a->Busy(), a->last_grant_seq, a->info.id) <
              std::tuple(b->Busy(), b->last_grant_seq, b->info.id);
     });
     for (Worker* w : order) {
-      auto key = PickJob(*w);
-      if (!key) continue;
-      Job& job = jobs_.at(*key);
+      Job* picked = PickJob(*w);
+      if (picked == nullptr) continue;
+      Job& job = *picked;
       Dequeue(job);
       ++job.attempt;
       ++job.attempts_this_run;
       SetState(job, State::kLeased);
       job.lease_worker = w->info.id;
       job.lease_expires_ms = now + options_.lease_ms;
-      expiries_.emplace(job.lease_expires_ms, job.key);
-      w->leases.insert(job.key);
-      w->last_model = job.spec.model_digest;
+      expiries_.emplace(job.lease_expires_ms, &job);
+      w->leases.insert(*job.key);
+      w->last_model = job.common->model_digest;
       w->last_grant_seq = ++grant_seq_;
-      ev->grants.push_back(
-          {w->info.id, job.key, job.attempt, options_.lease_ms, job.lease_expires_ms, job.spec});
+      ev->grants.push_back({w->info.id, *job.key, job.attempt, options_.lease_ms,
+                            job.lease_expires_ms, SpecOf(job)});
       granted_any = true;
     }
   }
@@ -385,15 +713,18 @@ std::vector<SkippedJob> Scheduler::DropUnschedulable() {
   for (const auto& b : backends) have += (have.empty() ? "" : ", ") + b;
   for (auto it = jobs_.begin(); it != jobs_.end();) {
     Job& job = it->second;
-    if (job.state != State::kQueued || backends.count(job.spec.backend) != 0) {
+    if (job.state != State::kQueued || backends.count(job.common->backend) != 0) {
       ++it;
       continue;
     }
     Dequeue(job);
     --counts_[static_cast<int>(State::kQueued)];
-    out.push_back({job.key, Status::Unsupported(
-                                "no worker runs backend '" + job.spec.backend +
-                                "' (workers offer: " + (have.empty() ? "none" : have) + ")")});
+    for (int64_t id : job.campaigns) {
+      if (Campaign* c = FindCampaign(id)) --c->counts[static_cast<int>(State::kQueued)];
+    }
+    out.push_back({it->first, Status::Unsupported(
+                                  "no worker runs backend '" + job.common->backend +
+                                  "' (workers offer: " + (have.empty() ? "none" : have) + ")")});
     it = jobs_.erase(it);
   }
   return out;
@@ -409,11 +740,7 @@ SchedulerEvents Scheduler::ReleaseAll(const Status& reason) {
     f.worker_id = job.lease_worker;
     f.reason = reason;
     f.will_retry = true;
-    if (auto w = workers_.find(job.lease_worker); w != workers_.end()) {
-      w->second.leases.erase(key);
-    }
-    expiries_.erase({job.lease_expires_ms, key});
-    job.lease_worker.clear();
+    ClearLease(job);
     job.last_error = reason.ToString();
     SetState(job, State::kQueued);
     Enqueue(job);
@@ -421,6 +748,8 @@ SchedulerEvents Scheduler::ReleaseAll(const Status& reason) {
   }
   return ev;
 }
+
+// ---- Queries -----------------------------------------------------------------------------------
 
 bool Scheduler::Finished() const {
   return counts_[static_cast<int>(State::kQueued)] == 0 &&
@@ -441,6 +770,22 @@ SchedulerCounts Scheduler::Counts() const {
 std::vector<std::string> Scheduler::WorkerIds() const {
   std::vector<std::string> out;
   for (const auto& [id, w] : workers_) out.push_back(id);
+  return out;
+}
+
+std::vector<WorkerView> Scheduler::Workers() const {
+  std::vector<WorkerView> out;
+  for (const auto& [id, w] : workers_) {
+    WorkerView v;
+    v.id = id;
+    v.host = w.info.host;
+    v.slots = w.info.slots;
+    v.prefetch = w.prefetch;
+    v.busy = w.Busy();
+    v.backends.assign(w.backends.begin(), w.backends.end());
+    v.capabilities = w.info.capabilities;
+    out.push_back(std::move(v));
+  }
   return out;
 }
 

@@ -19,6 +19,17 @@
 // it. Results of superseded attempts (expired, requeued) are rejected, as are results from
 // unknown workers; a repeat of the attempt that completed the job is a duplicate (re-ACKed).
 //
+// Campaigns: every job belongs to one or more campaigns (a job key shared by two campaigns is one
+// job, run once). Campaigns have a priority and may be paused. Across campaigns a free slot goes
+// to the highest-priority campaign that has a job the worker can run; among campaigns of equal
+// priority to the one with the fewest leased jobs (fair share), then to the one served longest
+// ago. Within a campaign: job priority, then the model the worker last ran, then the oldest job.
+// Jobs added with AddJob() belong to kDefaultCampaign (priority 0).
+//
+// Recovery: after a coordinator restart, jobs the database still shows leased can be added as
+// orphan leases (AddOrphanLease). A worker that re-registers listing such an attempt in `held`
+// adopts it (no new attempt); otherwise the attempt fails when the orphan grace period ends.
+//
 // Every input returns Events (grants to send, failures to record, workers lost); the caller
 // applies them in order: RecordFailure/RecordLease first, then sends. Time comes from a Clock.
 // Thread-safety: none; owned by the coordinator's loop thread.
@@ -26,6 +37,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
@@ -47,6 +59,8 @@ struct SchedulerOptions {
   int64_t retry_backoff_initial_ms = 1000;  // after the first failed attempt
   int64_t retry_backoff_max_ms = 32000;     // doubling, capped here
   int max_attempts = 3;                     // attempts per job in one run (>= 1)
+  int64_t orphan_grace_ms = 40'000;         // leases from before a restart wait this long for
+                                            // their worker (> reconnect backoff max + liveness)
 
   Status Validate() const;
 };
@@ -80,6 +94,7 @@ struct SchedulerEvents {
   std::vector<AttemptFailure> failures;
   std::vector<LostWorker> lost_workers;
   std::vector<Grant> grants;
+  std::vector<AttemptRef> adopted;  // orphan leases a re-registering worker took back (no write)
   bool empty() const { return failures.empty() && lost_workers.empty() && grants.empty(); }
   void Append(SchedulerEvents&& other);
 };
@@ -107,6 +122,26 @@ struct SkippedJob {
   Status reason;  // Unsupported, naming the backend
 };
 
+/// Jobs of one campaign in the scheduler, by state.
+struct CampaignCounts {
+  int64_t queued = 0, leased = 0, done = 0, failed = 0;
+  friend bool operator==(const CampaignCounts&, const CampaignCounts&) = default;
+};
+
+/// A registered worker as the scheduler sees it (for status).
+struct WorkerView {
+  std::string id;
+  std::string host;
+  int slots = 1;
+  int prefetch = 0;
+  int busy = 0;  // leases + expired attempts it is presumably still running
+  std::vector<std::string> backends;
+  nlohmann::json capabilities;
+};
+
+/// The campaign of jobs added with AddJob().
+inline constexpr int64_t kDefaultCampaign = 0;
+
 struct SchedulerCounts {
   int64_t total = 0, queued = 0, leased = 0, done = 0, failed = 0;
   int64_t workers = 0;
@@ -129,15 +164,49 @@ class Scheduler {
 
   const SchedulerOptions& options() const { return options_; }
 
+  // ---- Campaigns ----
+  /// Registers a campaign. AlreadyExists for a repeated id.
+  Status AddCampaign(int64_t id, const std::string& name, int priority, bool paused = false);
+  bool HasCampaign(int64_t id) const;
+  Status SetCampaignPriority(int64_t id, int priority);
+  /// A paused campaign gets no new leases; its running attempts go on.
+  Status SetCampaignPaused(int64_t id, bool paused);
+  /// Cancels a campaign: it leaves the scheduler and its queued jobs are taken out of the
+  /// schedule unless another campaign has them too (they stay queued in the database). Running
+  /// attempts go on and their results are accepted. Returns how many queued jobs left.
+  Result<int64_t> RemoveCampaign(int64_t id);
+  /// Jobs of the campaign by state. NotFound for an unknown campaign.
+  Result<CampaignCounts> CountsOf(int64_t id) const;
+  /// Removes the campaigns that have no queued or leased job left (kDefaultCampaign excepted),
+  /// with their finished jobs, and returns their ids. A long-running coordinator calls it so
+  /// memory stays bounded by the campaigns in progress.
+  std::vector<int64_t> TakeFinishedCampaigns();
+
   // ---- Jobs ----
-  /// Adds a runnable (queued) job. prior_attempts: attempts started in earlier runs (from the
-  /// database), so this run's attempts are numbered prior_attempts + 1, ... Higher priority runs
-  /// first; equal priorities run in insertion order. AlreadyExists for a repeated key.
+  /// Adds a runnable (queued) job to kDefaultCampaign. prior_attempts: attempts started in
+  /// earlier runs (from the database), so this run's attempts are numbered prior_attempts + 1,
+  /// ... Higher priority runs first; equal priorities run in insertion order. AlreadyExists for a
+  /// repeated key.
   Status AddJob(const std::string& key, const JobSpec& spec, int prior_attempts, int priority = 0);
+  /// Adds a queued job to a campaign. A job already known (from another campaign) joins this
+  /// campaign too, whatever its state; AlreadyExists if it is in this campaign already.
+  Status AddCampaignJob(int64_t campaign, const std::string& key, const JobSpec& spec,
+                        int prior_attempts, int priority = 0);
+  /// Adds a job that the database shows leased (attempt `attempt` to `worker_id`) after a
+  /// coordinator restart. The lease is kept until `lease_expires_ms` (monotonic) if the worker
+  /// re-registers holding it within orphan_grace_ms; otherwise the attempt fails (unavailable).
+  Status AddOrphanLease(int64_t campaign, const std::string& key, const JobSpec& spec, int attempt,
+                        const std::string& worker_id, int64_t lease_expires_ms);
+
+  /// Puts a done or failed job back to queued (a rerun); its attempts this run start again.
+  /// NotFound for an unknown job; queued and leased jobs are left alone.
+  Status Requeue(const std::string& key);
 
   // ---- Worker input ----
   /// READY. A new worker, or a known one re-registering (new connection): its leases not in
-  /// `held` fail (attempt failures), the rest are kept.
+  /// `held` fail (attempt failures), the rest are kept. Orphan leases of this worker id are
+  /// adopted when held and fail otherwise. Held attempts that are not leases of this worker
+  /// (superseded ones it still runs) occupy its slots until it reports on them.
   SchedulerEvents OnReady(const WorkerInfo& info, const std::vector<AttemptRef>& held);
   /// Any message from a registered worker proves it alive. NotFound if unknown.
   Status OnHeartbeat(const std::string& worker_id);
@@ -166,6 +235,7 @@ class Scheduler {
   bool Finished() const;
   SchedulerCounts Counts() const;
   std::vector<std::string> WorkerIds() const;
+  std::vector<WorkerView> Workers() const;
   bool HasWorker(const std::string& worker_id) const;
   /// The earliest monotonic time at which Tick() may have something to do (a lease expiring, a
   /// worker to purge, a backoff ending), or nullopt.
@@ -177,55 +247,112 @@ class Scheduler {
   std::string LastErrorOf(const std::string& key) const;
 
  private:
-  enum class State { kQueued, kLeased, kDone, kFailed };
+  enum class State : uint8_t { kQueued, kLeased, kDone, kFailed };
+  // The parts of a JobSpec that many jobs share, interned (a few per campaign), so a queued job
+  // costs a few hundred bytes.
+  struct SpecCommon {
+    std::string model_dir, model_digest, engine_version, task, haystack, backend;
+    PrecisionProfile precision;
+  };
   struct Job {
-    std::string key;
-    JobSpec spec;
+    const std::string* key = nullptr;  // the jobs_ map key
+    const SpecCommon* common = nullptr;
+    int64_t context_length = 0;
+    double needle_position = 0;
+    int64_t seed = 0;
+    int32_t topk = 0, trial = 0, max_new_tokens = 0;
+    bool probe = false;
+    State state = State::kQueued;
+    bool delayed = false;  // in delayed_ rather than the ready queues
+    bool orphan = false;   // leased before a restart, not yet adopted by its worker
     int priority = 0;
     uint64_t seq = 0;
-    State state = State::kQueued;
     int attempt = 0;  // last attempt number started
     int attempts_this_run = 0;
+    int done_attempt = 0;       // the attempt whose result completed the job
     int64_t not_before_ms = 0;  // backoff: not granted before this
-    bool delayed = false;       // in delayed_ rather than ready_
     // The active lease (state kLeased).
+    int64_t lease_expires_ms = 0;         // orphans: min(lease expiry, end of the grace period)
+    int64_t orphan_lease_expires_ms = 0;  // orphans: the lease's own expiry, kept on adoption
     std::string lease_worker;
-    int64_t lease_expires_ms = 0;
-    int done_attempt = 0;  // the attempt whose result completed the job
     std::string last_error;
+    std::vector<int64_t> campaigns;  // ids, usually one
+  };
+  struct JobOrder {
+    // Deadlines ordered by time, then by job age (deterministic).
+    bool operator()(const std::pair<int64_t, Job*>& a, const std::pair<int64_t, Job*>& b) const {
+      return a.first != b.first ? a.first < b.first : a.second->seq < b.second->seq;
+    }
+  };
+  struct ReadyEntry {
+    int neg_priority = 0;
+    uint64_t seq = 0;
+    Job* job = nullptr;
+    friend bool operator<(const ReadyEntry& a, const ReadyEntry& b) {
+      return a.neg_priority != b.neg_priority ? a.neg_priority < b.neg_priority : a.seq < b.seq;
+    }
+  };
+  // Ready jobs of a campaign bucketed by what a worker must offer to run them.
+  struct Bucket {
+    const SpecCommon* common;  // backend, model_digest, engine_version
+    friend bool operator<(const Bucket& a, const Bucket& b) { return a.common < b.common; }
+  };
+  struct Campaign {
+    int64_t id = 0;
+    std::string name;
+    int priority = 0;
+    bool paused = false;
+    uint64_t last_grant_seq = 0;
+    int64_t counts[4] = {0, 0, 0, 0};  // member jobs by State
+    std::map<Bucket, std::set<ReadyEntry>> ready;
   };
   struct Worker {
     WorkerInfo info;
     std::set<std::string> backends;
+    std::optional<std::set<std::string>> models;           // absent: any model
+    std::optional<std::set<std::string>> engine_versions;  // absent: any
+    int prefetch = 0;
     int64_t last_seen_ms = 0;
     uint64_t last_grant_seq = 0;
     std::set<std::string> leases;  // keys of jobs leased to it (current attempts)
-    std::set<AttemptRef> zombies;  // expired attempts it may still be running (occupy slots)
+    std::set<AttemptRef> zombies;  // attempts it holds that are not its leases (occupy slots)
     std::string last_model;        // model_digest of the last job granted (affinity)
     int Busy() const { return static_cast<int>(leases.size() + zombies.size()); }
+    int Capacity() const { return info.slots + prefetch; }
   };
-  // Ready jobs, bucketed by (backend, model_digest), each ordered by (-priority, seq).
-  using ReadyKey = std::pair<std::pair<int, uint64_t>, std::string>;
-  using Bucket = std::pair<std::string, std::string>;
 
+  const SpecCommon* Intern(const JobSpec& spec);
+  JobSpec SpecOf(const Job& job) const;
+  Job& NewJob(const std::string& key, const JobSpec& spec, int prior_attempts, int priority);
+  Campaign* FindCampaign(int64_t id);
   void SetState(Job& job, State s);
   void Enqueue(Job& job);
   void Dequeue(Job& job);
+  void EnqueueIn(Campaign& c, Job& job);
+  void DequeueFrom(Campaign& c, Job& job);
   // Ends the job's current lease as a failed attempt; requeues with backoff or fails the job.
   AttemptFailure FailLease(Job& job, Status reason);
+  // An orphan lease becomes the worker's lease again, with its own expiry.
+  void Adopt(Job& job, Worker& w);
+  // Ends the job's lease bookkeeping (worker, expiry, orphan deadline) without a state change.
+  void ClearLease(Job& job);
   // Removes a worker, failing its leases.
   void RemoveWorker(const std::string& worker_id, const Status& reason, SchedulerEvents* ev);
   void Grant(SchedulerEvents* ev);
-  std::optional<std::string> PickJob(const Worker& w) const;
-  bool CanRun(const Worker& w, const Job& job) const;
+  Job* PickJob(const Worker& w);
+  bool CanRun(const Worker& w, const SpecCommon& c) const;
+  // Erases jobs that belong to no campaign any more and are not running.
+  void SweepDetached();
 
   const Clock& clock_;
   SchedulerOptions options_;
   std::map<std::string, Job> jobs_;
   std::map<std::string, Worker> workers_;
-  std::map<Bucket, std::set<ReadyKey>> ready_;
-  std::set<std::pair<int64_t, std::string>> delayed_;   // (not_before_ms, key)
-  std::set<std::pair<int64_t, std::string>> expiries_;  // (lease_expires_ms, key) of leases
+  std::map<int64_t, Campaign> campaigns_;
+  std::map<std::string, std::unique_ptr<SpecCommon>> spec_pool_;
+  std::set<std::pair<int64_t, Job*>, JobOrder> delayed_;   // (not_before_ms, job)
+  std::set<std::pair<int64_t, Job*>, JobOrder> expiries_;  // (lease_expires_ms, job) of leases
+  std::vector<std::string> detached_;                      // keys of jobs left without a campaign
   uint64_t next_seq_ = 0;
   uint64_t grant_seq_ = 0;
   int64_t counts_[4] = {0, 0, 0, 0};  // by State

@@ -2,11 +2,15 @@
 
 #include <algorithm>
 #include <chrono>
+#include <deque>
 #include <map>
 #include <optional>
 #include <set>
 #include <utility>
 #include <vector>
+
+#include "coordinator/campaign_table.h"
+#include "protocol/control.h"
 
 namespace nw {
 namespace {
@@ -17,6 +21,12 @@ using json = nlohmann::json;
 constexpr int64_t kMaxPollMs = 50;
 // Messages handled per wake-up before timers get their turn.
 constexpr int kMaxMessagesPerWake = 1000;
+// Completed submissions remembered, so a client's retry of the last part is answered again.
+constexpr size_t kCompletedSubmissionsKept = 64;
+
+std::string Hex(const std::string& identity) {
+  return HexId(zmq::message_t(identity.data(), identity.size()));
+}
 
 }  // namespace
 
@@ -31,21 +41,44 @@ Status ServerOptions::Validate() const {
     return Status::InvalidArgument("coordinator: max_frame_bytes must be >= 1024");
   }
   if (expected_workers < 0) return Status::InvalidArgument("coordinator: expected_workers < 0");
+  if (curve) {
+    if (!IsZ85Key(curve->public_key) || !IsZ85Key(curve->secret_key)) {
+      return Status::InvalidArgument("coordinator: curve keys must be 40-character Z85 keys");
+    }
+    if (curve_allow.empty()) {
+      return Status::InvalidArgument("coordinator: CURVE needs an allow-list of client keys");
+    }
+  }
+  if (submission_idle_ms <= 0 || max_staged_submissions < 1) {
+    return Status::InvalidArgument(
+        "coordinator: submission_idle_ms and max_staged_submissions "
+        "must be positive");
+  }
   return Status::Ok();
 }
 
-// The state of one Run().
+// The state of one Run() or Serve().
 struct Server::Loop {
   struct PendingAck {
     std::string identity;
     AckMsg ack;
   };
+  // A submission whose parts are still arriving.
+  struct Staged {
+    SubmitRequest header;  // the first part, without its jobs
+    std::vector<JobSpec> jobs;
+    int next_part = 0;
+    int64_t last_ms = 0;
+  };
 
   Server& s;
-  int64_t campaign_id;
+  const bool daemon;
+  int64_t campaign_id;  // Run() only
   CodecLimits limits;
   Scheduler scheduler;
+  std::unique_ptr<ZapHandler> zap;  // before the router: it must outlive the handshakes
   zmq::socket_t router;
+  std::unique_ptr<CampaignTable> table;  // Serve() only
   RunSummary summary;
   std::map<std::string, std::string> worker_of;    // routing identity -> worker id
   std::map<std::string, std::string> identity_of;  // worker id -> routing identity
@@ -57,9 +90,13 @@ struct Server::Loop {
   int64_t next_heartbeat_ms = 0;
   bool skip_checked = false;
   std::optional<ServerProgress> last_progress;
+  std::map<std::string, Staged> staged;          // by submission id
+  std::map<std::string, SubmitReply> completed;  // by submission id
+  std::deque<std::string> completed_order;
 
-  Loop(Server& server, int64_t id)
+  Loop(Server& server, bool is_daemon, int64_t id)
       : s(server),
+        daemon(is_daemon),
         campaign_id(id),
         limits{server.options_.max_frame_bytes},
         scheduler(server.clock_, server.options_.scheduler),
@@ -80,6 +117,23 @@ struct Server::Loop {
     frames->pushstr(identity);
     // ROUTER drops (never blocks) when the peer is gone or its queue is full.
     (void)frames->send(router, ZMQ_DONTWAIT);
+  }
+
+  void Reply(const std::string& identity, const ControlReply& r) {
+    ++summary.control_requests;
+    auto frames = EncodeControlReply(r, limits);
+    if (!frames.ok()) {
+      // A status reply too large for the frame limit: say so instead.
+      frames =
+          EncodeControlReply(ErrorReply{frames.status().code(), frames.status().message()}, limits);
+      if (!frames.ok()) return;
+    }
+    frames->pushstr("");
+    frames->pushstr(identity);
+    (void)frames->send(router, ZMQ_DONTWAIT);
+  }
+  void ReplyError(const std::string& identity, const Status& st) {
+    Reply(identity, ErrorReply{st.code(), st.message()});
   }
 
   Status UpsertWorker(const std::string& worker_id, const std::string& state) {
@@ -145,6 +199,8 @@ struct Server::Loop {
     return Status::Ok();
   }
 
+  // ---- Workers ---------------------------------------------------------------------------------
+
   Status OnReady(const std::string& identity, ReadyMsg r) {
     // A connection that re-registers under another id: the old id has left.
     if (auto it = worker_of.find(identity); it != worker_of.end() && it->second != r.worker_id) {
@@ -157,7 +213,13 @@ struct Server::Loop {
     identity_of[r.worker_id] = identity;
     seen.insert(r.worker_id);
     WorkerInfo info{r.worker_id, r.host, r.slots, r.capabilities};
-    NW_RETURN_IF_ERROR(Apply(scheduler.OnReady(info, r.held)));
+    SchedulerEvents ev = scheduler.OnReady(info, r.held);
+    if (!ev.adopted.empty()) {
+      summary.orphans_adopted += static_cast<int64_t>(ev.adopted.size());
+      Log("coordinator: worker " + r.worker_id + " took back " + std::to_string(ev.adopted.size()) +
+          " leases from before the restart");
+    }
+    NW_RETURN_IF_ERROR(Apply(ev));
     WorkerRecord& rec = records[r.worker_id];
     if (rec.id.empty()) rec.first_seen_ms = Wall();
     rec.id = r.worker_id;
@@ -185,8 +247,8 @@ struct Server::Loop {
 
   void Unknown(const std::string& identity, Command cmd) {
     ++summary.unknown_worker_messages;
-    Log("coordinator: " + CommandName(cmd) + " from unregistered connection " +
-        HexId(zmq::message_t(identity.data(), identity.size())) + "; asking it to register");
+    Log("coordinator: " + CommandName(cmd) + " from unregistered connection " + Hex(identity) +
+        "; asking it to register");
     Send(identity, DisconnectMsg{"unknown worker: send READY", true});
   }
 
@@ -229,21 +291,18 @@ struct Server::Loop {
     return Status::Ok();
   }
 
-  Status OnMessage(zmq::multipart_t& frames) {
-    if (frames.empty()) return Status::Ok();
-    const std::string identity = frames.popstr();
+  Status OnWorkerMessage(const std::string& identity, zmq::multipart_t& frames) {
     auto msg = Decode(frames, limits);
     if (!msg.ok()) {
       ++summary.malformed_messages;
-      Log("coordinator: dropped malformed message from " +
-          HexId(zmq::message_t(identity.data(), identity.size())) + ": " + msg.status().ToString());
+      Log("coordinator: dropped malformed message from " + Hex(identity) + ": " +
+          msg.status().ToString());
       return Status::Ok();
     }
     const Command cmd = CommandOf(*msg);
     if (!IsWorkerCommand(cmd)) {
       ++summary.malformed_messages;
-      Log("coordinator: dropped unexpected " + CommandName(cmd) + " from " +
-          HexId(zmq::message_t(identity.data(), identity.size())));
+      Log("coordinator: dropped unexpected " + CommandName(cmd) + " from " + Hex(identity));
       return Status::Ok();
     }
     if (auto* r = std::get_if<ReadyMsg>(&*msg)) return OnReady(identity, std::move(*r));
@@ -257,10 +316,379 @@ struct Server::Loop {
     return Status::Ok();
   }
 
+  Status OnMessage(zmq::multipart_t& frames) {
+    if (frames.empty()) return Status::Ok();
+    const std::string identity = frames.popstr();
+    // [""][NWC01][command][payload] from a REQ client; everything else is a worker's.
+    if (frames.size() >= 2 && frames[0].size() == 0 &&
+        frames[1].to_string_view() == kControlVersion) {
+      frames.pop();  // the delimiter
+      return OnControl(identity, frames);
+    }
+    return OnWorkerMessage(identity, frames);
+  }
+
+  // ---- Campaigns (Serve) -----------------------------------------------------------------------
+
+  struct LoadCounts {
+    int64_t jobs = 0, done = 0, runnable = 0;
+  };
+
+  // Puts a campaign's queued and leased jobs into the scheduler. Leased jobs become orphan
+  // leases that their worker may adopt when it re-registers (coordinator restart).
+  Result<LoadCounts> LoadCampaign(const CampaignControl& c) {
+    NW_ASSIGN_OR_RETURN(std::vector<JobRecord> jobs, s.store_.CampaignJobs(c.campaign_id));
+    LoadCounts counts;
+    counts.jobs = static_cast<int64_t>(jobs.size());
+    NW_RETURN_IF_ERROR(scheduler.AddCampaign(c.campaign_id, c.name, c.priority,
+                                             c.state == CampaignRunState::kPaused));
+    const int64_t now = s.clock_.NowMs();
+    const int64_t wall = Wall();
+    for (const auto& j : jobs) {
+      switch (j.state) {
+        case JobState::kDone:
+          ++counts.done;
+          break;
+        case JobState::kFailed:
+          break;
+        case JobState::kQueued:
+          ++counts.runnable;
+          NW_RETURN_IF_ERROR(scheduler.AddCampaignJob(c.campaign_id, j.key, j.spec, j.attempts));
+          break;
+        case JobState::kLeased: {
+          ++counts.runnable;
+          NW_ASSIGN_OR_RETURN(std::vector<AttemptRecord> attempts, s.store_.Attempts(j.key));
+          const AttemptRecord* running = nullptr;
+          for (const auto& a : attempts) {
+            if (a.status == "running" && (running == nullptr || a.attempt > running->attempt)) {
+              running = &a;
+            }
+          }
+          if (running == nullptr) {
+            NW_RETURN_IF_ERROR(scheduler.AddCampaignJob(c.campaign_id, j.key, j.spec, j.attempts));
+          } else {
+            NW_RETURN_IF_ERROR(scheduler.AddOrphanLease(c.campaign_id, j.key, j.spec,
+                                                        running->attempt, running->worker_id,
+                                                        now + (running->lease_expires_ms - wall)));
+          }
+          break;
+        }
+      }
+    }
+    return counts;
+  }
+
+  Status LoadDaemon() {
+    NW_ASSIGN_OR_RETURN(table, CampaignTable::Open(s.store_.path()));
+    NW_ASSIGN_OR_RETURN(std::vector<CampaignControl> campaigns, table->List());
+    int64_t loaded = 0;
+    for (const auto& c : campaigns) {
+      if (c.state == CampaignRunState::kCancelled) continue;
+      NW_ASSIGN_OR_RETURN(LoadCounts counts, LoadCampaign(c));
+      if (counts.runnable > 0) {
+        ++loaded;
+        Log("coordinator: campaign " + c.name + " (" + std::string(CampaignRunStateName(c.state)) +
+            ", priority " + std::to_string(c.priority) + "): " + std::to_string(counts.runnable) +
+            " of " + std::to_string(counts.jobs) + " jobs to run");
+      }
+    }
+    const SchedulerCounts sc = scheduler.Counts();
+    Log("coordinator: serving " + std::to_string(loaded) + " campaigns, " +
+        std::to_string(sc.queued) + " jobs queued, " + std::to_string(sc.leased) +
+        " leases from before the restart awaiting their workers");
+    TakeFinished();
+    return Status::Ok();
+  }
+
+  Result<CampaignControl> ControlOf(const std::string& name) {
+    NW_ASSIGN_OR_RETURN(auto record, s.store_.FindCampaign(name));
+    if (record.has_value()) {
+      NW_ASSIGN_OR_RETURN(auto control, table->Find(record->id));
+      if (control.has_value()) return *control;
+    }
+    return Status::NotFound("campaign '" + name + "' was not submitted to this coordinator");
+  }
+
+  Result<SubmitReply> ApplySubmission(Staged& st) {
+    const SubmitRequest& h = st.header;
+    const int64_t wall = Wall();
+    std::vector<std::string> keys;
+    keys.reserve(st.jobs.size());
+    for (const auto& j : st.jobs) keys.push_back(j.Key());
+    int64_t id = 0;
+    const Status written = s.store_.InTransaction([&]() -> Status {
+      NW_ASSIGN_OR_RETURN(id,
+                          s.store_.UpsertCampaign(h.campaign, h.source_path, h.source_text, wall));
+      NW_RETURN_IF_ERROR(s.store_.SetCampaignJobs(id, st.jobs, wall));
+      if (h.rerun) NW_RETURN_IF_ERROR(s.store_.RequeueJobs(keys, wall));
+      return Status::Ok();
+    });
+    if (!written.ok()) return written;
+    NW_ASSIGN_OR_RETURN(auto existing, table->Find(id));
+    CampaignControl c;
+    c.campaign_id = id;
+    c.name = h.campaign;
+    c.priority = h.priority;
+    c.state = CampaignRunState::kActive;
+    c.submitted_ms = existing ? existing->submitted_ms : wall;
+    c.updated_ms = wall;
+    NW_RETURN_IF_ERROR(table->Put(c));
+    // The campaign's jobs may have changed: load it afresh. Running attempts go on either way.
+    if (scheduler.HasCampaign(id)) NW_RETURN_IF_ERROR(scheduler.RemoveCampaign(id).status());
+    NW_ASSIGN_OR_RETURN(LoadCounts counts, LoadCampaign(c));
+    if (h.rerun) {
+      for (const auto& k : keys) (void)scheduler.Requeue(k);
+    }
+    SubmitReply reply;
+    reply.campaign = h.campaign;
+    reply.part = st.next_part - 1;
+    reply.complete = true;
+    reply.campaign_id = id;
+    reply.jobs = counts.jobs;
+    reply.already_done = counts.done;
+    reply.queued = counts.runnable;
+    Log("coordinator: campaign " + h.campaign + " submitted (priority " +
+        std::to_string(h.priority) + "): " + std::to_string(counts.jobs) + " jobs, " +
+        std::to_string(counts.done) + " already done, " + std::to_string(counts.runnable) +
+        " to run");
+    return reply;
+  }
+
+  void OnSubmit(const std::string& identity, SubmitRequest r) {
+    const int64_t now = s.clock_.NowMs();
+    if (auto done = completed.find(r.submission); done != completed.end()) {
+      SubmitReply again = done->second;
+      if (r.part != again.part) again = SubmitReply{r.campaign, r.part, false, 0, 0, 0, 0};
+      Reply(identity, again);
+      return;
+    }
+    auto it = staged.find(r.submission);
+    if (it == staged.end()) {
+      if (r.part != 0) {
+        ReplyError(identity, Status::FailedPrecondition(
+                                 "submission " + r.submission + ": part " + std::to_string(r.part) +
+                                 " without part 0 (the coordinator "
+                                 "may have restarted meanwhile; submit again)"));
+        return;
+      }
+      if (static_cast<int>(staged.size()) >= s.options_.max_staged_submissions) {
+        ReplyError(identity,
+                   Status::ResourceExhausted("too many submissions in progress (" +
+                                             std::to_string(staged.size()) + "); try again later"));
+        return;
+      }
+      Staged st;
+      st.header = r;
+      st.header.jobs.clear();
+      st.jobs.reserve(static_cast<size_t>(r.total_jobs));
+      it = staged.emplace(r.submission, std::move(st)).first;
+    }
+    Staged& st = it->second;
+    const SubmitRequest& h = st.header;
+    if (r.part == st.next_part - 1) {  // a retry of the part we have
+      Reply(identity, SubmitReply{h.campaign, r.part, false, 0, 0, 0, 0});
+      return;
+    }
+    Status bad;
+    if (r.part != st.next_part) {
+      bad = Status::FailedPrecondition("submission " + r.submission + ": expected part " +
+                                       std::to_string(st.next_part) + ", got " +
+                                       std::to_string(r.part));
+    } else if (r.campaign != h.campaign || r.parts != h.parts || r.total_jobs != h.total_jobs ||
+               r.priority != h.priority || r.rerun != h.rerun) {
+      bad = Status::InvalidArgument("submission " + r.submission + ": part " +
+                                    std::to_string(r.part) + " disagrees with part 0");
+    } else if (static_cast<int64_t>(st.jobs.size() + r.jobs.size()) > h.total_jobs) {
+      bad = Status::InvalidArgument("submission " + r.submission + ": more than total_jobs (" +
+                                    std::to_string(h.total_jobs) + ") jobs");
+    }
+    if (!bad.ok()) {
+      staged.erase(it);
+      ReplyError(identity, bad);
+      return;
+    }
+    for (auto& j : r.jobs) st.jobs.push_back(std::move(j));
+    st.next_part = r.part + 1;
+    st.last_ms = now;
+    if (st.next_part < h.parts) {
+      Reply(identity, SubmitReply{h.campaign, r.part, false, 0, 0, 0, 0});
+      return;
+    }
+    if (static_cast<int64_t>(st.jobs.size()) != h.total_jobs) {
+      const Status short_st = Status::InvalidArgument(
+          "submission " + r.submission + ": " + std::to_string(st.jobs.size()) +
+          " jobs received, total_jobs says " + std::to_string(h.total_jobs));
+      staged.erase(it);
+      ReplyError(identity, short_st);
+      return;
+    }
+    auto reply = ApplySubmission(st);
+    const std::string id = r.submission;
+    staged.erase(it);
+    if (!reply.ok()) {
+      Log("coordinator: submission of " + r.campaign + " failed: " + reply.status().ToString());
+      ReplyError(identity, reply.status());
+      return;
+    }
+    completed[id] = *reply;
+    completed_order.push_back(id);
+    if (completed_order.size() > kCompletedSubmissionsKept) {
+      completed.erase(completed_order.front());
+      completed_order.pop_front();
+    }
+    Reply(identity, *reply);
+  }
+
+  Result<StatusReply> BuildStatus(const std::string& only) {
+    StatusReply out;
+    NW_ASSIGN_OR_RETURN(std::vector<CampaignControl> campaigns, table->List());
+    for (const auto& c : campaigns) {
+      if (!only.empty() && c.name != only) continue;
+      NW_ASSIGN_OR_RETURN(CampaignProgress p, s.store_.Progress(c.campaign_id));
+      CampaignStatus cs;
+      cs.name = c.name;
+      cs.id = c.campaign_id;
+      cs.priority = c.priority;
+      cs.state = std::string(CampaignRunStateName(c.state));
+      if (c.state == CampaignRunState::kActive && !scheduler.HasCampaign(c.campaign_id)) {
+        cs.state = "finished";
+      }
+      cs.total = p.total;
+      cs.queued = p.queued;
+      cs.leased = p.leased;
+      cs.done = p.done;
+      cs.failed = p.failed;
+      cs.pass = p.pass;
+      cs.miss = p.miss;
+      cs.other = p.other;
+      out.campaigns.push_back(std::move(cs));
+    }
+    if (!only.empty() && out.campaigns.empty()) {
+      return Status::NotFound("campaign '" + only + "' was not submitted to this coordinator");
+    }
+    for (const WorkerView& w : scheduler.Workers()) {
+      WorkerStatus ws;
+      ws.id = w.id;
+      ws.host = w.host;
+      ws.slots = w.slots;
+      ws.busy = w.busy;
+      ws.backends = w.backends;
+      auto d = w.capabilities.find("device");
+      if (d != w.capabilities.end() && d->is_string()) ws.device = d->get<std::string>();
+      out.workers.push_back(std::move(ws));
+    }
+    return out;
+  }
+
+  Result<CampaignOpReply> ApplyOp(const CampaignOpRequest& op) {
+    NW_ASSIGN_OR_RETURN(CampaignControl c, ControlOf(op.campaign));
+    CampaignOpReply reply;
+    reply.campaign = c.name;
+    switch (op.op) {
+      case CampaignOp::kCancel:
+        c.state = CampaignRunState::kCancelled;
+        if (scheduler.HasCampaign(c.campaign_id)) {
+          NW_ASSIGN_OR_RETURN(reply.queued_removed, scheduler.RemoveCampaign(c.campaign_id));
+        }
+        break;
+      case CampaignOp::kPause:
+        if (c.state == CampaignRunState::kCancelled) {
+          return Status::FailedPrecondition("campaign '" + c.name + "' is cancelled");
+        }
+        c.state = CampaignRunState::kPaused;
+        if (scheduler.HasCampaign(c.campaign_id)) {
+          NW_RETURN_IF_ERROR(scheduler.SetCampaignPaused(c.campaign_id, true));
+        }
+        break;
+      case CampaignOp::kResume:
+        if (c.state == CampaignRunState::kCancelled) {
+          return Status::FailedPrecondition("campaign '" + c.name +
+                                            "' is cancelled; submit it again to run it");
+        }
+        c.state = CampaignRunState::kActive;
+        if (scheduler.HasCampaign(c.campaign_id)) {
+          NW_RETURN_IF_ERROR(scheduler.SetCampaignPaused(c.campaign_id, false));
+        }
+        break;
+    }
+    c.updated_ms = Wall();
+    NW_RETURN_IF_ERROR(table->Put(c));
+    if (c.state == CampaignRunState::kActive && !scheduler.HasCampaign(c.campaign_id)) {
+      NW_RETURN_IF_ERROR(LoadCampaign(c).status());
+    }
+    reply.state = std::string(CampaignRunStateName(c.state));
+    Log("coordinator: campaign " + c.name + " " + std::string(CampaignOpName(op.op)) +
+        (op.op == CampaignOp::kCancel
+             ? ": " + std::to_string(reply.queued_removed) + " queued jobs taken out"
+             : std::string()));
+    return reply;
+  }
+
+  Status OnControl(const std::string& identity, const zmq::multipart_t& frames) {
+    auto req = DecodeControlRequest(frames, limits);
+    if (!req.ok()) {
+      ++summary.malformed_messages;
+      Log("coordinator: malformed control request from " + Hex(identity) + ": " +
+          req.status().ToString());
+      ReplyError(identity, req.status());
+      return Status::Ok();
+    }
+    if (!daemon) {
+      ReplyError(identity, Status::FailedPrecondition(
+                               "this coordinator runs one campaign for `nw run`; control "
+                               "requests need a `nw coordinator` daemon"));
+      return Status::Ok();
+    }
+    if (auto* sub = std::get_if<SubmitRequest>(&*req)) {
+      OnSubmit(identity, std::move(*sub));
+    } else if (auto* st = std::get_if<StatusRequest>(&*req)) {
+      auto reply = BuildStatus(st->campaign);
+      if (reply.ok()) {
+        Reply(identity, *reply);
+      } else {
+        ReplyError(identity, reply.status());
+      }
+    } else {
+      auto reply = ApplyOp(std::get<CampaignOpRequest>(*req));
+      if (reply.ok()) {
+        Reply(identity, *reply);
+      } else {
+        ReplyError(identity, reply.status());
+      }
+    }
+    return Status::Ok();
+  }
+
+  // Finished campaigns leave the scheduler (their jobs with them), so memory follows the work
+  // in progress.
+  void TakeFinished() {
+    for (int64_t id : scheduler.TakeFinishedCampaigns()) {
+      auto c = table->Find(id);
+      const std::string name = c.ok() && c->has_value() ? (*c)->name : std::to_string(id);
+      Log("coordinator: campaign " + name + " has no job left to run");
+    }
+  }
+
+  void ExpireStaged() {
+    const int64_t now = s.clock_.NowMs();
+    for (auto it = staged.begin(); it != staged.end();) {
+      if (now - it->second.last_ms > s.options_.submission_idle_ms) {
+        Log("coordinator: dropped the unfinished submission " + it->first + " of " +
+            it->second.header.campaign + " (no part for " +
+            std::to_string(s.options_.submission_idle_ms) + " ms)");
+        it = staged.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+
+  // ---- Progress, loading, the loop -------------------------------------------------------------
+
   ServerProgress Progress() const {
     const SchedulerCounts c = scheduler.Counts();
     ServerProgress p;
-    p.total = summary.total;
+    p.total = daemon ? c.total : summary.total;
     p.done = summary.done_before + summary.committed;
     p.failed = summary.failed_before + summary.failed_now;
     p.queued = c.queued;
@@ -278,7 +706,7 @@ struct Server::Loop {
     s.options_.on_progress(p);
   }
 
-  Status Load() {
+  Status LoadOne() {
     // Reading the campaign first also checks that it exists before anything is written.
     NW_ASSIGN_OR_RETURN(std::vector<JobRecord> jobs, s.store_.CampaignJobs(campaign_id));
     NW_ASSIGN_OR_RETURN(summary.requeued_at_start, s.store_.RequeueLeased(Wall()));
@@ -286,6 +714,7 @@ struct Server::Loop {
       Log("coordinator: " + std::to_string(summary.requeued_at_start) +
           " jobs leased by an earlier run were put back to queued");
     }
+    NW_RETURN_IF_ERROR(scheduler.AddCampaign(campaign_id, "", 0));
     summary.total = static_cast<int64_t>(jobs.size());
     for (const auto& j : jobs) {
       switch (j.state) {
@@ -297,31 +726,43 @@ struct Server::Loop {
           break;
         case JobState::kQueued:
         case JobState::kLeased:  // queued again by RequeueLeased above
-          NW_RETURN_IF_ERROR(scheduler.AddJob(j.key, j.spec, j.attempts));
+          NW_RETURN_IF_ERROR(scheduler.AddCampaignJob(campaign_id, j.key, j.spec, j.attempts));
           break;
       }
     }
     return Status::Ok();
   }
 
-  Result<RunSummary> Run() {
+  Status Bind() {
     router.set(zmq::sockopt::linger, 0);
     router.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(limits.max_frame_bytes));
+    if (s.options_.curve) {
+      NW_ASSIGN_OR_RETURN(zap,
+                          ZapHandler::Start(s.context_, s.options_.curve_allow, s.options_.log));
+      router.set(zmq::sockopt::curve_server, true);
+      router.set(zmq::sockopt::curve_secretkey, s.options_.curve->secret_key);
+      router.set(zmq::sockopt::curve_publickey, s.options_.curve->public_key);
+      router.set(zmq::sockopt::zap_domain, "nw");
+    }
     router.bind(s.options_.endpoint);
-    NW_RETURN_IF_ERROR(Load());
-    Log("coordinator: campaign " + std::to_string(campaign_id) + ": " +
-        std::to_string(summary.total) + " jobs, " + std::to_string(scheduler.Counts().queued) +
-        " to run on " + s.options_.endpoint);
+    if (s.options_.on_listening) {
+      s.options_.on_listening(router.get(zmq::sockopt::last_endpoint));
+    }
+    return Status::Ok();
+  }
+
+  // Serves until Run()'s campaign is finished or Stop().
+  Status Serve() {
     const int64_t hb = s.options_.scheduler.heartbeat_interval_ms;
     next_heartbeat_ms = s.clock_.NowMs() + hb;
     std::vector<zmq_pollitem_t> items = {{router.handle(), 0, ZMQ_POLLIN, 0}};
     ReportProgress();
     while (true) {
       if (s.stop_.load(std::memory_order_relaxed)) {
-        summary.stopped = !scheduler.Finished();
+        summary.stopped = daemon || !scheduler.Finished();
         break;
       }
-      if (scheduler.Finished() && batch.empty() && acks.empty()) break;
+      if (!daemon && scheduler.Finished() && batch.empty() && acks.empty()) break;
 
       int64_t now = s.clock_.NowMs();
       int64_t wake = std::min(now + kMaxPollMs, next_heartbeat_ms);
@@ -353,15 +794,30 @@ struct Server::Loop {
       now = s.clock_.NowMs();
       if (batch.empty() || static_cast<int>(batch.size()) >= s.options_.result_batch_size ||
           now >= batch_started_ms + s.options_.result_batch_ms) {
+        const bool had_results = !batch.empty();
         NW_RETURN_IF_ERROR(Flush());
+        if (daemon && had_results) TakeFinished();
       }
       if (now >= next_heartbeat_ms) {
         for (const auto& [id, identity] : identity_of) Send(identity, HeartbeatMsg{});
         next_heartbeat_ms = now + hb;
+        if (daemon) {
+          ExpireStaged();
+          TakeFinished();
+        }
       }
       ReportProgress();
     }
-    NW_RETURN_IF_ERROR(Flush());
+    return Flush();
+  }
+
+  Result<RunSummary> RunOne() {
+    NW_RETURN_IF_ERROR(Bind());
+    NW_RETURN_IF_ERROR(LoadOne());
+    Log("coordinator: campaign " + std::to_string(campaign_id) + ": " +
+        std::to_string(summary.total) + " jobs, " + std::to_string(scheduler.Counts().queued) +
+        " to run on " + s.options_.endpoint);
+    NW_RETURN_IF_ERROR(Serve());
     if (summary.stopped) {
       NW_RETURN_IF_ERROR(Apply(scheduler.ReleaseAll(Status::Cancelled("coordinator stopped"))));
     }
@@ -381,6 +837,23 @@ struct Server::Loop {
         std::to_string(summary.total));
     return summary;
   }
+
+  Result<RunSummary> RunDaemon() {
+    NW_RETURN_IF_ERROR(LoadDaemon());
+    NW_RETURN_IF_ERROR(Bind());
+    Log("coordinator: listening on " + std::string(router.get(zmq::sockopt::last_endpoint)) +
+        (s.options_.curve
+             ? " (CURVE, " + std::to_string(s.options_.curve_allow.size()) + " keys allowed)"
+             : " (no encryption)"));
+    NW_RETURN_IF_ERROR(Serve());
+    // Leases stay recorded: the next start keeps them for the workers that hold them.
+    router.set(zmq::sockopt::linger, 500);
+    summary.done = summary.committed;
+    summary.failed = summary.failed_now;
+    summary.workers_seen = static_cast<int64_t>(seen.size());
+    Log("coordinator: stopped after committing " + std::to_string(summary.committed) + " results");
+    return summary;
+  }
 };
 
 Server::Server(zmq::context_t& context, Store& store, const Clock& clock, ServerOptions options)
@@ -391,8 +864,19 @@ void Server::Stop() { stop_.store(true); }
 Result<RunSummary> Server::Run(int64_t campaign_id) {
   NW_RETURN_IF_ERROR(options_.Validate());
   try {
-    Loop loop(*this, campaign_id);
-    return loop.Run();
+    Loop loop(*this, /*is_daemon=*/false, campaign_id);
+    return loop.RunOne();
+  } catch (const zmq::error_t& e) {
+    return Status::Unavailable("coordinator on " + options_.endpoint +
+                               ": ZeroMQ error: " + e.what());
+  }
+}
+
+Result<RunSummary> Server::Serve() {
+  NW_RETURN_IF_ERROR(options_.Validate());
+  try {
+    Loop loop(*this, /*is_daemon=*/true, 0);
+    return loop.RunDaemon();
   } catch (const zmq::error_t& e) {
     return Status::Unavailable("coordinator on " + options_.endpoint +
                                ": ZeroMQ error: " + e.what());

@@ -1,29 +1,46 @@
 // Server: the coordinator runtime. A ROUTER socket bound to an endpoint (inproc://, ipc://,
-// tcp://) speaking protocol/messages.h to workers; it owns the Scheduler and is the only writer
-// of the Store for the duration of Run().
+// tcp://) speaking protocol/messages.h to workers and protocol/control.h to clients; it owns the
+// Scheduler and is the only writer of the Store while it runs. Two modes share one loop:
 //
-// Run(campaign): puts jobs leased by a crashed earlier run back to queued (Store::RequeueLeased),
-// loads the campaign's queued jobs into the Scheduler, then serves workers until every job is
-// done or failed, or Stop() is called. Durability follows Titanic: a lease is recorded before its
-// JOB is sent; a result is committed (batched: up to result_batch_size results or
-// result_batch_ms) before its ACK is sent; ACKs for duplicates and rejections wait for the batch
-// too, so no ACK ever overtakes the commit it reports on. Malformed messages are logged and
-// dropped. At the end every registered worker gets DISCONNECT (reconnect=false).
+// Run(campaign) (the embedded `nw run`): puts jobs leased by a crashed earlier run back to queued
+// (Store::RequeueLeased), loads the campaign's queued jobs, then serves workers until every job is
+// done or failed, or Stop() is called; at the end every registered worker gets DISCONNECT
+// (reconnect=false). Control requests are answered with an error.
 //
-// Threads: Run() runs on the calling thread, which must be the Store's owning thread; it owns
-// the socket. Callbacks (progress, log) are called on that thread. Stop() may be called from any
+// Serve() (the `nw coordinator` daemon): serves every campaign submitted to it (CampaignTable)
+// until Stop(), taking SUBMIT / STATUS / CANCEL / PAUSE / RESUME from clients on the same
+// endpoint. Campaigns have priorities and share workers fairly (coordinator/scheduler.h). After a
+// restart it recovers from the database: leases still recorded as running are kept for the
+// workers that re-register holding them (orphan leases, SchedulerOptions::orphan_grace_ms), so
+// results they finished meanwhile are committed, not redone; the rest are retried. Stopping
+// leaves leases recorded (the next start recovers them) and tells workers nothing: they
+// reconnect to the next coordinator by themselves.
+//
+// Durability follows Titanic in both modes: a lease is recorded before its JOB is sent; a result
+// is committed (batched: up to result_batch_size results or result_batch_ms) before its ACK is
+// sent; ACKs for duplicates and rejections wait for the batch too, so no ACK ever overtakes the
+// commit it reports on. Malformed messages are logged and dropped (a malformed control request
+// gets an ERROR reply). With `curve` set the endpoint requires CURVE and a client key on the
+// allow-list (coordinator/curve.h).
+//
+// Threads: Run()/Serve() run on the calling thread, which must be the Store's owning thread; it
+// owns the socket. Callbacks (progress, log) are called on that thread, except that the log is
+// also called from the ZAP handler's thread when CURVE is on. Stop() may be called from any
 // thread (an atomic flag checked at least every 50 ms). The zmq::context_t is borrowed.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <zmq.hpp>
 
 #include "common/clock.h"
 #include "common/status.h"
+#include "coordinator/curve.h"
 #include "coordinator/scheduler.h"
 #include "db/store.h"
 #include "protocol/messages.h"
@@ -59,6 +76,8 @@ struct RunSummary {
   int64_t malformed_messages = 0;       // dropped: undecodable or not a worker's command
   int64_t workers_seen = 0;             // distinct worker ids that registered
   int64_t workers_lost = 0;             // declared dead (missed heartbeats)
+  int64_t control_requests = 0;         // Serve(): control requests answered (errors included)
+  int64_t orphans_adopted = 0;          // Serve(): leases from before a restart kept
   bool stopped = false;                 // Stop() ended the run before the campaign finished
 };
 
@@ -71,7 +90,20 @@ struct ServerOptions {
   int expected_workers = 0;      // > 0: once this many workers registered, queued jobs
                                  // none of them can run are skipped (embedded runs)
   std::function<void(const ServerProgress&)> on_progress;  // on change, from Run()'s thread
-  std::function<void(std::string_view)> log;               // from Run()'s thread
+  std::function<void(std::string_view)> log;               // see "Threads" above
+  /// Called once the endpoint is bound, with the address actually bound (tcp://127.0.0.1:*
+  /// picks a free port), from Run()'s thread.
+  std::function<void(const std::string&)> on_listening;
+
+  /// CURVE: the server's key pair and the client keys allowed (workers and control clients).
+  /// Without it the endpoint is plain; the daemon refuses non-loopback plain endpoints unless
+  /// told --insecure (cli/cmd_coordinator.cc).
+  std::optional<CurveKeyPair> curve;
+  std::set<std::string> curve_allow;
+  /// Serve(): a staged SUBMIT (parts still to come) is dropped after this long without a part;
+  /// at most this many submissions are staged at once.
+  int64_t submission_idle_ms = 300'000;
+  int max_staged_submissions = 4;
 
   Status Validate() const;
 };
@@ -86,8 +118,12 @@ class Server {
   /// invalid options, an unknown campaign, a database failure (fatal: the run stops, and the
   /// next run recovers from the database), a ZeroMQ failure (e.g. the endpoint is in use).
   Result<RunSummary> Run(int64_t campaign_id);
-  /// Thread-safe. Leases still running are closed as failed attempts that will be retried
-  /// (the jobs go back to queued), and workers are sent DISCONNECT. May come before Run(); a
+  /// Serves the submitted campaigns (and control requests) until Stop(); returns the summary
+  /// with stopped = true. Errors as Run(), plus the campaign table (coordinator/campaign_table.h).
+  Result<RunSummary> Serve();
+  /// Thread-safe. Run(): leases still running are closed as failed attempts that will be retried
+  /// (the jobs go back to queued), and workers are sent DISCONNECT. Serve(): pending results are
+  /// committed and leases stay recorded for the next start. May come before Run()/Serve(); a
   /// stopped Server stays stopped (make a new one for the next run).
   void Stop();
 

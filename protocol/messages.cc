@@ -2,97 +2,15 @@
 
 #include <cstdio>
 #include <limits>
-#include <type_traits>
 #include <utility>
+
+#include "protocol/json_reader.h"
 
 namespace nw {
 namespace {
 
 using json = nlohmann::json;
-
-// A field reader that names "<MESSAGE>.<path>" in every error and is strict about types
-// (nlohmann would silently turn 1.5 into 1 or true into 1).
-class Reader {
- public:
-  Reader(const json& obj, std::string where) : obj_(obj), where_(std::move(where)) {}
-
-  const json* Find(const char* key, Status* st) const {
-    auto it = obj_.find(key);
-    if (it == obj_.end()) {
-      *st = Status::InvalidArgument(Path(key) + ": missing");
-      return nullptr;
-    }
-    return &*it;
-  }
-
-  Status String(const char* key, std::string* out, size_t min_len, size_t max_len) const {
-    Status st;
-    const json* v = Find(key, &st);
-    if (v == nullptr) return st;
-    if (!v->is_string()) return Status::InvalidArgument(Path(key) + ": must be a string");
-    const auto& s = v->get_ref<const std::string&>();
-    if (s.size() < min_len || s.size() > max_len) {
-      return Status::InvalidArgument(Path(key) + ": length " + std::to_string(s.size()) +
-                                     " outside [" + std::to_string(min_len) + ", " +
-                                     std::to_string(max_len) + "]");
-    }
-    *out = s;
-    return Status::Ok();
-  }
-
-  template <typename Int>
-  Status Integer(const char* key, Int* out, int64_t min, int64_t max) const {
-    static_assert(std::is_integral_v<Int>);
-    Status st;
-    const json* v = Find(key, &st);
-    if (v == nullptr) return st;
-    if (!v->is_number_integer()) return Status::InvalidArgument(Path(key) + ": must be an integer");
-    if (v->is_number_unsigned() &&
-        v->get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-      return Status::InvalidArgument(Path(key) + ": out of range");
-    }
-    const int64_t x = v->get<int64_t>();
-    if (x < min || x > max) {
-      return Status::InvalidArgument(Path(key) + ": " + std::to_string(x) + " outside [" +
-                                     std::to_string(min) + ", " + std::to_string(max) + "]");
-    }
-    *out = static_cast<Int>(x);
-    return Status::Ok();
-  }
-
-  Status Bool(const char* key, bool* out) const {
-    Status st;
-    const json* v = Find(key, &st);
-    if (v == nullptr) return st;
-    if (!v->is_boolean()) return Status::InvalidArgument(Path(key) + ": must be a boolean");
-    *out = v->get<bool>();
-    return Status::Ok();
-  }
-
-  Status Object(const char* key, const json** out) const {
-    Status st;
-    const json* v = Find(key, &st);
-    if (v == nullptr) return st;
-    if (!v->is_object()) return Status::InvalidArgument(Path(key) + ": must be an object");
-    *out = v;
-    return Status::Ok();
-  }
-
-  Status Array(const char* key, const json** out) const {
-    Status st;
-    const json* v = Find(key, &st);
-    if (v == nullptr) return st;
-    if (!v->is_array()) return Status::InvalidArgument(Path(key) + ": must be an array");
-    *out = v;
-    return Status::Ok();
-  }
-
-  std::string Path(const char* key) const { return where_ + "." + key; }
-
- private:
-  const json& obj_;
-  std::string where_;
-};
+using protocol_internal::Reader;
 
 constexpr int kMaxAttempt = 1'000'000;
 
@@ -117,7 +35,7 @@ Result<Message> DecodeReady(const json& p) {
   NW_RETURN_IF_ERROR(r.Object("capabilities", &caps));
   Reader cr(*caps, w + ".capabilities");
   const json* backends = nullptr;
-  NW_RETURN_IF_ERROR(cr.Array("backends", &backends));
+  NW_RETURN_IF_ERROR(cr.Array("backends", &backends, 64));
   for (size_t i = 0; i < backends->size(); ++i) {
     const json& b = (*backends)[i];
     if (!b.is_string() || b.get_ref<const std::string&>().empty()) {
@@ -125,13 +43,28 @@ Result<Message> DecodeReady(const json& p) {
                                      "]: must be a non-empty string");
     }
   }
+  // Optional keys the scheduler matches on are checked when present (docs/protocol.md).
+  if (caps->contains("prefetch")) {
+    int prefetch = 0;
+    NW_RETURN_IF_ERROR(cr.Integer("prefetch", &prefetch, 0, int64_t{kMaxSlots} * 3));
+  }
+  for (const char* key : {"models", "engine_versions"}) {
+    if (!caps->contains(key)) continue;
+    const json* list = nullptr;
+    NW_RETURN_IF_ERROR(cr.Array(key, &list, kMaxCapabilityList));
+    for (size_t i = 0; i < list->size(); ++i) {
+      const json& v = (*list)[i];
+      if (!v.is_string() || v.get_ref<const std::string&>().empty() ||
+          v.get_ref<const std::string&>().size() > kMaxIdBytes) {
+        return Status::InvalidArgument(w + ".capabilities." + key + "[" + std::to_string(i) +
+                                       "]: must be a string of 1.." + std::to_string(kMaxIdBytes) +
+                                       " bytes");
+      }
+    }
+  }
   m.capabilities = *caps;
   const json* held = nullptr;
-  NW_RETURN_IF_ERROR(r.Array("held", &held));
-  if (held->size() > static_cast<size_t>(kMaxSlots) * 4) {
-    return Status::InvalidArgument(w + ".held: " + std::to_string(held->size()) +
-                                   " entries, more than " + std::to_string(kMaxSlots * 4));
-  }
+  NW_RETURN_IF_ERROR(r.Array("held", &held, static_cast<size_t>(kMaxSlots) * 4));
   for (size_t i = 0; i < held->size(); ++i) {
     AttemptRef a;
     NW_RETURN_IF_ERROR(CheckAttemptRef((*held)[i], w + ".held[" + std::to_string(i) + "]", &a));

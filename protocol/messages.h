@@ -41,6 +41,8 @@ inline constexpr size_t kDefaultMaxFrameBytes = size_t{16} << 20;
 /// Bounds on identifiers and counts inside payloads.
 inline constexpr size_t kMaxIdBytes = 256;
 inline constexpr int kMaxSlots = 1024;
+/// Bound on the optional capability lists (`models`, `engine_versions`).
+inline constexpr size_t kMaxCapabilityList = 1024;
 
 /// Command bytes. Never renumber: they are on the wire.
 enum class Command : uint8_t {
@@ -70,11 +72,17 @@ struct AttemptRef {
 
 /// READY: a worker (re)registers. `held` lists the attempts it still runs or has results for
 /// that are not yet ACKed, so a reconnecting worker keeps its leases (docs/protocol.md).
+///
+/// capabilities: an object. `backends` (non-empty strings) is required. Optional keys the
+/// coordinator matches on, checked by Decode() when present: `prefetch` (0..3 x kMaxSlots: jobs
+/// it queues locally beyond its slots), `models` (model digests it may load; absent = any) and
+/// `engine_versions` (engine versions it runs; absent = any). Other keys (device, gpu, memory)
+/// are stored and shown, never matched.
 struct ReadyMsg {
   std::string worker_id;        // unique per worker process; 1..kMaxIdBytes bytes
   std::string host;             // informational
   int slots = 1;                // jobs it runs at once, 1..kMaxSlots
-  nlohmann::json capabilities;  // {"backends":[...],"device":"...",...}: backends required
+  nlohmann::json capabilities;  // see above
   std::vector<AttemptRef> held;
 };
 

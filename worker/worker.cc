@@ -200,6 +200,11 @@ struct Worker::Loop {
     dealer.emplace(w.context_, zmq::socket_type::dealer);
     dealer->set(zmq::sockopt::linger, 0);
     dealer->set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(limits.max_frame_bytes));
+    if (!w.options_.curve_server_key.empty()) {
+      dealer->set(zmq::sockopt::curve_serverkey, w.options_.curve_server_key);
+      dealer->set(zmq::sockopt::curve_publickey, w.options_.curve_public_key);
+      dealer->set(zmq::sockopt::curve_secretkey, w.options_.curve_secret_key);
+    }
     dealer->connect(w.options_.endpoint);
     const int64_t now = Now();
     liveness_deadline_ms = now + DeadAfter();
@@ -368,7 +373,7 @@ Worker::Worker(zmq::context_t& context, const Clock& clock, WorkerOptions option
       clock_(clock),
       options_(std::move(options)),
       executors_(std::move(executors)),
-      capabilities_(MergedCapabilities(executors_)) {}
+      capabilities_(MergedCapabilities(executors_, options_.extra_capabilities)) {}
 
 Worker::~Worker() = default;
 
@@ -391,10 +396,16 @@ WorkerStats Worker::Stats() const {
 
 json Worker::Capabilities() const { return capabilities_; }
 
-json Worker::MergedCapabilities(const std::vector<std::unique_ptr<JobExecutor>>& executors) {
+json Worker::MergedCapabilities(const std::vector<std::unique_ptr<JobExecutor>>& executors,
+                                const json& extra) {
   if (executors.empty() || executors[0] == nullptr) return json{{"backends", json::array()}};
   json caps = executors[0]->Capabilities();
   if (!caps.is_object()) caps = json::object();
+  if (extra.is_object()) {
+    for (const auto& [k, v] : extra.items()) {
+      if (k != "backends") caps[k] = v;
+    }
+  }
   std::set<std::string> backends = BackendSet(caps);
   for (size_t i = 1; i < executors.size(); ++i) {
     if (executors[i] == nullptr) continue;
@@ -421,6 +432,15 @@ Status Worker::Run() {
   }
   for (const auto& e : executors_) {
     if (e == nullptr) return Status::InvalidArgument(who + ": null executor");
+  }
+  const bool any_curve = !options_.curve_server_key.empty() || !options_.curve_public_key.empty() ||
+                         !options_.curve_secret_key.empty();
+  if (any_curve &&
+      (options_.curve_server_key.size() != 40 || options_.curve_public_key.size() != 40 ||
+       options_.curve_secret_key.size() != 40)) {
+    return Status::InvalidArgument(who +
+                                   ": CURVE needs the server key and this worker's key "
+                                   "pair, each 40 Z85 characters");
   }
   if (options_.heartbeat_interval_ms <= 0 || options_.heartbeat_liveness < 1 ||
       options_.reconnect_initial_ms <= 0 ||

@@ -42,6 +42,15 @@ struct WorkerOptions {
   int64_t reconnect_max_ms = 32000;     // ... up to this
   int64_t result_resend_ms = 0;         // resend an unACKed RESULT this often; 0 = 3 heartbeats
   size_t max_frame_bytes = kDefaultMaxFrameBytes;
+  /// Extra READY capabilities, merged over the executors' own (docs/protocol.md): e.g.
+  /// {"prefetch": 2} to have that many jobs queued locally beyond the slots, "models",
+  /// "engine_versions", or host facts (gpu, memory) that are shown but not matched. "backends"
+  /// here is ignored: it is always what every executor supports.
+  nlohmann::json extra_capabilities = nlohmann::json::object();
+  /// CURVE: the coordinator's public key and this worker's key pair (Z85), both or neither.
+  std::string curve_server_key;
+  std::string curve_public_key;
+  std::string curve_secret_key;
   /// Called from the Run() thread only (malformed messages, reconnects, rejected results).
   std::function<void(std::string_view)> log;
 };
@@ -73,14 +82,15 @@ class Worker {
   void Stop();
   WorkerStats Stats() const;
   /// The READY capabilities this worker advertises (the first executor's, with backends
-  /// narrowed to what every executor supports), computed once at construction.
+  /// narrowed to what every executor supports, and options.extra_capabilities merged in),
+  /// computed once at construction.
   nlohmann::json Capabilities() const;
 
  private:
   struct Loop;
   void Log(const std::string& line) const;
   static nlohmann::json MergedCapabilities(
-      const std::vector<std::unique_ptr<JobExecutor>>& executors);
+      const std::vector<std::unique_ptr<JobExecutor>>& executors, const nlohmann::json& extra);
 
   zmq::context_t& context_;
   const Clock& clock_;

@@ -1,0 +1,172 @@
+// nw coordinator --listen tcp://HOST:PORT --db FILE: the coordinator daemon. The single writer of
+// the database; serves the campaigns submitted with `nw submit` to workers started with
+// `nw worker`, until SIGINT/SIGTERM. Restarting it on the same database recovers everything
+// (docs/distributed.md). Without CURVE keys it listens only on loopback, unless --insecure.
+// Exit codes: 0 stopped by a signal; 1 a runtime failure (database, socket); 2 bad arguments.
+#include <chrono>
+#include <ctime>
+#include <fstream>
+#include <iostream>
+#include <mutex>
+
+#include "cli/commands.h"
+#include "common/clock.h"
+#include "coordinator/curve.h"
+#include "coordinator/process_util.h"
+#include "coordinator/server.h"
+#include "db/store.h"
+
+namespace nw::cli {
+namespace {
+
+struct CoordinatorArgs {
+  std::string listen;
+  bool insecure = false;
+  std::string curve_key;  // the coordinator's NAME.key
+  std::string allow;      // allow-list file or directory
+  std::string endpoint_file;
+  int64_t heartbeat_ms = 1000;
+  int64_t lease_s = 2 * 60 * 60;
+  int max_attempts = 3;
+  int64_t orphan_grace_ms = 0;  // 0: reconnect backoff max + liveness + margin
+  int64_t retry_backoff_ms = 1000;
+  bool verbose = false;
+};
+
+std::string Timestamp() {
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  localtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%d %H:%M:%S", &tm);
+  return buf;
+}
+
+int Coordinator(const CoordinatorArgs& a, const Globals& g) {
+  ServerOptions so;
+  so.endpoint = a.listen;
+  if (!a.curve_key.empty() || !a.allow.empty()) {
+    if (a.curve_key.empty() || a.allow.empty()) {
+      std::cerr << "nw coordinator: CURVE needs both --curve-key (this coordinator's key pair) "
+                   "and --allow (the workers' and clients' public keys)\n";
+      return 2;
+    }
+    auto keys = ReadCurveSecretKeyFile(a.curve_key);
+    auto allow = ReadCurveAllowList(a.allow);
+    if (!keys.ok() || !allow.ok()) {
+      std::cerr << "nw coordinator: " << (!keys.ok() ? keys.status() : allow.status()).ToString()
+                << "\n";
+      return 2;
+    }
+    so.curve = *keys;
+    so.curve_allow = *allow;
+  }
+  if (!so.curve && !a.insecure && !IsLocalOnlyEndpoint(a.listen)) {
+    std::cerr << "nw coordinator: refusing to listen on " << a.listen
+              << " without encryption: use a loopback address (tcp://127.0.0.1:PORT), give "
+                 "CURVE keys (--curve-key and --allow; see `nw keygen`), or pass --insecure on a "
+                 "network you trust\n";
+    return 2;
+  }
+  if (a.heartbeat_ms <= 0 || a.lease_s <= 0 || a.max_attempts < 1 || a.retry_backoff_ms < 0) {
+    std::cerr << "nw coordinator: --heartbeat-ms, --lease-s and --max-attempts must be positive "
+                 "(--retry-backoff-ms >= 0)\n";
+    return 2;
+  }
+
+  const std::filesystem::path lock_path = g.db_path + ".coordinator.lock";
+  auto lock = LockFile::Acquire(lock_path, "another coordinator serves " + g.db_path);
+  if (!lock.ok()) {
+    std::cerr << "nw coordinator: " << lock.status().message() << "\n";
+    return 2;
+  }
+  auto store = Store::Open(g.db_path);
+  if (!store.ok()) {
+    std::cerr << "nw coordinator: " << store.status().ToString() << "\n";
+    return 2;
+  }
+
+  std::mutex log_mu;  // the ZAP handler logs from its own thread
+  const bool quiet = g.quiet;
+  const bool verbose = a.verbose;
+  so.log = [&log_mu, quiet, verbose](std::string_view line) {
+    if (quiet) return;
+    // Routine lines (leases, rejected late results) only with -v.
+    if (!verbose && (line.find("failed, will retry") != std::string_view::npos ||
+                     line.find("rejected result") != std::string_view::npos)) {
+      return;
+    }
+    std::lock_guard<std::mutex> l(log_mu);
+    std::cerr << Timestamp() << " " << line << "\n";
+  };
+  so.scheduler.heartbeat_interval_ms = a.heartbeat_ms;
+  so.scheduler.lease_ms = a.lease_s * 1000;
+  so.scheduler.max_attempts = a.max_attempts;
+  // A worker that lost us waits out its backoff (up to 32 intervals' worth of seconds) before it
+  // reconnects; leases from before a restart wait that long plus the liveness window.
+  so.scheduler.orphan_grace_ms =
+      a.orphan_grace_ms > 0 ? a.orphan_grace_ms
+                            : 32'000 + 4 * a.heartbeat_ms * so.scheduler.heartbeat_liveness;
+  so.scheduler.retry_backoff_initial_ms = a.retry_backoff_ms;
+  so.scheduler.retry_backoff_max_ms = std::max<int64_t>(a.retry_backoff_ms, 32'000);
+  const std::string endpoint_file = a.endpoint_file;
+  so.on_listening = [&endpoint_file](const std::string& bound) {
+    if (endpoint_file.empty()) return;
+    // Written whole, then renamed: a reader never sees half an endpoint.
+    const std::string tmp = endpoint_file + ".tmp";
+    {
+      std::ofstream out(tmp);
+      out << bound << "\n";
+    }
+    std::error_code ec;
+    std::filesystem::rename(tmp, endpoint_file, ec);
+  };
+  SystemClock clock;
+  zmq::context_t context;
+  Server server(context, **store, clock, so);
+  SignalStopper stopper([&server](int) { server.Stop(); });
+  auto summary = server.Serve();
+  if (!summary.ok()) {
+    std::cerr << "nw coordinator: " << summary.status().ToString() << "\n";
+    return 1;
+  }
+  if (!g.quiet) {
+    std::cerr << Timestamp() << " coordinator: stopped (" << summary->committed
+              << " results committed, " << summary->retried << " attempts retried, "
+              << summary->workers_lost << " workers lost)\n";
+  }
+  return 0;
+}
+
+}  // namespace
+
+void RegisterCoordinator(CLI::App& app, Globals& g) {
+  auto* cmd = app.add_subcommand(
+      "coordinator",
+      "Run the coordinator daemon: serve submitted campaigns to `nw worker` processes");
+  auto a = std::make_shared<CoordinatorArgs>();
+  cmd->add_option("--listen", a->listen, "Endpoint to bind, e.g. tcp://127.0.0.1:5555")->required();
+  cmd->add_flag("--insecure", a->insecure,
+                "Allow a non-loopback endpoint without CURVE (trusted networks only)");
+  cmd->add_option("--curve-key", a->curve_key,
+                  "This coordinator's key pair (NAME.key from `nw keygen`): require CURVE");
+  cmd->add_option("--allow", a->allow,
+                  "Public keys of the workers and clients allowed in (a file, or a directory of "
+                  ".pub files)");
+  cmd->add_option("--endpoint-file", a->endpoint_file,
+                  "Write the bound endpoint here (useful with tcp://127.0.0.1:*)");
+  cmd->add_option("--heartbeat-ms", a->heartbeat_ms, "Heartbeat interval")->capture_default_str();
+  cmd->add_option("--lease-s", a->lease_s, "Time limit of one attempt")->capture_default_str();
+  cmd->add_option("--max-attempts", a->max_attempts, "Attempts per job before it fails")
+      ->capture_default_str();
+  cmd->add_option("--retry-backoff-ms", a->retry_backoff_ms,
+                  "First retry delay of a failed attempt (doubling up to 32 s)")
+      ->capture_default_str();
+  cmd->add_option("--orphan-grace-ms", a->orphan_grace_ms,
+                  "After a restart, how long leases wait for their worker (default: reconnect "
+                  "backoff + liveness)");
+  cmd->add_flag("-v,--verbose", a->verbose, "Also log retried attempts and rejected results");
+  cmd->callback([a, &g] { g.exit_code = Coordinator(*a, g); });
+}
+
+}  // namespace nw::cli

@@ -1,0 +1,345 @@
+// nw worker --coordinator tcp://HOST:PORT [--cpu | --gpu N | --gpus all] [--slots K]: a worker
+// process. It registers with the coordinator, advertising what it can run (backends, device,
+// engine version, host facts), runs the jobs it is granted on K engine slots and reports the
+// results until they are acknowledged. It reconnects by itself (1 s doubling to 32 s) when the
+// coordinator goes away, and runs until SIGINT/SIGTERM or until the coordinator tells it to exit.
+//
+// --gpu N / --gpus all need a build with a GPU backend; `--gpus all` starts one worker process
+// per GPU (CUDA_VISIBLE_DEVICES=i each) and waits for them.
+//
+// TEST DOUBLE: the hidden option --test-executor sleep:MS replaces the engine with an executor
+// that sleeps MS milliseconds per job and answers "pass" or "miss" from the job key without
+// running any model. It exists only for the scheduler, load and fault tests (tests/dist/,
+// bench/); results it writes are marked device "test-double". The product always runs the
+// real engine (EngineExecutor).
+//
+// Exit codes: 0 stopped (signal, or told to exit); 1 a runtime failure; 2 bad arguments.
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <mutex>
+#include <thread>
+
+#include "cli/commands.h"
+#include "common/clock.h"
+#include "coordinator/curve.h"
+#include "coordinator/process_util.h"
+#include "engine/engine.h"
+#include "worker/engine_executor.h"
+#include "worker/worker.h"
+
+extern char** environ;
+
+namespace nw::cli {
+namespace {
+
+using json = nlohmann::json;
+
+struct WorkerArgs {
+  std::string coordinator;
+  bool cpu = false;
+  int gpu = -1;
+  std::string gpus;
+  int slots = 1;
+  int prefetch = -1;  // -1: one per slot
+  std::string id;
+  int64_t heartbeat_ms = 1000;
+  std::string server_key;
+  std::string curve_key;
+  std::string test_executor;
+  bool verbose = false;
+};
+
+// The test double (see the file comment). Deterministic: the outcome depends on the key only.
+class TestDoubleExecutor final : public JobExecutor {
+ public:
+  explicit TestDoubleExecutor(int64_t sleep_ms) : sleep_ms_(sleep_ms) {}
+  JobResult Execute(const JobSpec& spec, const std::string& key, int attempt) override {
+    const auto t0 = std::chrono::steady_clock::now();
+    if (sleep_ms_ > 0) std::this_thread::sleep_for(std::chrono::milliseconds(sleep_ms_));
+    JobResult r;
+    r.job_key = key;
+    r.attempt = attempt;
+    const bool pass = !key.empty() && (key.back() % 2 == 0);
+    r.outcome = pass ? Outcome::kPass : Outcome::kMiss;
+    r.expected = "test-double";
+    r.generated_text = pass ? "test-double" : "test-double-miss";
+    r.prompt_tokens = spec.context_length;
+    r.device = "test-double";
+    r.engine_version = spec.engine_version;
+    r.total_ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    return r;
+  }
+  json Capabilities() const override {
+    return json{{"backends", AvailableBackends()}, {"device", "test-double"}};
+  }
+
+ private:
+  int64_t sleep_ms_;
+};
+
+Result<int64_t> ParseTestExecutor(const std::string& spec) {
+  const std::string prefix = "sleep:";
+  if (spec.rfind(prefix, 0) != 0) {
+    return Status::InvalidArgument("--test-executor: expected sleep:MS, got '" + spec + "'");
+  }
+  const std::string ms = spec.substr(prefix.size());
+  char* end = nullptr;
+  const long long v = std::strtoll(ms.c_str(), &end, 10);
+  if (ms.empty() || end == nullptr || *end != '\0' || v < 0 || v > 3'600'000) {
+    return Status::InvalidArgument("--test-executor: MS must be 0..3600000, got '" + ms + "'");
+  }
+  return static_cast<int64_t>(v);
+}
+
+std::string Hostname() {
+  std::array<char, 256> buf{};
+  if (gethostname(buf.data(), buf.size() - 1) != 0) return "host";
+  return buf.data();
+}
+
+bool HasGpuBackend() {
+  for (const auto& b : AvailableBackends()) {
+    if (b.rfind("cuda", 0) == 0) return true;
+  }
+  return false;
+}
+
+// Output of a command (empty if it cannot run), for nvidia-smi queries.
+std::string Capture(const std::string& cmd) {
+  std::string out;
+  std::FILE* p = popen((cmd + " 2>/dev/null").c_str(), "r");
+  if (p == nullptr) return out;
+  std::array<char, 4096> buf{};
+  size_t n;
+  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+  pclose(p);
+  return out;
+}
+
+// Host facts for the READY capabilities (shown by `nw status --coordinator`, never matched).
+json HostFacts() {
+  json facts;
+  facts["host"] = Hostname();
+  facts["pid"] = static_cast<int64_t>(getpid());
+  facts["cpus"] = static_cast<int64_t>(std::thread::hardware_concurrency());
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page = sysconf(_SC_PAGE_SIZE);
+  if (pages > 0 && page > 0) facts["memory_bytes"] = static_cast<int64_t>(pages) * page;
+  return facts;
+}
+
+// --gpus all: one `nw worker --gpu i` process per GPU; waits for them and passes signals on.
+int RunPerGpu(const WorkerArgs& a, const Globals& g, const std::vector<std::string>& argv_tail) {
+  const std::string list = Capture("nvidia-smi -L");
+  int count = 0;
+  for (size_t pos = 0; (pos = list.find("GPU ", pos)) != std::string::npos; pos += 4) ++count;
+  if (count == 0) {
+    std::cerr << "nw worker: --gpus all: no GPU found (nvidia-smi -L lists none)\n";
+    return 2;
+  }
+  std::array<char, 4096> self{};
+  const ssize_t n = readlink("/proc/self/exe", self.data(), self.size() - 1);
+  if (n <= 0) {
+    std::cerr << "nw worker: cannot find my own executable\n";
+    return 1;
+  }
+  std::vector<pid_t> children;
+  for (int i = 0; i < count; ++i) {
+    std::vector<std::string> args = {self.data(), "--db",  g.db_path,
+                                     "worker",    "--gpu", std::to_string(i)};
+    if (!a.id.empty()) args.insert(args.end(), {"--id", a.id + "-gpu" + std::to_string(i)});
+    args.insert(args.end(), argv_tail.begin(), argv_tail.end());
+    std::vector<char*> argv;
+    for (auto& s : args) argv.push_back(s.data());
+    argv.push_back(nullptr);
+    pid_t pid = 0;
+    if (posix_spawn(&pid, self.data(), nullptr, nullptr, argv.data(), environ) != 0) {
+      std::cerr << "nw worker: cannot start the worker for GPU " << i << "\n";
+      continue;
+    }
+    children.push_back(pid);
+  }
+  SignalStopper stopper([&children](int sig) {
+    for (pid_t c : children) kill(c, sig);
+  });
+  int rc = 0;
+  for (pid_t c : children) {
+    int status = 0;
+    while (waitpid(c, &status, 0) < 0 && errno == EINTR) {
+    }
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) rc = 1;
+  }
+  return rc;
+}
+
+int RunWorker(const WorkerArgs& a, const Globals& g) {
+  const int device_flags = (a.cpu ? 1 : 0) + (a.gpu >= 0 ? 1 : 0) + (a.gpus.empty() ? 0 : 1);
+  if (device_flags > 1) {
+    std::cerr << "nw worker: give one of --cpu, --gpu N, --gpus all\n";
+    return 2;
+  }
+  if ((a.gpu >= 0 || !a.gpus.empty()) && !HasGpuBackend()) {
+    std::cerr << "nw worker: this nw was built without a GPU backend (backends:";
+    for (const auto& b : AvailableBackends()) std::cerr << " " << b;
+    std::cerr << "); build with -DNW_CUDA=ON for --gpu/--gpus, or use --cpu\n";
+    return 2;
+  }
+  if (!a.gpus.empty() && a.gpus != "all") {
+    std::cerr << "nw worker: --gpus takes 'all' (use --gpu N for one GPU)\n";
+    return 2;
+  }
+  if (a.slots < 1 || a.slots > kMaxSlots || a.prefetch > 3 * a.slots) {
+    std::cerr << "nw worker: --slots must be 1.." << kMaxSlots
+              << " and --prefetch at most 3 x slots\n";
+    return 2;
+  }
+  if (a.heartbeat_ms <= 0) {
+    std::cerr << "nw worker: --heartbeat-ms must be positive\n";
+    return 2;
+  }
+  if (!a.gpus.empty()) {
+    std::vector<std::string> tail = {"--coordinator",  a.coordinator,
+                                     "--slots",        std::to_string(a.slots),
+                                     "--heartbeat-ms", std::to_string(a.heartbeat_ms)};
+    if (a.prefetch >= 0) tail.insert(tail.end(), {"--prefetch", std::to_string(a.prefetch)});
+    if (!a.server_key.empty()) tail.insert(tail.end(), {"--server-key", a.server_key});
+    if (!a.curve_key.empty()) tail.insert(tail.end(), {"--curve-key", a.curve_key});
+    return RunPerGpu(a, g, tail);
+  }
+
+  WorkerOptions wo;
+  wo.endpoint = a.coordinator;
+  wo.worker_id = !a.id.empty() ? a.id : Hostname() + "-" + std::to_string(getpid());
+  wo.host = Hostname();
+  wo.heartbeat_interval_ms = a.heartbeat_ms;
+  if (!a.server_key.empty() || !a.curve_key.empty()) {
+    if (a.server_key.empty() || a.curve_key.empty()) {
+      std::cerr << "nw worker: CURVE needs both --server-key (the coordinator's public key) and "
+                   "--curve-key (this worker's key pair)\n";
+      return 2;
+    }
+    auto server = ReadCurvePublicKey(a.server_key);
+    auto mine = ReadCurveSecretKeyFile(a.curve_key);
+    if (!server.ok() || !mine.ok()) {
+      std::cerr << "nw worker: " << (!server.ok() ? server.status() : mine.status()).ToString()
+                << "\n";
+      return 2;
+    }
+    wo.curve_server_key = *server;
+    wo.curve_public_key = mine->public_key;
+    wo.curve_secret_key = mine->secret_key;
+  }
+  json extra = HostFacts();
+  extra["prefetch"] = a.prefetch >= 0 ? a.prefetch : a.slots;
+  extra["engine_versions"] = json::array({std::string(kEngineVersion)});
+
+  std::vector<std::unique_ptr<JobExecutor>> executors;
+  if (!a.test_executor.empty()) {
+    auto sleep_ms = ParseTestExecutor(a.test_executor);
+    if (!sleep_ms.ok()) {
+      std::cerr << "nw worker: " << sleep_ms.status().message() << "\n";
+      return 2;
+    }
+    // The test double runs whatever engine version the jobs name.
+    extra.erase("engine_versions");
+    for (int i = 0; i < a.slots; ++i) {
+      executors.push_back(std::make_unique<TestDoubleExecutor>(*sleep_ms));
+    }
+  } else {
+    std::vector<std::string> backends;
+    const bool gpu = a.gpu >= 0;
+    if (gpu) {
+      // One engine per GPU: the process sees only its GPU.
+      setenv("CUDA_VISIBLE_DEVICES", std::to_string(a.gpu).c_str(), 1);
+      const std::string q = Capture(
+          "nvidia-smi --query-gpu=name,memory.total --format=csv,"
+          "noheader,nounits -i " +
+          std::to_string(a.gpu));
+      const size_t comma = q.find(',');
+      if (comma != std::string::npos) {
+        extra["gpu"] = {{"index", a.gpu},
+                        {"name", q.substr(0, comma)},
+                        {"memory_mib", std::atoll(q.c_str() + comma + 1)}};
+      }
+    }
+    for (const auto& b : AvailableBackends()) {
+      if ((b.rfind("cuda", 0) == 0) == gpu) backends.push_back(b);
+    }
+    for (int i = 0; i < a.slots; ++i) {
+      EngineExecutorOptions eo;
+      eo.worker_id = wo.worker_id;
+      eo.backends = backends;
+      executors.push_back(std::make_unique<EngineExecutor>(eo));
+    }
+    if (gpu) extra["device"] = extra.contains("gpu") ? extra["gpu"]["name"] : json("cuda");
+  }
+  wo.extra_capabilities = extra;
+
+  std::mutex log_mu;
+  const bool quiet = g.quiet;
+  const bool verbose = a.verbose;
+  wo.log = [&log_mu, quiet, verbose](std::string_view line) {
+    if (quiet) return;
+    if (!verbose && line.find(" rejected") != std::string_view::npos) return;
+    std::lock_guard<std::mutex> l(log_mu);
+    std::cerr << line << "\n";
+  };
+  SystemClock clock;
+  zmq::context_t context;
+  Worker worker(context, clock, wo, std::move(executors));
+  if (!g.quiet) {
+    std::cerr << "worker " << wo.worker_id << ": " << a.slots << " slots, coordinator "
+              << a.coordinator << (a.test_executor.empty() ? "" : " (TEST DOUBLE executor)")
+              << "\n";
+  }
+  SignalStopper stopper([&worker](int) { worker.Stop(); });
+  Status st = worker.Run();
+  if (!st.ok()) {
+    std::cerr << "nw worker: " << st.ToString() << "\n";
+    return 1;
+  }
+  if (!g.quiet) {
+    const WorkerStats s = worker.Stats();
+    std::cerr << "worker " << wo.worker_id << ": stopped after " << s.jobs_executed << " jobs ("
+              << s.acks << " acknowledged, " << s.reconnects << " reconnects)\n";
+  }
+  return 0;
+}
+
+}  // namespace
+
+void RegisterWorker(CLI::App& app, Globals& g) {
+  auto* cmd = app.add_subcommand(
+      "worker", "Run a worker process: take jobs from a coordinator and run them on this host");
+  auto a = std::make_shared<WorkerArgs>();
+  cmd->add_option("--coordinator", a->coordinator, "The coordinator's endpoint (tcp://HOST:PORT)")
+      ->required()
+      ->envname("NW_COORDINATOR");
+  cmd->add_flag("--cpu", a->cpu, "Run on the CPU backends (the default)");
+  cmd->add_option("--gpu", a->gpu, "Run one engine on GPU N (builds with a GPU backend)");
+  cmd->add_option("--gpus", a->gpus, "'all': one worker process per GPU");
+  cmd->add_option("--slots", a->slots, "Jobs run at once (one engine each)")->capture_default_str();
+  cmd->add_option("--prefetch", a->prefetch,
+                  "Jobs queued locally beyond the slots (default: one per slot)");
+  cmd->add_option("--id", a->id, "Worker id, unique per coordinator (default: HOST-PID)");
+  cmd->add_option("--heartbeat-ms", a->heartbeat_ms, "Heartbeat interval (as the coordinator's)")
+      ->capture_default_str();
+  cmd->add_option("--server-key", a->server_key,
+                  "The coordinator's public key (NAME.pub or Z85): use CURVE");
+  cmd->add_option("--curve-key", a->curve_key, "This worker's key pair (NAME.key)");
+  // Hidden: a test double for scheduler, load and fault tests (see the file comment).
+  cmd->add_option("--test-executor", a->test_executor, "")->group("");
+  cmd->add_flag("-v,--verbose", a->verbose, "Log rejected results too");
+  cmd->callback([a, &g] { g.exit_code = RunWorker(*a, g); });
+}
+
+}  // namespace nw::cli

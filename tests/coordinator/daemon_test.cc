@@ -1,0 +1,613 @@
+// The coordinator daemon (Server::Serve) in one process: control requests over a REQ socket
+// (submit in parts, status, pause, resume, cancel, malformed requests), several campaigns with
+// priorities served to real Workers, restart recovery with orphan leases adopted by a worker
+// that held them, and CURVE with an allow-list. Waiting is by polling with deadlines.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <random>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "coordinator/campaign_table.h"
+#include "coordinator/control_client.h"
+#include "coordinator/curve.h"
+#include "coordinator/server.h"
+#include "worker/worker.h"
+
+namespace nw {
+namespace {
+
+using json = nlohmann::json;
+constexpr int64_t kDeadlineMs = 20'000;
+
+JobSpec Spec(int trial, int64_t length = 256) {
+  JobSpec s;
+  s.model_dir = "/models/tiny";
+  s.model_digest = "digest";
+  s.engine_version = "nw-test";
+  s.task = "niah-single";
+  s.haystack = "noise";
+  s.context_length = length;
+  s.needle_position = 0.5;
+  s.topk = 8;
+  s.backend = "cpu";
+  s.seed = 7;
+  s.trial = trial;
+  return s;
+}
+
+std::vector<JobSpec> Specs(int n, int64_t length) {
+  std::vector<JobSpec> v;
+  for (int i = 0; i < n; ++i) v.push_back(Spec(i, length));
+  return v;
+}
+
+bool WaitUntil(const std::function<bool()>& pred, int64_t timeout_ms = kDeadlineMs) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (std::chrono::steady_clock::now() < end) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return pred();
+}
+
+// Answers every job, recording which campaign length (context_length) it ran, in order.
+class RecordingExecutor : public JobExecutor {
+ public:
+  RecordingExecutor(std::mutex& mu, std::vector<int64_t>& order) : mu_(mu), order_(order) {}
+  JobResult Execute(const JobSpec& spec, const std::string& key, int attempt) override {
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      order_.push_back(spec.context_length);
+    }
+    JobResult r;
+    r.job_key = key;
+    r.attempt = attempt;
+    r.outcome = Outcome::kPass;
+    r.device = "fake";
+    return r;
+  }
+  json Capabilities() const override { return json{{"backends", {"cpu"}}, {"device", "fake"}}; }
+
+ private:
+  std::mutex& mu_;
+  std::vector<int64_t>& order_;
+};
+
+class DaemonTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::random_device rd;
+    dir_ = std::filesystem::temp_directory_path() /
+           ("nw-daemon-test-" + std::to_string(rd()) + std::to_string(rd()));
+    std::filesystem::create_directories(dir_);
+    auto s = Store::Open(dir_ / "nw.db");
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    store_ = std::move(s).value();
+    endpoint_ = "inproc://daemon-test-" + std::to_string(rd());
+  }
+  void TearDown() override {
+    (void)StopServer();
+    StopWorkers();
+    store_.reset();
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+
+  ServerOptions Options() {
+    ServerOptions so;
+    so.endpoint = endpoint_;
+    so.scheduler.heartbeat_interval_ms = 50;
+    so.scheduler.lease_ms = 60'000;
+    so.scheduler.retry_backoff_initial_ms = 20;
+    so.scheduler.retry_backoff_max_ms = 100;
+    so.scheduler.orphan_grace_ms = 5'000;
+    so.result_batch_ms = 10;
+    so.log = [this](std::string_view line) {
+      std::lock_guard<std::mutex> l(log_mu_);
+      log_ += std::string(line) + "\n";
+    };
+    return so;
+  }
+  void StartServer(ServerOptions so) {
+    server_ = std::make_unique<Server>(ctx_, *store_, clock_, std::move(so));
+    server_thread_ = std::thread([this] { server_result_ = server_->Serve(); });
+  }
+  Result<RunSummary> StopServer() {
+    if (!server_) return Status::Internal("no server");
+    server_->Stop();
+    if (server_thread_.joinable()) server_thread_.join();
+    server_.reset();
+    return server_result_;
+  }
+  Worker& StartWorker(const std::string& id, int slots, WorkerOptions wo = {}) {
+    wo.endpoint = endpoint_;
+    wo.worker_id = id;
+    wo.heartbeat_interval_ms = 50;
+    std::vector<std::unique_ptr<JobExecutor>> ex;
+    for (int i = 0; i < slots; ++i) ex.push_back(std::make_unique<RecordingExecutor>(mu_, order_));
+    workers_.push_back(std::make_unique<Worker>(ctx_, clock_, wo, std::move(ex)));
+    Worker& w = *workers_.back();
+    worker_threads_.emplace_back([&w] { EXPECT_TRUE(w.Run().ok()); });
+    return w;
+  }
+  void StopWorkers() {
+    for (auto& w : workers_) w->Stop();
+    for (auto& t : worker_threads_) {
+      if (t.joinable()) t.join();
+    }
+    workers_.clear();
+    worker_threads_.clear();
+  }
+  ControlClient Client(ControlClientOptions o = {}) {
+    o.endpoint = endpoint_;
+    o.timeout_ms = 2000;
+    return ControlClient(ctx_, o);
+  }
+  Submission Campaign(const std::string& name, int jobs, int64_t length, int priority = 0) {
+    Submission s;
+    s.campaign = name;
+    s.source_path = name + ".yaml";
+    s.source_text = "name: " + name + "\n";
+    s.priority = priority;
+    s.jobs = Specs(jobs, length);
+    return s;
+  }
+  CampaignStatus StatusOf(ControlClient& c, const std::string& name) {
+    auto st = c.QueryStatus(name);
+    EXPECT_TRUE(st.ok()) << st.status().ToString();
+    return st.ok() && !st->campaigns.empty() ? st->campaigns[0] : CampaignStatus{};
+  }
+  std::string Log() {
+    std::lock_guard<std::mutex> l(log_mu_);
+    return log_;
+  }
+
+  std::filesystem::path dir_;
+  std::unique_ptr<Store> store_;
+  std::string endpoint_;
+  SystemClock clock_;
+  zmq::context_t ctx_;
+  std::unique_ptr<Server> server_;
+  std::thread server_thread_;
+  Result<RunSummary> server_result_ = Status::Internal("not run");
+  std::vector<std::unique_ptr<Worker>> workers_;
+  std::vector<std::thread> worker_threads_;
+  std::mutex mu_;
+  std::vector<int64_t> order_;  // context_length of every executed job, in order
+  std::mutex log_mu_;
+  std::string log_;
+};
+
+TEST_F(DaemonTest, SubmitStatusAndTwoCampaignsByPriority) {
+  StartServer(Options());
+  ControlClient c = Client();
+  // Nothing submitted yet.
+  auto empty = c.QueryStatus("");
+  ASSERT_TRUE(empty.ok()) << empty.status().ToString();
+  EXPECT_TRUE(empty->campaigns.empty());
+  EXPECT_EQ(c.QueryStatus("nope").status().code(), StatusCode::kNotFound);
+
+  auto low = c.Submit(Campaign("low", 30, 100, /*priority=*/0));
+  ASSERT_TRUE(low.ok()) << low.status().ToString();
+  EXPECT_TRUE(low->complete);
+  EXPECT_EQ(low->jobs, 30);
+  EXPECT_EQ(low->queued, 30);
+  auto high = c.Submit(Campaign("high", 30, 200, /*priority=*/5));
+  ASSERT_TRUE(high.ok()) << high.status().ToString();
+  EXPECT_EQ(StatusOf(c, "high").priority, 5);
+  EXPECT_EQ(StatusOf(c, "low").state, "active");
+
+  // One single-slot worker: every job of the high-priority campaign runs before any low one.
+  StartWorker("w1", 1);
+  ASSERT_TRUE(WaitUntil([&] { return StatusOf(c, "low").done == 30; })) << Log();
+  ASSERT_TRUE(WaitUntil([&] { return StatusOf(c, "low").state == "finished"; }));
+  EXPECT_EQ(StatusOf(c, "high").done, 30);
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    ASSERT_EQ(order_.size(), 60u);
+    for (size_t i = 0; i < 30; ++i) EXPECT_EQ(order_[i], 200) << i;
+  }
+  auto all = c.QueryStatus("");
+  ASSERT_TRUE(all.ok());
+  EXPECT_EQ(all->campaigns.size(), 2u);
+  ASSERT_EQ(all->workers.size(), 1u);
+  EXPECT_EQ(all->workers[0].id, "w1");
+  EXPECT_EQ(all->workers[0].device, "fake");
+
+  // Submitting again finds everything done: nothing to run.
+  auto again = c.Submit(Campaign("low", 30, 100));
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->already_done, 30);
+  EXPECT_EQ(again->queued, 0);
+  auto summary = StopServer();
+  ASSERT_TRUE(summary.ok()) << summary.status().ToString();
+  EXPECT_TRUE(summary->stopped);
+  EXPECT_EQ(summary->committed, 60);
+  EXPECT_GE(summary->control_requests, 8);
+}
+
+TEST_F(DaemonTest, EqualPrioritiesShareTheWorkers) {
+  StartServer(Options());
+  ControlClient c = Client();
+  ASSERT_TRUE(c.Submit(Campaign("a", 40, 100)).ok());
+  ASSERT_TRUE(c.Submit(Campaign("b", 40, 200)).ok());
+  StartWorker("w1", 1);
+  ASSERT_TRUE(WaitUntil([&] {
+    std::lock_guard<std::mutex> l(mu_);
+    return order_.size() >= 20;
+  }));
+  std::lock_guard<std::mutex> l(mu_);
+  int a = 0;
+  for (size_t i = 0; i < 20; ++i) a += order_[i] == 100 ? 1 : 0;
+  // Fair share: the first twenty jobs alternate between the campaigns.
+  EXPECT_GE(a, 9);
+  EXPECT_LE(a, 11);
+}
+
+TEST_F(DaemonTest, PauseResumeAndCancel) {
+  StartServer(Options());
+  ControlClient c = Client();
+  ASSERT_TRUE(c.Submit(Campaign("p", 20, 100)).ok());
+  auto paused = c.Op(CampaignOp::kPause, "p");
+  ASSERT_TRUE(paused.ok()) << paused.status().ToString();
+  EXPECT_EQ(paused->state, "paused");
+  StartWorker("w1", 2);
+  ASSERT_TRUE(WaitUntil([&] { return c.QueryStatus("").value().workers.size() == 1; }));
+  // Paused: the registered worker gets nothing (checked over several heartbeats).
+  const auto t0 = std::chrono::steady_clock::now();
+  while (std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(300)) {
+    ASSERT_EQ(StatusOf(c, "p").leased + StatusOf(c, "p").done, 0);
+  }
+  EXPECT_EQ(StatusOf(c, "p").state, "paused");
+  ASSERT_TRUE(c.Op(CampaignOp::kResume, "p").ok());
+  ASSERT_TRUE(WaitUntil([&] { return StatusOf(c, "p").done == 20; }));
+
+  // Cancel: a campaign whose worker has gone keeps its jobs queued in the database, out of the
+  // schedule.
+  StopWorkers();
+  ASSERT_TRUE(c.Submit(Campaign("q", 10, 300)).ok());
+  auto cancelled = c.Op(CampaignOp::kCancel, "q");
+  ASSERT_TRUE(cancelled.ok()) << cancelled.status().ToString();
+  EXPECT_EQ(cancelled->state, "cancelled");
+  EXPECT_EQ(cancelled->queued_removed, 10);
+  EXPECT_EQ(StatusOf(c, "q").state, "cancelled");
+  EXPECT_EQ(StatusOf(c, "q").queued, 10);
+  EXPECT_EQ(c.Op(CampaignOp::kResume, "q").status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(c.Op(CampaignOp::kPause, "nope").status().code(), StatusCode::kNotFound);
+  StartWorker("w2", 2);
+  ASSERT_TRUE(WaitUntil([&] { return c.QueryStatus("").value().workers.size() == 1; }));
+  EXPECT_EQ(StatusOf(c, "q").done, 0);
+  // Submitting it again brings it back.
+  ASSERT_TRUE(c.Submit(Campaign("q", 10, 300)).ok());
+  ASSERT_TRUE(WaitUntil([&] { return StatusOf(c, "q").done == 10; }));
+  EXPECT_EQ(StatusOf(c, "q").state, "finished");
+}
+
+TEST_F(DaemonTest, SubmissionPartsAreStagedInOrderAndRetriesAreIdempotent) {
+  StartServer(Options());
+  ControlClient c = Client();
+  SubmitRequest r;
+  r.campaign = "parts";
+  r.submission = "s1";
+  r.parts = 3;
+  r.total_jobs = 5;
+  auto part = [&](int p, std::vector<JobSpec> jobs) {
+    SubmitRequest x = r;
+    x.part = p;
+    x.jobs = std::move(jobs);
+    return c.Call(x, 2000);
+  };
+  auto reply = part(1, {Spec(0)});  // no part 0 yet
+  ASSERT_TRUE(reply.ok());
+  EXPECT_EQ(std::get<ErrorReply>(*reply).code, StatusCode::kFailedPrecondition);
+  reply = part(0, {Spec(0), Spec(1)});
+  ASSERT_TRUE(reply.ok());
+  EXPECT_FALSE(std::get<SubmitReply>(*reply).complete);
+  reply = part(0, {Spec(0), Spec(1)});  // a retry of the part it has
+  ASSERT_TRUE(reply.ok());
+  EXPECT_FALSE(std::get<SubmitReply>(*reply).complete);
+  reply = part(1, {Spec(2), Spec(3)});
+  ASSERT_TRUE(reply.ok());
+  reply = part(2, {Spec(4)});
+  ASSERT_TRUE(reply.ok());
+  const auto done = std::get<SubmitReply>(*reply);
+  EXPECT_TRUE(done.complete);
+  EXPECT_EQ(done.jobs, 5);
+  reply = part(2, {Spec(4)});  // the client never saw the answer: the same answer again
+  ASSERT_TRUE(reply.ok());
+  EXPECT_EQ(std::get<SubmitReply>(*reply).campaign_id, done.campaign_id);
+  EXPECT_EQ(StatusOf(c, "parts").total, 5);
+
+  // A submission whose parts disagree, or that says more jobs than it brings, is refused.
+  r.submission = "s2";
+  r.total_jobs = 1;
+  r.parts = 1;
+  reply = part(0, {Spec(0), Spec(1)});
+  ASSERT_TRUE(reply.ok());
+  EXPECT_EQ(std::get<ErrorReply>(*reply).code, StatusCode::kInvalidArgument);
+  r.submission = "s3";
+  r.total_jobs = 3;
+  reply = part(0, {Spec(0)});
+  ASSERT_TRUE(reply.ok());
+  EXPECT_NE(std::get<ErrorReply>(*reply).message.find("total_jobs says 3"), std::string::npos);
+}
+
+TEST_F(DaemonTest, LargeCampaignTravelsInParts) {
+  StartServer(Options());
+  ControlClient c = Client();
+  Submission s = Campaign("big", static_cast<int>(kMaxJobsPerSubmitPart) * 2 + 10, 100);
+  int parts = 0;
+  auto reply = c.Submit(s, [&](int sent, int total) {
+    parts = total;
+    EXPECT_LE(sent, total);
+  });
+  ASSERT_TRUE(reply.ok()) << reply.status().ToString();
+  EXPECT_EQ(parts, 3);
+  EXPECT_EQ(reply->jobs, static_cast<int64_t>(s.jobs.size()));
+  EXPECT_EQ(StatusOf(c, "big").queued, static_cast<int64_t>(s.jobs.size()));
+}
+
+TEST_F(DaemonTest, MalformedControlRequestsGetAnErrorAndTheServerGoesOn) {
+  StartServer(Options());
+  zmq::socket_t req(ctx_, zmq::socket_type::req);
+  req.set(zmq::sockopt::linger, 0);
+  req.connect(endpoint_);
+  auto ask = [&](zmq::multipart_t m) -> Result<ControlReply> {
+    if (!m.send(req)) return Status::Internal("send");
+    std::vector<zmq_pollitem_t> items = {{req.handle(), 0, ZMQ_POLLIN, 0}};
+    zmq::poll(items, std::chrono::milliseconds(kDeadlineMs));
+    zmq::multipart_t in;
+    if (!in.recv(req, ZMQ_DONTWAIT)) return Status::DeadlineExceeded("no reply");
+    return DecodeControlReply(in);
+  };
+  zmq::multipart_t bad_json;
+  bad_json.addstr("NWC01");
+  bad_json.addmem("\x42", 1);
+  bad_json.addstr("{oops");
+  auto r1 = ask(std::move(bad_json));
+  ASSERT_TRUE(r1.ok()) << r1.status().ToString();
+  EXPECT_EQ(std::get<ErrorReply>(*r1).code, StatusCode::kInvalidArgument);
+  EXPECT_NE(std::get<ErrorReply>(*r1).message.find("STATUS: payload is not valid JSON"),
+            std::string::npos);
+  zmq::multipart_t extra_frame;
+  extra_frame.addstr("NWC01");
+  extra_frame.addmem("\x42", 1);
+  extra_frame.addstr("{}");
+  extra_frame.addstr("{}");
+  auto r2 = ask(std::move(extra_frame));
+  ASSERT_TRUE(r2.ok());
+  EXPECT_NE(std::get<ErrorReply>(*r2).message.find("expected 3 frames"), std::string::npos);
+  // Still serving.
+  ControlClient c = Client();
+  ASSERT_TRUE(c.Submit(Campaign("after", 2, 100)).ok());
+  auto summary = StopServer();
+  ASSERT_TRUE(summary.ok());
+  EXPECT_EQ(summary->malformed_messages, 2);
+}
+
+TEST_F(DaemonTest, EmbeddedRunAnswersControlRequestsWithAnError) {
+  auto id = store_->UpsertCampaign("embedded", "e.yaml", "", 1);
+  ASSERT_TRUE(id.ok());
+  ASSERT_TRUE(store_->AddJobs(*id, Specs(1, 100), 1).ok());
+  ServerOptions so = Options();
+  server_ = std::make_unique<Server>(ctx_, *store_, clock_, so);
+  server_thread_ = std::thread([this, cid = *id] { server_result_ = server_->Run(cid); });
+  ControlClient c = Client();
+  EXPECT_EQ(c.QueryStatus("").status().code(), StatusCode::kFailedPrecondition);
+  StartWorker("w", 1);
+  server_thread_.join();
+  ASSERT_TRUE(server_result_.ok());
+  EXPECT_EQ(server_result_->done, 1);
+  server_.reset();
+}
+
+// A raw DEALER that plays a worker across a coordinator restart.
+class RawWorker {
+ public:
+  RawWorker(zmq::context_t& ctx, const std::string& ep) : s_(ctx, zmq::socket_type::dealer) {
+    s_.set(zmq::sockopt::linger, 0);
+    s_.connect(ep);
+  }
+  void Send(const Message& m) {
+    auto f = Encode(m);
+    ASSERT_TRUE(f.ok());
+    ASSERT_TRUE(f->send(s_, ZMQ_DONTWAIT));
+  }
+  // The first message of type T (others stay buffered for later Awaits).
+  template <typename T>
+  std::optional<T> Await() {
+    std::vector<zmq_pollitem_t> items = {{s_.handle(), 0, ZMQ_POLLIN, 0}};
+    const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(kDeadlineMs);
+    while (true) {
+      for (auto it = inbox_.begin(); it != inbox_.end(); ++it) {
+        if (auto* t = std::get_if<T>(&*it)) {
+          T out = *t;
+          inbox_.erase(it);
+          return out;
+        }
+      }
+      if (std::chrono::steady_clock::now() >= end) return std::nullopt;
+      Send(HeartbeatMsg{});
+      zmq::poll(items, std::chrono::milliseconds(20));
+      zmq::multipart_t f;
+      while (f.recv(s_, ZMQ_DONTWAIT)) {
+        auto m = Decode(f);
+        if (m.ok() && !std::holds_alternative<HeartbeatMsg>(*m)) inbox_.push_back(std::move(*m));
+      }
+    }
+  }
+
+ private:
+  zmq::socket_t s_;
+  std::vector<Message> inbox_;
+};
+
+TEST_F(DaemonTest, RestartKeepsTheLeaseOfAWorkerThatHoldsItAndCommitsItsResult) {
+  // ipc:// (unlike inproc://) reconnects by itself when the coordinator binds again.
+  endpoint_ = "ipc://" + (dir_ / "restart.sock").string();
+  StartServer(Options());
+  {
+    ControlClient c = Client();
+    ASSERT_TRUE(c.Submit(Campaign("r", 2, 100)).ok());
+  }
+  RawWorker w(ctx_, endpoint_);
+  w.Send(ReadyMsg{"survivor", "h", 1, {{"backends", {"cpu"}}}, {}});
+  auto job = w.Await<JobMsg>();
+  ASSERT_TRUE(job);
+  // The coordinator goes away while the worker runs the job.
+  ASSERT_TRUE(StopServer().ok());
+  StartServer(Options());
+  // The worker's next message is from an unknown connection: it is asked to register again,
+  // and does, holding the attempt; then it delivers the result.
+  auto d = w.Await<DisconnectMsg>();
+  ASSERT_TRUE(d);
+  EXPECT_TRUE(d->reconnect);
+  w.Send(ReadyMsg{"survivor", "h", 1, {{"backends", {"cpu"}}}, {{job->job_key, job->attempt}}});
+  JobResult r;
+  r.job_key = job->job_key;
+  r.attempt = job->attempt;
+  r.outcome = Outcome::kPass;
+  w.Send(ResultMsg{r});
+  auto ack = w.Await<AckMsg>();
+  ASSERT_TRUE(ack);
+  EXPECT_EQ(ack->status, AckStatus::kCommitted) << ack->reason;
+  // The other job is granted to it too, with a new attempt number.
+  auto next = w.Await<JobMsg>();
+  ASSERT_TRUE(next);
+  EXPECT_NE(next->job_key, job->job_key);
+  auto summary = StopServer();
+  ASSERT_TRUE(summary.ok()) << summary.status().ToString();
+  EXPECT_EQ(summary->orphans_adopted, 1);
+  auto attempts = store_->Attempts(job->job_key);
+  ASSERT_TRUE(attempts.ok());
+  ASSERT_EQ(attempts->size(), 1u);  // not redone
+  EXPECT_EQ((*attempts)[0].status, "ok");
+  EXPECT_NE(Log().find("took back 1 leases"), std::string::npos) << Log();
+}
+
+TEST_F(DaemonTest, CurveAdmitsKeysOnTheAllowListOnly) {
+  auto server_keys = GenerateCurveKeyPair();
+  auto worker_keys = GenerateCurveKeyPair();
+  auto client_keys = GenerateCurveKeyPair();
+  auto stranger = GenerateCurveKeyPair();
+  ASSERT_TRUE(server_keys.ok() && worker_keys.ok() && client_keys.ok() && stranger.ok());
+  // CURVE needs a real transport (not inproc).
+  endpoint_ = "ipc://" + (dir_ / "curve.sock").string();
+  ServerOptions so = Options();
+  so.curve = *server_keys;
+  so.curve_allow = {worker_keys->public_key, client_keys->public_key};
+  StartServer(so);
+
+  ControlClientOptions ok_client;
+  ok_client.curve_server_key = server_keys->public_key;
+  ok_client.curve_public_key = client_keys->public_key;
+  ok_client.curve_secret_key = client_keys->secret_key;
+  ControlClient c = Client(ok_client);
+  ASSERT_TRUE(c.Submit(Campaign("secure", 5, 100)).ok());
+
+  // A stranger's key, and no key at all, get no answer.
+  ControlClientOptions bad = ok_client;
+  bad.curve_public_key = stranger->public_key;
+  bad.curve_secret_key = stranger->secret_key;
+  bad.tries = 1;
+  ControlClientOptions plain;
+  plain.tries = 1;
+  for (auto o : {bad, plain}) {
+    o.endpoint = endpoint_;
+    o.timeout_ms = 300;
+    ControlClient denied(ctx_, o);
+    EXPECT_EQ(denied.QueryStatus("").status().code(), StatusCode::kUnavailable);
+  }
+  ASSERT_TRUE(WaitUntil([&] { return Log().find("denied CURVE client") != std::string::npos; }));
+
+  WorkerOptions wo;
+  wo.curve_server_key = server_keys->public_key;
+  wo.curve_public_key = worker_keys->public_key;
+  wo.curve_secret_key = worker_keys->secret_key;
+  StartWorker("trusted", 2, wo);
+  ASSERT_TRUE(WaitUntil([&] { return StatusOf(c, "secure").done == 5; })) << Log();
+}
+
+TEST(CurveTest, KeyFilesAllowListsAndLoopback) {
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("nw-curve-test-" + std::to_string(std::random_device{}()));
+  std::filesystem::create_directories(dir);
+  auto keys = GenerateCurveKeyPair();
+  ASSERT_TRUE(keys.ok());
+  EXPECT_TRUE(IsZ85Key(keys->public_key));
+  EXPECT_FALSE(IsZ85Key("short"));
+  ASSERT_TRUE(WriteCurveKeyFiles(dir / "a", *keys, false).ok());
+  EXPECT_EQ(WriteCurveKeyFiles(dir / "a", *keys, false).code(), StatusCode::kAlreadyExists);
+  EXPECT_EQ(std::filesystem::status(dir / "a.key").permissions() & std::filesystem::perms::all,
+            std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+  auto read = ReadCurveSecretKeyFile(dir / "a.key");
+  ASSERT_TRUE(read.ok()) << read.status().ToString();
+  EXPECT_EQ(read->public_key, keys->public_key);
+  EXPECT_EQ(read->secret_key, keys->secret_key);
+  EXPECT_FALSE(ReadCurveSecretKeyFile(dir / "a.pub").ok());
+  EXPECT_EQ(ReadCurvePublicKey((dir / "a.pub").string()).value(), keys->public_key);
+  EXPECT_EQ(ReadCurvePublicKey(keys->public_key).value(), keys->public_key);
+  // A directory of .pub files is an allow-list; a secret key in it is refused.
+  auto other = GenerateCurveKeyPair();
+  ASSERT_TRUE(WriteCurveKeyFiles(dir / "b", *other, false).ok());
+  std::filesystem::create_directories(dir / "allow");
+  std::filesystem::copy(dir / "a.pub", dir / "allow" / "a.pub");
+  std::filesystem::copy(dir / "b.pub", dir / "allow" / "b.pub");
+  auto allow = ReadCurveAllowList(dir / "allow");
+  ASSERT_TRUE(allow.ok()) << allow.status().ToString();
+  EXPECT_EQ(*allow, (std::set<std::string>{keys->public_key, other->public_key}));
+  std::filesystem::copy(dir / "a.key", dir / "allow" / "oops.pub");
+  EXPECT_FALSE(ReadCurveAllowList(dir / "allow").ok());
+  { std::ofstream(dir / "garbage.pub") << "public-key = not-a-key\n"; }
+  EXPECT_FALSE(ReadCurveAllowList(dir / "garbage.pub").ok());
+
+  EXPECT_TRUE(IsLocalOnlyEndpoint("tcp://127.0.0.1:5555"));
+  EXPECT_TRUE(IsLocalOnlyEndpoint("tcp://127.1.2.3:*"));
+  EXPECT_TRUE(IsLocalOnlyEndpoint("tcp://localhost:1"));
+  EXPECT_TRUE(IsLocalOnlyEndpoint("tcp://[::1]:1"));
+  EXPECT_TRUE(IsLocalOnlyEndpoint("ipc:///tmp/x.sock"));
+  EXPECT_TRUE(IsLocalOnlyEndpoint("inproc://x"));
+  EXPECT_FALSE(IsLocalOnlyEndpoint("tcp://*:5555"));
+  EXPECT_FALSE(IsLocalOnlyEndpoint("tcp://0.0.0.0:5555"));
+  EXPECT_FALSE(IsLocalOnlyEndpoint("tcp://10.0.0.1:5555"));
+  EXPECT_FALSE(IsLocalOnlyEndpoint("tcp://127.0.0.1.evil.com:5555"));
+  EXPECT_FALSE(IsLocalOnlyEndpoint("tcp://eth0;127.0.0.1:5555"));
+  EXPECT_FALSE(IsLocalOnlyEndpoint("tcp://[::]:5555"));
+  std::filesystem::remove_all(dir);
+}
+
+TEST(CampaignTableTest, PutFindListKeepsTheFirstSubmission) {
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("nw-ctable-test-" + std::to_string(std::random_device{}()));
+  std::filesystem::create_directories(dir);
+  auto store = Store::Open(dir / "nw.db");
+  ASSERT_TRUE(store.ok());
+  auto t = CampaignTable::Open(dir / "nw.db");
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  ASSERT_TRUE((*t)->Put({3, "c", 2, CampaignRunState::kPaused, 10, 10}).ok());
+  ASSERT_TRUE((*t)->Put({3, "c", 4, CampaignRunState::kCancelled, 99, 20}).ok());
+  auto c = (*t)->Find(3);
+  ASSERT_TRUE(c.ok() && c->has_value());
+  EXPECT_EQ((*c)->priority, 4);
+  EXPECT_EQ((*c)->state, CampaignRunState::kCancelled);
+  EXPECT_EQ((*c)->submitted_ms, 10);
+  EXPECT_EQ((*c)->updated_ms, 20);
+  EXPECT_FALSE((*t)->Find(4).value().has_value());
+  EXPECT_EQ((*t)->List().value().size(), 1u);
+  // The Store still opens the file with the extra table in it.
+  store->reset();
+  EXPECT_TRUE(Store::Open(dir / "nw.db").ok());
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace nw
