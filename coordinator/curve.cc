@@ -43,10 +43,9 @@ Result<std::vector<std::pair<std::string, std::string>>> ReadKeyLines(
   int n = 0;
   while (std::getline(in, line)) {
     ++n;
-    const size_t hash = line.find('#');
-    if (hash != std::string::npos) line.resize(hash);
+    // Only whole-line comments: '#' is one of the Z85 characters.
     const std::string t = Trim(line);
-    if (t.empty()) continue;
+    if (t.empty() || t[0] == '#') continue;
     const size_t eq = t.find('=');
     if (eq == std::string::npos) {
       out.emplace_back("", t);

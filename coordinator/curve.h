@@ -2,7 +2,7 @@
 // client keys, the ZAP handler that enforces it, and the loopback rule for endpoints without
 // keys. Semantics in docs/distributed.md ("Security").
 //
-// Key files are text, one "name = value" per line, '#' starts a comment:
+// Key files are text, one "name = value" per line; a line starting with '#' is a comment:
 //   NAME.key   public-key = <Z85>  and  secret-key = <Z85>   (mode 0600; keep it private)
 //   NAME.pub   public-key = <Z85>
 // An allow-list is a file of public keys (NAME.pub files concatenated, or one Z85 key per line)

@@ -1,0 +1,158 @@
+// The distributed commands through the real `nw` binary: a daemon, worker processes, submit,
+// status, pause / resume / cancel, keygen and CURVE across processes, and the refusals (plain
+// non-loopback endpoints, a second coordinator on one database, GPU flags without a GPU
+// backend, bad test-executor specs).
+#include "tests/dist/dist_test_util.h"
+
+namespace nw {
+namespace {
+
+using namespace nw::dist_test;
+
+const std::vector<std::string> kFast = {"--heartbeat-ms", "100"};
+
+std::vector<std::string> Worker(int slots, const std::string& sleep = "sleep:2") {
+  return {"--heartbeat-ms", "100", "--slots", std::to_string(slots), "--test-executor", sleep};
+}
+
+TEST(CliDistTest, SubmitWorkStatusPauseResumeCancel) {
+  Workspace ws("cli");
+  ASSERT_TRUE(ws.MakeModel());
+  auto coordinator = ws.StartCoordinator(kFast);
+  const std::string c = " --coordinator " + ws.endpoint();
+  CommandResult sub =
+      Sh(ws.Nw("submit " + ws.Campaign("first", 4, 5, 2).string() + c + " --priority 2"));
+  ASSERT_EQ(sub.exit_code, 0) << sub.out;
+  EXPECT_NE(sub.out.find("submitted campaign 'first'"), std::string::npos) << sub.out;
+  EXPECT_NE(sub.out.find("40 jobs, 0 already done, 40 to run"), std::string::npos) << sub.out;
+
+  ASSERT_EQ(Sh(ws.Nw("pause first" + c)).exit_code, 0);
+  CommandResult st = Sh(ws.Nw("status first" + c));
+  ASSERT_EQ(st.exit_code, 0) << st.out;
+  EXPECT_NE(st.out.find("paused"), std::string::npos) << st.out;
+
+  auto w = ws.StartWorker("cli-w", Worker(2));
+  Db db(ws.db());
+  ASSERT_TRUE(WaitUntil(
+      [&] { return Sh(ws.Nw("status" + c)).out.find("cli-w") != std::string::npos; }, 20'000));
+  EXPECT_EQ(db.Int("SELECT COUNT(*) FROM results"), 0);  // paused: nothing ran
+  ASSERT_EQ(Sh(ws.Nw("resume first" + c)).exit_code, 0);
+  ASSERT_TRUE(WaitUntil([&] { return db.Int("SELECT COUNT(*) FROM results") == 40; }, 30'000))
+      << coordinator->Log();
+  ASSERT_TRUE(WaitUntil(
+      [&] { return Sh(ws.Nw("status first" + c)).out.find("finished") != std::string::npos; },
+      20'000));
+  ExpectEveryJobExactlyOnce(db, "first", 40);
+
+  // The local (database) status agrees.
+  CommandResult local = Sh(ws.Nw("status first"));
+  ASSERT_EQ(local.exit_code, 0) << local.out;
+  EXPECT_NE(local.out.find("first"), std::string::npos);
+
+  // Cancel a campaign nobody works on; resuming it is refused; unknown names are errors.
+  w->Signal(SIGTERM);
+  ASSERT_TRUE(w->WaitExit(20'000));
+  EXPECT_EQ(w->exit_code(), 0) << w->Log();
+  // Two of its four jobs are jobs of "first" too (same content, same key): already done.
+  CommandResult second = Sh(ws.Nw("submit " + ws.Campaign("second", 2, 2, 1).string() + c));
+  ASSERT_EQ(second.exit_code, 0) << second.out;
+  EXPECT_NE(second.out.find("4 jobs, 2 already done, 2 to run"), std::string::npos) << second.out;
+  CommandResult cancel = Sh(ws.Nw("cancel second" + c));
+  ASSERT_EQ(cancel.exit_code, 0) << cancel.out;
+  EXPECT_NE(cancel.out.find("cancelled (2 queued jobs taken out"), std::string::npos) << cancel.out;
+  CommandResult resume = Sh(ws.Nw("resume second" + c));
+  EXPECT_EQ(resume.exit_code, 1) << resume.out;
+  EXPECT_NE(resume.out.find("submit it again"), std::string::npos) << resume.out;
+  EXPECT_EQ(Sh(ws.Nw("pause nosuch" + c)).exit_code, 1);
+  EXPECT_EQ(Sh(ws.Nw("status nosuch" + c)).exit_code, 2);
+
+  // SIGTERM stops the daemon cleanly.
+  coordinator->Signal(SIGTERM);
+  ASSERT_TRUE(coordinator->WaitExit(20'000));
+  EXPECT_EQ(coordinator->exit_code(), 0) << coordinator->Log();
+  // Nobody answers now: a clear error, not a hang.
+  CommandResult gone = Sh(ws.Nw("status" + c + " --timeout-ms 200"));
+  EXPECT_EQ(gone.exit_code, 1);
+  EXPECT_NE(gone.out.find("no reply from a coordinator"), std::string::npos) << gone.out;
+}
+
+TEST(CliDistTest, RefusalsAndBadArguments) {
+  Workspace ws("refuse");
+  // Plain TCP beyond loopback needs --insecure or CURVE keys.
+  CommandResult open = Sh(ws.Nw("coordinator --listen tcp://0.0.0.0:0"));
+  EXPECT_EQ(open.exit_code, 2) << open.out;
+  EXPECT_NE(open.out.find("refusing to listen"), std::string::npos) << open.out;
+  // One coordinator per database.
+  auto first = ws.StartCoordinator(kFast);
+  CommandResult second = Sh(ws.Nw("coordinator --listen tcp://127.0.0.1:0"));
+  EXPECT_EQ(second.exit_code, 2) << second.out;
+  EXPECT_NE(second.out.find("another coordinator serves"), std::string::npos) << second.out;
+  // GPU flags need a GPU backend in this build.
+  CommandResult version = Sh(std::string(NW_BIN) + " version");
+  if (version.out.find("cuda") == std::string::npos) {
+    CommandResult gpu = Sh(ws.Nw("worker --coordinator " + ws.endpoint() + " --gpu 0"));
+    EXPECT_EQ(gpu.exit_code, 2) << gpu.out;
+    EXPECT_NE(gpu.out.find("without a GPU backend"), std::string::npos) << gpu.out;
+    EXPECT_EQ(Sh(ws.Nw("worker --coordinator " + ws.endpoint() + " --gpus all")).exit_code, 2);
+  }
+  CommandResult bad = Sh(ws.Nw("worker --coordinator " + ws.endpoint() + " --test-executor nap:5"));
+  EXPECT_EQ(bad.exit_code, 2) << bad.out;
+  EXPECT_NE(bad.out.find("expected sleep:MS"), std::string::npos) << bad.out;
+  EXPECT_EQ(Sh(ws.Nw("worker --coordinator " + ws.endpoint() + " --cpu --gpu 1")).exit_code, 2);
+  // The test double is not advertised in --help.
+  EXPECT_EQ(Sh(std::string(NW_BIN) + " worker --help").out.find("test-executor"),
+            std::string::npos);
+  for (const std::string sub :
+       {"coordinator", "submit", "worker", "keygen", "cancel", "pause", "resume"}) {
+    CommandResult h = Sh(std::string(NW_BIN) + " " + sub + " --help");
+    EXPECT_EQ(h.exit_code, 0) << sub << ": " << h.out;
+  }
+  // Submitting to nobody fails after its tries.
+  CommandResult nobody = Sh(ws.Nw("cancel x --coordinator tcp://127.0.0.1:1 --timeout-ms 100"));
+  EXPECT_EQ(nobody.exit_code, 1) << nobody.out;
+}
+
+TEST(CliDistTest, CurveAcrossProcesses) {
+  Workspace ws("curve");
+  ASSERT_TRUE(ws.MakeModel());
+  const fs::path k = ws.dir() / "keys";
+  fs::create_directories(k / "allowed");
+  for (const std::string name : {"server", "worker", "client", "stranger"}) {
+    CommandResult r = Sh(std::string(NW_BIN) + " keygen " + (k / name).string());
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+    // The public key is the last line printed: 40 Z85 characters.
+    ASSERT_GE(r.out.size(), 41u) << r.out;
+    EXPECT_EQ(r.out.substr(r.out.size() - 41),
+              Sh("tail -n1 " + (k / (name + ".pub")).string()).out.substr(13))
+        << r.out;
+  }
+  EXPECT_EQ(Sh(std::string(NW_BIN) + " keygen " + (k / "server").string()).exit_code, 2);
+  fs::copy(k / "worker.pub", k / "allowed" / "worker.pub");
+  fs::copy(k / "client.pub", k / "allowed" / "client.pub");
+  // With keys, any address is allowed; loopback keeps the test on this host.
+  auto coordinator =
+      ws.StartCoordinator({"--heartbeat-ms", "100", "--curve-key", (k / "server.key").string(),
+                           "--allow", (k / "allowed").string()});
+  const std::string server_key = " --server-key " + (k / "server.pub").string();
+  const std::string c = " --coordinator " + ws.endpoint();
+  CommandResult sub = Sh(ws.Nw("submit " + ws.Campaign("secret", 3, 3, 1).string() + c +
+                               server_key + " --curve-key " + (k / "client.key").string()));
+  ASSERT_EQ(sub.exit_code, 0) << sub.out << coordinator->Log();
+  // A key that is not on the allow-list, and no key at all, get no answer.
+  CommandResult stranger = Sh(ws.Nw("status" + c + server_key + " --curve-key " +
+                                    (k / "stranger.key").string() + " --timeout-ms 300"));
+  EXPECT_EQ(stranger.exit_code, 1) << stranger.out;
+  CommandResult plain = Sh(ws.Nw("status" + c + " --timeout-ms 300"));
+  EXPECT_EQ(plain.exit_code, 1) << plain.out;
+  auto w = ws.StartWorker(
+      "curve-w", {"--heartbeat-ms", "100", "--test-executor", "sleep:1", "--server-key",
+                  (k / "server.pub").string(), "--curve-key", (k / "worker.key").string()});
+  Db db(ws.db());
+  ASSERT_TRUE(WaitUntil([&] { return db.Int("SELECT COUNT(*) FROM results") == 9; }, 30'000))
+      << coordinator->Log() << w->Log();
+  ExpectEveryJobExactlyOnce(db, "secret", 9);
+  EXPECT_NE(coordinator->Log().find("denied CURVE client"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace nw
