@@ -96,6 +96,8 @@ const Scheduler::SpecCommon* Scheduler::Intern(const JobSpec& spec) {
     id.push_back('\0');
   }
   id += spec.precision.ToJson().dump();
+  id.push_back('\0');
+  if (spec.http) id += spec.http->ToJson().dump();
   auto it = spec_pool_.find(id);
   if (it == spec_pool_.end()) {
     auto common = std::make_unique<SpecCommon>();
@@ -106,6 +108,7 @@ const Scheduler::SpecCommon* Scheduler::Intern(const JobSpec& spec) {
     common->haystack = spec.haystack;
     common->backend = spec.backend;
     common->precision = spec.precision;
+    common->http = spec.http;
     it = spec_pool_.emplace(std::move(id), std::move(common)).first;
   }
   return it->second.get();
@@ -120,6 +123,7 @@ JobSpec Scheduler::SpecOf(const Job& job) const {
   s.haystack = job.common->haystack;
   s.backend = job.common->backend;
   s.precision = job.common->precision;
+  s.http = job.common->http;
   s.context_length = job.context_length;
   s.needle_position = job.needle_position;
   s.seed = job.seed;

@@ -253,6 +253,7 @@ class Scheduler {
   struct SpecCommon {
     std::string model_dir, model_digest, engine_version, task, haystack, backend;
     PrecisionProfile precision;
+    std::optional<HttpBackendSpec> http;  // backend "http": the server and its settings
   };
   struct Job {
     const std::string* key = nullptr;  // the jobs_ map key
