@@ -37,6 +37,7 @@ Status ServerOptions::Validate() const {
     return Status::InvalidArgument("coordinator: result_batch_size must be >= 1");
   }
   if (result_batch_ms < 0) return Status::InvalidArgument("coordinator: result_batch_ms < 0");
+  if (grant_interval_ms < 0) return Status::InvalidArgument("coordinator: grant_interval_ms < 0");
   if (max_frame_bytes < 1024) {
     return Status::InvalidArgument("coordinator: max_frame_bytes must be >= 1024");
   }
@@ -88,6 +89,8 @@ struct Server::Loop {
   int64_t batch_started_ms = 0;
   std::vector<PendingAck> acks;  // sent after the batch commits
   int64_t next_heartbeat_ms = 0;
+  int64_t next_tick_ms = 0;  // grants wait until then (ServerOptions::grant_interval_ms)
+  bool dirty = true;         // something arrived since the last Tick
   bool skip_checked = false;
   std::optional<ServerProgress> last_progress;
   std::map<std::string, Staged> staged;          // by submission id
@@ -390,6 +393,26 @@ struct Server::Loop {
         Log("coordinator: campaign " + c.name + " (" + std::string(CampaignRunStateName(c.state)) +
             ", priority " + std::to_string(c.priority) + "): " + std::to_string(counts.runnable) +
             " of " + std::to_string(counts.jobs) + " jobs to run");
+      }
+    }
+    // Leases of cancelled campaigns' jobs from before the restart: nobody waits for those
+    // results, so they are closed and the jobs go back to queued, as a cancel leaves them.
+    // (A job another campaign still wants was loaded above and keeps its lease.)
+    for (const auto& c : campaigns) {
+      if (c.state != CampaignRunState::kCancelled) continue;
+      NW_ASSIGN_OR_RETURN(std::vector<JobRecord> jobs, s.store_.CampaignJobs(c.campaign_id));
+      for (const auto& j : jobs) {
+        if (j.state != JobState::kLeased || scheduler.StateOf(j.key) != "unknown") continue;
+        NW_ASSIGN_OR_RETURN(std::vector<AttemptRecord> attempts, s.store_.Attempts(j.key));
+        for (const auto& a : attempts) {
+          if (a.status != "running") continue;
+          NW_RETURN_IF_ERROR(
+              s.store_.RecordFailure(j.key, a.attempt,
+                                     Status::Cancelled("campaign " + c.name +
+                                                       " is cancelled (lease from before a "
+                                                       "coordinator restart)"),
+                                     /*will_retry=*/true, Wall()));
+        }
       }
     }
     const SchedulerCounts sc = scheduler.Counts();
@@ -766,7 +789,9 @@ struct Server::Loop {
 
       int64_t now = s.clock_.NowMs();
       int64_t wake = std::min(now + kMaxPollMs, next_heartbeat_ms);
-      if (auto d = scheduler.NextDeadlineMs()) wake = std::min(wake, *d);
+      const std::optional<int64_t> deadline = scheduler.NextDeadlineMs();
+      if (deadline) wake = std::min(wake, std::max(*deadline, next_tick_ms));
+      if (dirty) wake = std::min(wake, next_tick_ms);
       if (!batch.empty()) wake = std::min(wake, batch_started_ms + s.options_.result_batch_ms);
       if (!acks.empty() && batch.empty()) wake = now;
       zmq::poll(items, std::chrono::milliseconds(std::max<int64_t>(0, wake - now)));
@@ -775,6 +800,7 @@ struct Server::Loop {
           zmq::multipart_t frames;
           if (!frames.recv(router, ZMQ_DONTWAIT)) break;
           NW_RETURN_IF_ERROR(OnMessage(frames));
+          dirty = true;
           if (static_cast<int>(batch.size()) >= s.options_.result_batch_size) {
             NW_RETURN_IF_ERROR(Flush());
           }
@@ -789,7 +815,15 @@ struct Server::Loop {
           Log("coordinator: skipping job " + sk.job_key + ": " + sk.reason.message());
         }
       }
-      NW_RETURN_IF_ERROR(Apply(scheduler.Tick()));
+      // Leases are granted (and recorded, in one transaction) at most once per grant interval,
+      // so that under load many grants share a transaction; the workers' prefetch hides it.
+      now = s.clock_.NowMs();
+      const bool timer_due = deadline.has_value() && now >= *deadline;
+      if (now >= next_tick_ms && (dirty || timer_due)) {
+        NW_RETURN_IF_ERROR(Apply(scheduler.Tick()));
+        dirty = false;
+        next_tick_ms = now + s.options_.grant_interval_ms;
+      }
 
       now = s.clock_.NowMs();
       if (batch.empty() || static_cast<int>(batch.size()) >= s.options_.result_batch_size ||

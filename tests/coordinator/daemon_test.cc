@@ -494,6 +494,38 @@ TEST_F(DaemonTest, RestartKeepsTheLeaseOfAWorkerThatHoldsItAndCommitsItsResult) 
   EXPECT_NE(Log().find("took back 1 leases"), std::string::npos) << Log();
 }
 
+TEST_F(DaemonTest, RestartClosesLeasesOfCancelledCampaigns) {
+  endpoint_ = "ipc://" + (dir_ / "cancelled.sock").string();
+  StartServer(Options());
+  {
+    ControlClient c = Client();
+    ASSERT_TRUE(c.Submit(Campaign("x", 1, 100)).ok());
+  }
+  RawWorker w(ctx_, endpoint_);
+  w.Send(ReadyMsg{"holder", "h", 1, {{"backends", {"cpu"}}}, {}});
+  auto job = w.Await<JobMsg>();
+  ASSERT_TRUE(job);
+  {
+    ControlClient c = Client();
+    ASSERT_TRUE(c.Op(CampaignOp::kCancel, "x").ok());
+  }
+  ASSERT_TRUE(StopServer().ok());
+  // Still leased in the database; the restarted daemon closes it (nobody wants the result).
+  ASSERT_EQ(store_->FindJob(job->job_key).value()->state, JobState::kLeased);
+  StartServer(Options());
+  {
+    ControlClient c = Client();
+    ASSERT_EQ(StatusOf(c, "x").state, "cancelled");
+  }
+  ASSERT_TRUE(StopServer().ok());
+  EXPECT_EQ(store_->FindJob(job->job_key).value()->state, JobState::kQueued);
+  auto attempts = store_->Attempts(job->job_key);
+  ASSERT_TRUE(attempts.ok());
+  ASSERT_EQ(attempts->size(), 1u);
+  EXPECT_EQ((*attempts)[0].status, "failed");
+  EXPECT_EQ((*attempts)[0].error_code, "cancelled");
+}
+
 TEST_F(DaemonTest, CurveAdmitsKeysOnTheAllowListOnly) {
   auto server_keys = GenerateCurveKeyPair();
   auto worker_keys = GenerateCurveKeyPair();
@@ -554,6 +586,17 @@ TEST(CurveTest, KeyFilesAllowListsAndLoopback) {
   EXPECT_EQ(read->public_key, keys->public_key);
   EXPECT_EQ(read->secret_key, keys->secret_key);
   EXPECT_FALSE(ReadCurveSecretKeyFile(dir / "a.pub").ok());
+  // '#' is a Z85 character: a key containing it is not cut short as a comment.
+  for (int i = 0; i < 200; ++i) {
+    auto k = GenerateCurveKeyPair();
+    ASSERT_TRUE(k.ok());
+    if (k->secret_key.find('#') == std::string::npos) continue;
+    ASSERT_TRUE(WriteCurveKeyFiles(dir / "hash", *k, true).ok());
+    auto back = ReadCurveSecretKeyFile(dir / "hash.key");
+    ASSERT_TRUE(back.ok()) << back.status().ToString();
+    EXPECT_EQ(back->secret_key, k->secret_key);
+    break;
+  }
   EXPECT_EQ(ReadCurvePublicKey((dir / "a.pub").string()).value(), keys->public_key);
   EXPECT_EQ(ReadCurvePublicKey(keys->public_key).value(), keys->public_key);
   // A directory of .pub files is an allow-list; a secret key in it is refused.
