@@ -190,7 +190,7 @@ TEST_F(ExperimentsTest, QuickstartIsSmallAndOnTheCpu) {
   const auto& lengths = c->matrix[static_cast<size_t>(Axis::kContextLength)];
   ASSERT_GE(lengths.size(), 3u);
   EXPECT_EQ(lengths.front().integer(), 256);
-  EXPECT_EQ(lengths.back().integer(), 2048);
+  EXPECT_EQ(lengths.back().integer(), 4096);
   const auto& positions = c->matrix[static_cast<size_t>(Axis::kNeedlePosition)];
   EXPECT_EQ(positions.size(), 5u);
   EXPECT_TRUE(std::any_of(positions.begin(), positions.end(),
