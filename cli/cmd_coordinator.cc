@@ -30,6 +30,7 @@ struct CoordinatorArgs {
   int max_attempts = 3;
   int64_t orphan_grace_ms = 0;  // 0: reconnect backoff max + liveness + margin
   int64_t retry_backoff_ms = 1000;
+  int64_t hedge_after_s = 0;
   bool verbose = false;
 };
 
@@ -68,7 +69,8 @@ int Coordinator(const CoordinatorArgs& a, const Globals& g) {
                  "network you trust\n";
     return 2;
   }
-  if (a.heartbeat_ms <= 0 || a.lease_s <= 0 || a.max_attempts < 1 || a.retry_backoff_ms < 0) {
+  if (a.heartbeat_ms <= 0 || a.lease_s <= 0 || a.max_attempts < 1 || a.retry_backoff_ms < 0 ||
+      a.hedge_after_s < 0) {
     std::cerr << "nw coordinator: --heartbeat-ms, --lease-s and --max-attempts must be positive "
                  "(--retry-backoff-ms >= 0)\n";
     return 2;
@@ -107,6 +109,7 @@ int Coordinator(const CoordinatorArgs& a, const Globals& g) {
   so.scheduler.orphan_grace_ms =
       a.orphan_grace_ms > 0 ? a.orphan_grace_ms
                             : 32'000 + 4 * a.heartbeat_ms * so.scheduler.heartbeat_liveness;
+  so.scheduler.hedge_after_ms = a.hedge_after_s * 1000;
   so.scheduler.retry_backoff_initial_ms = a.retry_backoff_ms;
   so.scheduler.retry_backoff_max_ms = std::max<int64_t>(a.retry_backoff_ms, 32'000);
   const std::string endpoint_file = a.endpoint_file;
@@ -161,6 +164,10 @@ void RegisterCoordinator(CLI::App& app, Globals& g) {
       ->capture_default_str();
   cmd->add_option("--retry-backoff-ms", a->retry_backoff_ms,
                   "First retry delay of a failed attempt (doubling up to 32 s)")
+      ->capture_default_str();
+  cmd->add_option("--hedge-after-s", a->hedge_after_s,
+                  "Run a job a second time on an idle worker when its lease is older than this "
+                  "and nothing else is queued for that worker; first result wins (0: never)")
       ->capture_default_str();
   cmd->add_option("--orphan-grace-ms", a->orphan_grace_ms,
                   "After a restart, how long leases wait for their worker (default: reconnect "

@@ -54,6 +54,7 @@ Status SchedulerOptions::Validate() const {
   }
   if (max_attempts < 1) return Status::InvalidArgument("scheduler.max_attempts: must be >= 1");
   if (orphan_grace_ms < 0) return Status::InvalidArgument("scheduler.orphan_grace_ms: < 0");
+  if (hedge_after_ms < 0) return Status::InvalidArgument("scheduler.hedge_after_ms: < 0");
   return Status::Ok();
 }
 
@@ -309,11 +310,15 @@ Status Scheduler::AddOrphanLease(int64_t campaign, const std::string& key, const
   Job& job = jobs_.at(key);
   Dequeue(job);
   SetState(job, State::kLeased);
-  job.orphan = true;
-  job.lease_worker = worker_id;
-  job.orphan_lease_expires_ms = lease_expires_ms;
-  job.lease_expires_ms = std::min(lease_expires_ms, clock_.NowMs() + options_.orphan_grace_ms);
-  expiries_.emplace(job.lease_expires_ms, &job);
+  Lease l;
+  l.worker = worker_id;
+  l.attempt = attempt;
+  l.started_ms = clock_.NowMs();
+  l.orphan = true;
+  l.orphan_expires_ms = lease_expires_ms;
+  l.expires_ms = std::min(lease_expires_ms, clock_.NowMs() + options_.orphan_grace_ms);
+  expiries_.insert({l.expires_ms, &job, attempt});
+  job.leases.push_back(std::move(l));
   return Status::Ok();
 }
 
@@ -364,31 +369,58 @@ void Scheduler::Dequeue(Job& job) {
   }
 }
 
-void Scheduler::ClearLease(Job& job) {
-  if (auto w = workers_.find(job.lease_worker); w != workers_.end()) {
-    w->second.leases.erase(*job.key);
+Scheduler::Lease* Scheduler::FindLease(Job& job, int attempt) {
+  for (auto& l : job.leases) {
+    if (l.attempt == attempt) return &l;
   }
-  expiries_.erase({job.lease_expires_ms, &job});
-  job.lease_worker.clear();
-  job.orphan = false;
+  return nullptr;
 }
 
-void Scheduler::Adopt(Job& job, Worker& w) {
-  expiries_.erase({job.lease_expires_ms, &job});
-  job.orphan = false;
-  job.lease_expires_ms = job.orphan_lease_expires_ms;
-  expiries_.emplace(job.lease_expires_ms, &job);
+void Scheduler::AddLease(Job& job, Worker& w, int attempt, int64_t expires_ms) {
+  Lease l;
+  l.worker = w.info.id;
+  l.attempt = attempt;
+  l.started_ms = clock_.NowMs();
+  l.expires_ms = expires_ms;
+  expiries_.insert({expires_ms, &job, attempt});
+  w.leases.insert(*job.key);
+  job.leases.push_back(std::move(l));
+}
+
+void Scheduler::Adopt(Job& job, Lease& lease, Worker& w) {
+  expiries_.erase({lease.expires_ms, &job, lease.attempt});
+  lease.orphan = false;
+  lease.expires_ms = lease.orphan_expires_ms;
+  expiries_.insert({lease.expires_ms, &job, lease.attempt});
   w.leases.insert(*job.key);
 }
 
-AttemptFailure Scheduler::FailLease(Job& job, Status reason) {
+void Scheduler::DropLease(Job& job, int attempt) {
+  for (auto it = job.leases.begin(); it != job.leases.end(); ++it) {
+    if (it->attempt != attempt) continue;
+    if (auto w = workers_.find(it->worker); w != workers_.end()) {
+      w->second.leases.erase(*job.key);
+    }
+    expiries_.erase({it->expires_ms, &job, it->attempt});
+    job.leases.erase(it);
+    return;
+  }
+}
+
+AttemptFailure Scheduler::FailLease(Job& job, int attempt, Status reason) {
   AttemptFailure f;
   f.job_key = *job.key;
-  f.attempt = job.attempt;
-  f.worker_id = job.lease_worker;
-  ClearLease(job);
+  f.attempt = attempt;
+  if (const Lease* l = FindLease(job, attempt)) f.worker_id = l->worker;
+  DropLease(job, attempt);
+  if (!job.leases.empty()) {
+    // A hedge (or the primary of a hedged job) failed: the other lease carries the job on.
+    f.will_retry = true;
+    f.reason = std::move(reason);
+    return f;
+  }
   if (job.attempts_this_run >= options_.max_attempts) {
-    reason = Status(reason.code(), reason.message() + " (attempt " + std::to_string(job.attempt) +
+    reason = Status(reason.code(), reason.message() + " (attempt " + std::to_string(attempt) +
                                        "; " + std::to_string(job.attempts_this_run) + " of " +
                                        std::to_string(options_.max_attempts) +
                                        " attempts used, giving up)");
@@ -431,7 +463,12 @@ void Scheduler::RemoveWorker(const std::string& worker_id, const Status& reason,
   if (it == workers_.end()) return;
   const std::set<std::string> leases = it->second.leases;
   for (const auto& key : leases) {
-    ev->failures.push_back(FailLease(jobs_.at(key), reason));
+    Job& job = jobs_.at(key);
+    std::vector<int> mine;
+    for (const auto& l : job.leases) {
+      if (l.worker == worker_id) mine.push_back(l.attempt);
+    }
+    for (int a : mine) ev->failures.push_back(FailLease(job, a, reason));
   }
   workers_.erase(worker_id);
 }
@@ -445,10 +482,17 @@ SchedulerEvents Scheduler::OnReady(const WorkerInfo& info, const std::vector<Att
     const std::set<std::string> leases = w.leases;
     for (const auto& key : leases) {
       Job& job = jobs_.at(key);
-      if (held_set.count({key, job.attempt}) == 0) {
-        ev.failures.push_back(FailLease(
-            job, Status::Unavailable("worker " + info.id + " re-registered without attempt " +
-                                     std::to_string(job.attempt))));
+      std::vector<int> dropped;
+      for (const auto& l : job.leases) {
+        if (l.worker == info.id && !l.orphan && held_set.count({key, l.attempt}) == 0) {
+          dropped.push_back(l.attempt);
+        }
+      }
+      for (int a : dropped) {
+        ev.failures.push_back(
+            FailLease(job, a,
+                      Status::Unavailable("worker " + info.id + " re-registered without attempt " +
+                                          std::to_string(a))));
       }
     }
   } else {
@@ -472,19 +516,21 @@ SchedulerEvents Scheduler::OnReady(const WorkerInfo& info, const std::vector<Att
   w.last_seen_ms = clock_.NowMs();
 
   // Leases from before a coordinator restart that name this worker: adopt or fail them.
-  std::vector<Job*> orphans;
-  for (const auto& [t, job] : expiries_) {
-    if (job->orphan && job->lease_worker == info.id) orphans.push_back(job);
+  std::vector<std::pair<Job*, int>> orphans;
+  for (const Expiry& e : expiries_) {
+    const Lease* l = FindLease(*e.job, e.attempt);
+    if (l != nullptr && l->orphan && l->worker == info.id) orphans.emplace_back(e.job, e.attempt);
   }
-  for (Job* job : orphans) {
-    if (held_set.count({*job->key, job->attempt}) != 0) {
-      Adopt(*job, w);
-      ev.adopted.push_back({*job->key, job->attempt});
+  for (const auto& [job, attempt] : orphans) {
+    if (held_set.count({*job->key, attempt}) != 0) {
+      Adopt(*job, *FindLease(*job, attempt), w);
+      ev.adopted.push_back({*job->key, attempt});
     } else {
       ev.failures.push_back(FailLease(
-          *job, Status::Unavailable("worker " + info.id +
-                                    " re-registered after a coordinator restart without attempt " +
-                                    std::to_string(job->attempt))));
+          *job, attempt,
+          Status::Unavailable("worker " + info.id +
+                              " re-registered after a coordinator restart without attempt " +
+                              std::to_string(attempt))));
     }
   }
   // Everything else it holds is a superseded attempt it still runs or has a result for: those
@@ -492,9 +538,11 @@ SchedulerEvents Scheduler::OnReady(const WorkerInfo& info, const std::vector<Att
   w.zombies.clear();
   for (const auto& ref : held_set) {
     auto j = jobs_.find(ref.job_key);
-    const bool current_lease = j != jobs_.end() && j->second.state == State::kLeased &&
-                               j->second.attempt == ref.attempt &&
-                               j->second.lease_worker == info.id;
+    bool current_lease = false;
+    if (j != jobs_.end() && j->second.state == State::kLeased) {
+      const Lease* l = FindLease(j->second, ref.attempt);
+      current_lease = l != nullptr && l->worker == info.id;
+    }
     if (!current_lease) w.zombies.insert(ref);
   }
   SweepDetached();
@@ -540,16 +588,28 @@ ResultDecision Scheduler::OnResult(const std::string& worker_id, const JobResult
     }
     return d;
   }
-  if (job.state == State::kLeased && job.attempt == r.attempt && job.lease_worker == worker_id) {
-    if (job.orphan) Adopt(job, w);  // READY adopts first; a result proves the worker has it
+  Lease* lease = job.state == State::kLeased ? FindLease(job, r.attempt) : nullptr;
+  if (lease != nullptr && lease->worker == worker_id) {
+    if (lease->orphan) Adopt(job, *lease, w);  // READY adopts first; a result proves it too
     if (IsRetryableEngineError(r)) {
       d.verdict = ResultVerdict::kAttemptFailed;
-      d.events.failures.push_back(FailLease(job, EngineErrorStatus(r, worker_id)));
+      d.events.failures.push_back(FailLease(job, r.attempt, EngineErrorStatus(r, worker_id)));
       d.reason = d.events.failures.back().reason.ToString();
       SweepDetached();
       return d;
     }
-    ClearLease(job);
+    // First result wins: the other lease of a hedged job is superseded. Its worker still runs
+    // it, so that slot stays busy until it reports.
+    std::vector<std::pair<std::string, int>> losers;
+    for (const auto& l : job.leases) {
+      if (l.attempt != r.attempt) losers.emplace_back(l.worker, l.attempt);
+    }
+    while (!job.leases.empty()) DropLease(job, job.leases.front().attempt);
+    for (const auto& [worker, attempt] : losers) {
+      if (auto lw = workers_.find(worker); lw != workers_.end()) {
+        lw->second.zombies.insert({*job.key, attempt});
+      }
+    }
     job.done_attempt = r.attempt;
     SetState(job, State::kDone);
     if (job.campaigns.empty()) detached_.push_back(*job.key);
@@ -559,10 +619,10 @@ ResultDecision Scheduler::OnResult(const std::string& worker_id, const JobResult
   d.verdict = ResultVerdict::kStale;
   if (job.state == State::kFailed) {
     d.reason = what + "job already failed";
+  } else if (lease != nullptr) {
+    d.reason = what + "attempt is leased to " + lease->worker;
   } else if (r.attempt != job.attempt) {
     d.reason = what + "superseded by attempt " + std::to_string(job.attempt);
-  } else if (job.state == State::kLeased) {
-    d.reason = what + "attempt is leased to " + job.lease_worker;
   } else {
     d.reason = what + "lease expired or was released";
   }
@@ -598,25 +658,29 @@ SchedulerEvents Scheduler::Tick() {
     RemoveWorker(id, reason, &ev);
   }
 
-  while (!expiries_.empty() && expiries_.begin()->first <= now) {
-    Job& job = *expiries_.begin()->second;
-    const std::string worker_id = job.lease_worker;
-    const int attempt = job.attempt;
+  while (!expiries_.empty() && expiries_.begin()->t <= now) {
+    const Expiry e = *expiries_.begin();
+    Job& job = *e.job;
+    const Lease* l = FindLease(job, e.attempt);
+    const std::string worker_id = l != nullptr ? l->worker : std::string();
+    const bool orphan = l != nullptr && l->orphan;
     const std::string key = *job.key;
-    if (job.orphan) {
+    if (orphan) {
       ev.failures.push_back(FailLease(
-          job, Status::Unavailable("lease of attempt " + std::to_string(attempt) + " on " +
-                                   worker_id + " from before a coordinator restart: the worker " +
-                                   "did not re-register with it in time")));
+          job, e.attempt,
+          Status::Unavailable("lease of attempt " + std::to_string(e.attempt) + " on " + worker_id +
+                              " from before a coordinator restart: the worker " +
+                              "did not re-register with it in time")));
       continue;
     }
     ev.failures.push_back(
-        FailLease(job, Status::DeadlineExceeded("lease of attempt " + std::to_string(attempt) +
-                                                " on " + worker_id + " expired after " +
-                                                std::to_string(options_.lease_ms) + " ms")));
+        FailLease(job, e.attempt,
+                  Status::DeadlineExceeded("lease of attempt " + std::to_string(e.attempt) +
+                                           " on " + worker_id + " expired after " +
+                                           std::to_string(options_.lease_ms) + " ms")));
     // The worker is presumably still running it: the slot stays occupied until it reports.
     if (auto w = workers_.find(worker_id); w != workers_.end()) {
-      w->second.zombies.insert({key, attempt});
+      w->second.zombies.insert({key, e.attempt});
     }
   }
 
@@ -690,23 +754,56 @@ void Scheduler::Grant(SchedulerEvents* ev) {
     });
     for (Worker* w : order) {
       Job* picked = PickJob(*w);
-      if (picked == nullptr) continue;
-      Job& job = *picked;
-      Dequeue(job);
-      ++job.attempt;
-      ++job.attempts_this_run;
-      SetState(job, State::kLeased);
-      job.lease_worker = w->info.id;
-      job.lease_expires_ms = now + options_.lease_ms;
-      expiries_.emplace(job.lease_expires_ms, &job);
-      w->leases.insert(*job.key);
+      if (picked != nullptr) {
+        Job& job = *picked;
+        Dequeue(job);
+        ++job.attempt;
+        ++job.attempts_this_run;
+        SetState(job, State::kLeased);
+        AddLease(job, *w, job.attempt, now + options_.lease_ms);
+        w->last_model = job.common->model_digest;
+        w->last_grant_seq = ++grant_seq_;
+        ev->grants.push_back({false, w->info.id, *job.key, job.attempt, options_.lease_ms,
+                              now + options_.lease_ms, SpecOf(job)});
+        granted_any = true;
+        continue;
+      }
+      // A hedge goes only to an idle slot, never into a worker's prefetch queue.
+      if (w->Busy() >= w->info.slots) continue;
+      Job* straggler = PickHedge(*w);
+      if (straggler == nullptr) continue;
+      Job& job = *straggler;
+      ++job.attempt;  // a new attempt, not counted in attempts_this_run
+      AddLease(job, *w, job.attempt, now + options_.lease_ms);
       w->last_model = job.common->model_digest;
       w->last_grant_seq = ++grant_seq_;
-      ev->grants.push_back({w->info.id, *job.key, job.attempt, options_.lease_ms,
-                            job.lease_expires_ms, SpecOf(job)});
+      ev->grants.push_back({true, w->info.id, *job.key, job.attempt, options_.lease_ms,
+                            now + options_.lease_ms, SpecOf(job)});
       granted_any = true;
     }
   }
+}
+
+Scheduler::Job* Scheduler::PickHedge(const Worker& w) {
+  if (options_.hedge_after_ms <= 0) return nullptr;
+  const int64_t now = clock_.NowMs();
+  // Leases in deadline order are in start order (one lease_ms for all): the first eligible one
+  // is the slowest.
+  for (const Expiry& e : expiries_) {
+    Job& job = *e.job;
+    if (job.leases.size() != 1) continue;
+    const Lease& l = job.leases.front();
+    if (l.orphan || l.worker == w.info.id) continue;
+    if (now - l.started_ms < options_.hedge_after_ms) continue;
+    if (!CanRun(w, *job.common)) continue;
+    bool wanted = false;  // some campaign of it is still running (not paused)
+    for (int64_t id : job.campaigns) {
+      auto c = campaigns_.find(id);
+      if (c != campaigns_.end() && !c->second.paused) wanted = true;
+    }
+    if (wanted) return &job;
+  }
+  return nullptr;
 }
 
 std::vector<SkippedJob> Scheduler::DropUnschedulable() {
@@ -738,17 +835,20 @@ SchedulerEvents Scheduler::ReleaseAll(const Status& reason) {
   SchedulerEvents ev;
   for (auto& [key, job] : jobs_) {
     if (job.state != State::kLeased) continue;
-    AttemptFailure f;
-    f.job_key = key;
-    f.attempt = job.attempt;
-    f.worker_id = job.lease_worker;
-    f.reason = reason;
-    f.will_retry = true;
-    ClearLease(job);
+    while (!job.leases.empty()) {
+      const Lease l = job.leases.front();
+      AttemptFailure f;
+      f.job_key = key;
+      f.attempt = l.attempt;
+      f.worker_id = l.worker;
+      f.reason = reason;
+      f.will_retry = true;
+      DropLease(job, l.attempt);
+      ev.failures.push_back(std::move(f));
+    }
     job.last_error = reason.ToString();
     SetState(job, State::kQueued);
     Enqueue(job);
-    ev.failures.push_back(std::move(f));
   }
   return ev;
 }
@@ -802,7 +902,7 @@ std::optional<int64_t> Scheduler::NextDeadlineMs() const {
   auto consider = [&next](int64_t t) {
     if (!next || t < *next) next = t;
   };
-  if (!expiries_.empty()) consider(expiries_.begin()->first);
+  if (!expiries_.empty()) consider(expiries_.begin()->t);
   if (!delayed_.empty()) consider(delayed_.begin()->first);
   const int64_t dead_after = options_.heartbeat_interval_ms * options_.heartbeat_liveness;
   for (const auto& [id, w] : workers_) consider(w.last_seen_ms + dead_after + 1);

@@ -26,6 +26,13 @@
 // ago. Within a campaign: job priority, then the model the worker last ran, then the oldest job.
 // Jobs added with AddJob() belong to kDefaultCampaign (priority 0).
 //
+// Straggler hedging (hedge_after_ms > 0): when a worker has a free slot and no queued job it
+// can run (the tail of the work), the scheduler may lease it the job whose lease is oldest, if
+// that lease is older than hedge_after_ms and the job has no second lease yet. The hedge is a
+// new attempt; both attempts are current, the first result wins (the other attempt is then
+// stale, and its worker's slot stays busy until it reports). A failed hedge or primary leaves
+// the job leased under the other; hedges do not count against max_attempts.
+//
 // Recovery: after a coordinator restart, jobs the database still shows leased can be added as
 // orphan leases (AddOrphanLease). A worker that re-registers listing such an attempt in `held`
 // adopts it (no new attempt); otherwise the attempt fails when the orphan grace period ends.
@@ -61,12 +68,14 @@ struct SchedulerOptions {
   int max_attempts = 3;                     // attempts per job in one run (>= 1)
   int64_t orphan_grace_ms = 40'000;         // leases from before a restart wait this long for
                                             // their worker (> reconnect backoff max + liveness)
+  int64_t hedge_after_ms = 0;               // > 0: straggler hedging (below); 0: off
 
   Status Validate() const;
 };
 
 /// A job lease to apply: RecordLease, then send JOB to the worker.
 struct Grant {
+  bool hedge = false;  // a second, speculative lease of a job that is already leased
   std::string worker_id;
   std::string job_key;
   int attempt = 0;
@@ -255,6 +264,15 @@ class Scheduler {
     PrecisionProfile precision;
     std::optional<HttpBackendSpec> http;  // backend "http": the server and its settings
   };
+  // One lease of a job: an attempt on a worker until a deadline.
+  struct Lease {
+    std::string worker;
+    int attempt = 0;
+    int64_t started_ms = 0;
+    int64_t expires_ms = 0;         // orphans: min(lease expiry, end of the grace period)
+    bool orphan = false;            // leased before a restart, not yet adopted by its worker
+    int64_t orphan_expires_ms = 0;  // orphans: the lease's own expiry, kept on adoption
+  };
   struct Job {
     const std::string* key = nullptr;  // the jobs_ map key
     const SpecCommon* common = nullptr;
@@ -265,17 +283,13 @@ class Scheduler {
     bool probe = false;
     State state = State::kQueued;
     bool delayed = false;  // in delayed_ rather than the ready queues
-    bool orphan = false;   // leased before a restart, not yet adopted by its worker
     int priority = 0;
     uint64_t seq = 0;
-    int attempt = 0;  // last attempt number started
+    int attempt = 0;  // the highest attempt number started
     int attempts_this_run = 0;
     int done_attempt = 0;       // the attempt whose result completed the job
     int64_t not_before_ms = 0;  // backoff: not granted before this
-    // The active lease (state kLeased).
-    int64_t lease_expires_ms = 0;         // orphans: min(lease expiry, end of the grace period)
-    int64_t orphan_lease_expires_ms = 0;  // orphans: the lease's own expiry, kept on adoption
-    std::string lease_worker;
+    std::vector<Lease> leases;  // state kLeased: one, or two with a hedge
     std::string last_error;
     std::vector<int64_t> campaigns;  // ids, usually one
   };
@@ -283,6 +297,17 @@ class Scheduler {
     // Deadlines ordered by time, then by job age (deterministic).
     bool operator()(const std::pair<int64_t, Job*>& a, const std::pair<int64_t, Job*>& b) const {
       return a.first != b.first ? a.first < b.first : a.second->seq < b.second->seq;
+    }
+  };
+  // A lease deadline: (time, job, attempt), ordered by time, job age, attempt.
+  struct Expiry {
+    int64_t t = 0;
+    Job* job = nullptr;
+    int attempt = 0;
+    friend bool operator<(const Expiry& a, const Expiry& b) {
+      if (a.t != b.t) return a.t < b.t;
+      if (a.job->seq != b.job->seq) return a.job->seq < b.job->seq;
+      return a.attempt < b.attempt;
     }
   };
   struct ReadyEntry {
@@ -331,16 +356,20 @@ class Scheduler {
   void Dequeue(Job& job);
   void EnqueueIn(Campaign& c, Job& job);
   void DequeueFrom(Campaign& c, Job& job);
-  // Ends the job's current lease as a failed attempt; requeues with backoff or fails the job.
-  AttemptFailure FailLease(Job& job, Status reason);
+  Lease* FindLease(Job& job, int attempt);
+  // Ends one lease of the job as a failed attempt. If it was the last, the job is requeued with
+  // backoff or failed; otherwise it stays leased under its other lease.
+  AttemptFailure FailLease(Job& job, int attempt, Status reason);
+  // Drops a lease's bookkeeping (worker, expiry) and removes it from the job.
+  void DropLease(Job& job, int attempt);
   // An orphan lease becomes the worker's lease again, with its own expiry.
-  void Adopt(Job& job, Worker& w);
-  // Ends the job's lease bookkeeping (worker, expiry, orphan deadline) without a state change.
-  void ClearLease(Job& job);
+  void Adopt(Job& job, Lease& lease, Worker& w);
+  void AddLease(Job& job, Worker& w, int attempt, int64_t expires_ms);
   // Removes a worker, failing its leases.
   void RemoveWorker(const std::string& worker_id, const Status& reason, SchedulerEvents* ev);
   void Grant(SchedulerEvents* ev);
   Job* PickJob(const Worker& w);
+  Job* PickHedge(const Worker& w);
   bool CanRun(const Worker& w, const SpecCommon& c) const;
   // Erases jobs that belong to no campaign any more and are not running.
   void SweepDetached();
@@ -351,9 +380,9 @@ class Scheduler {
   std::map<std::string, Worker> workers_;
   std::map<int64_t, Campaign> campaigns_;
   std::map<std::string, std::unique_ptr<SpecCommon>> spec_pool_;
-  std::set<std::pair<int64_t, Job*>, JobOrder> delayed_;   // (not_before_ms, job)
-  std::set<std::pair<int64_t, Job*>, JobOrder> expiries_;  // (lease_expires_ms, job) of leases
-  std::vector<std::string> detached_;                      // keys of jobs left without a campaign
+  std::set<std::pair<int64_t, Job*>, JobOrder> delayed_;  // (not_before_ms, job)
+  std::set<Expiry> expiries_;                             // every lease's deadline
+  std::vector<std::string> detached_;                     // keys of jobs left without a campaign
   uint64_t next_seq_ = 0;
   uint64_t grant_seq_ = 0;
   int64_t counts_[4] = {0, 0, 0, 0};  // by State

@@ -184,6 +184,12 @@ struct Server::Loop {
       NW_RETURN_IF_ERROR(UpsertWorker(lost.worker_id, "lost"));
     }
     for (const auto& g : ev.grants) {
+      if (g.hedge) {
+        ++summary.hedged;
+        Log("coordinator: hedging job " + g.job_key + " with attempt " + std::to_string(g.attempt) +
+            " on " + g.worker_id + ": its lease is older than " +
+            std::to_string(s.options_.scheduler.hedge_after_ms) + " ms (first result wins)");
+      }
       auto it = identity_of.find(g.worker_id);
       if (it == identity_of.end()) continue;  // cannot happen: grants go to registered workers
       Send(it->second, JobMsg{g.job_key, g.attempt, g.lease_ms, wall + g.lease_ms, g.spec});

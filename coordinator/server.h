@@ -78,6 +78,7 @@ struct RunSummary {
   int64_t workers_lost = 0;             // declared dead (missed heartbeats)
   int64_t control_requests = 0;         // Serve(): control requests answered (errors included)
   int64_t orphans_adopted = 0;          // Serve(): leases from before a restart kept
+  int64_t hedged = 0;                   // second leases of straggling jobs (hedge_after_ms)
   bool stopped = false;                 // Stop() ended the run before the campaign finished
 };
 

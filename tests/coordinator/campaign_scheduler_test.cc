@@ -302,6 +302,112 @@ TEST_F(CampaignSchedulerTest, PrefetchAndMatchingOnModelsAndEngineVersions) {
             Spec(ev.grants[0].spec.trial, ev.grants[0].spec.model_digest).Key());
 }
 
+// Two single-slot workers; "a" runs j0 (the straggler), "b" finishes j1 and then idles.
+struct HedgeSetup {
+  Grant straggler;
+};
+
+HedgeSetup StartStraggler(Scheduler& s, FakeClock& clock) {
+  HedgeSetup h;
+  EXPECT_TRUE(s.AddJob("j0", Spec(0), 0).ok());
+  s.OnReady(Worker("a", 1), {});
+  h.straggler = s.Tick().grants.at(0);
+  EXPECT_TRUE(s.AddJob("j1", Spec(1), 0).ok());
+  s.OnReady(Worker("b", 1), {});
+  const Grant quick = s.Tick().grants.at(0);
+  EXPECT_EQ(quick.worker_id, "b");
+  EXPECT_EQ(s.OnResult("b", ResultFor(quick)).verdict, ResultVerdict::kCommit);
+  clock.Advance(500);
+  EXPECT_TRUE(s.OnHeartbeat("a").ok());
+  EXPECT_TRUE(s.OnHeartbeat("b").ok());
+  EXPECT_TRUE(s.Tick().grants.empty());  // not old enough yet
+  clock.Advance(500);
+  EXPECT_TRUE(s.OnHeartbeat("a").ok());
+  EXPECT_TRUE(s.OnHeartbeat("b").ok());
+  return h;
+}
+
+SchedulerOptions HedgeOptions() {
+  SchedulerOptions o = Options();
+  o.hedge_after_ms = 1000;
+  o.max_attempts = 1;  // hedges do not count against it
+  return o;
+}
+
+TEST_F(CampaignSchedulerTest, SlowestLeaseIsHedgedOnAnIdleWorkerAndTheFirstResultWins) {
+  Scheduler s(clock_, HedgeOptions());
+  const HedgeSetup h = StartStraggler(s, clock_);
+  auto ev = s.Tick();
+  ASSERT_EQ(ev.grants.size(), 1u);
+  const Grant hedge = ev.grants[0];
+  EXPECT_TRUE(hedge.hedge);
+  EXPECT_EQ(hedge.worker_id, "b");
+  EXPECT_EQ(hedge.job_key, "j0");
+  EXPECT_EQ(hedge.attempt, 2);
+  EXPECT_EQ(s.Counts().leased, 1);       // one job, two leases
+  EXPECT_TRUE(s.Tick().grants.empty());  // at most one hedge per job
+  // The hedge answers first: committed. The straggler's answer is then stale.
+  EXPECT_EQ(s.OnResult("b", ResultFor(hedge)).verdict, ResultVerdict::kCommit);
+  auto late = s.OnResult("a", ResultFor(h.straggler));
+  EXPECT_EQ(late.verdict, ResultVerdict::kStale);
+  EXPECT_NE(late.reason.find("already done by attempt 2"), std::string::npos) << late.reason;
+  EXPECT_TRUE(s.Finished());
+}
+
+TEST_F(CampaignSchedulerTest, TheStragglerCanStillWinAndTheHedgeSlotWaitsForItsReport) {
+  Scheduler s(clock_, HedgeOptions());
+  const HedgeSetup h = StartStraggler(s, clock_);
+  const Grant hedge = s.Tick().grants.at(0);
+  EXPECT_EQ(s.OnResult("a", ResultFor(h.straggler)).verdict, ResultVerdict::kCommit);
+  // b still runs the hedge: its slot is busy until it reports.
+  ASSERT_TRUE(s.AddJob("j2", Spec(2), 0).ok());
+  auto ev = s.Tick();
+  ASSERT_EQ(ev.grants.size(), 1u);
+  EXPECT_EQ(ev.grants[0].worker_id, "a");
+  EXPECT_EQ(s.OnResult("b", ResultFor(hedge)).verdict, ResultVerdict::kStale);
+}
+
+TEST_F(CampaignSchedulerTest, LosingOneOfTwoLeasesKeepsTheJobLeased) {
+  Scheduler s(clock_, HedgeOptions());
+  const HedgeSetup h = StartStraggler(s, clock_);
+  const Grant hedge = s.Tick().grants.at(0);
+  // The hedging worker leaves: its attempt fails, the straggler's lease carries on.
+  auto ev = s.OnDisconnect("b", "bye");
+  ASSERT_EQ(ev.failures.size(), 1u);
+  EXPECT_EQ(ev.failures[0].attempt, hedge.attempt);
+  EXPECT_TRUE(ev.failures[0].will_retry);
+  EXPECT_EQ(s.StateOf("j0"), "leased");
+  // The straggler's worker dies too: now the job is out of leases, and with max_attempts 1
+  // (hedges are not counted) it fails.
+  clock_.Advance(3001);
+  ev = s.Tick();
+  ASSERT_EQ(ev.failures.size(), 1u);
+  EXPECT_EQ(ev.failures[0].attempt, h.straggler.attempt);
+  EXPECT_FALSE(ev.failures[0].will_retry);
+  EXPECT_EQ(s.StateOf("j0"), "failed");
+}
+
+TEST_F(CampaignSchedulerTest, NoHedgeWhileWorkIsQueuedOrWhenOff) {
+  Scheduler s(clock_, HedgeOptions());
+  const HedgeSetup h = StartStraggler(s, clock_);
+  ASSERT_TRUE(s.AddJob("j2", Spec(2), 0).ok());
+  auto ev = s.Tick();
+  ASSERT_EQ(ev.grants.size(), 1u);
+  EXPECT_FALSE(ev.grants[0].hedge);  // queued work first
+  EXPECT_EQ(ev.grants[0].job_key, "j2");
+
+  FakeClock clock2;
+  SchedulerOptions off = HedgeOptions();
+  off.hedge_after_ms = 0;
+  Scheduler s2(clock2, off);
+  StartStraggler(s2, clock2);
+  clock2.Advance(100'000 - 1000);
+  ASSERT_TRUE(s2.OnHeartbeat("a").ok());
+  ASSERT_TRUE(s2.OnHeartbeat("b").ok());
+  EXPECT_TRUE(s2.Tick().grants.empty());
+  (void)h;
+}
+
 TEST_F(CampaignSchedulerTest, RequeuePutsAFinishedJobBack) {
   Scheduler s(clock_, Options());
   ASSERT_TRUE(s.AddJob("k", Spec(0), 0).ok());

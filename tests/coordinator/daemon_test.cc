@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -524,6 +525,91 @@ TEST_F(DaemonTest, RestartClosesLeasesOfCancelledCampaigns) {
   ASSERT_EQ(attempts->size(), 1u);
   EXPECT_EQ((*attempts)[0].status, "failed");
   EXPECT_EQ((*attempts)[0].error_code, "cancelled");
+}
+
+// An executor that holds its job until released (a straggler).
+class GateExecutor : public JobExecutor {
+ public:
+  JobResult Execute(const JobSpec&, const std::string& key, int attempt) override {
+    std::unique_lock<std::mutex> l(mu_);
+    started_ = true;
+    cv_.notify_all();
+    cv_.wait(l, [&] { return open_; });
+    JobResult r;
+    r.job_key = key;
+    r.attempt = attempt;
+    r.outcome = Outcome::kMiss;
+    r.device = "gate";
+    return r;
+  }
+  json Capabilities() const override { return json{{"backends", {"cpu"}}, {"device", "gate"}}; }
+  bool WaitStarted() {
+    std::unique_lock<std::mutex> l(mu_);
+    return cv_.wait_for(l, std::chrono::milliseconds(kDeadlineMs), [&] { return started_; });
+  }
+  void Open() {
+    std::lock_guard<std::mutex> l(mu_);
+    open_ = true;
+    cv_.notify_all();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool started_ = false;
+  bool open_ = false;
+};
+
+TEST_F(DaemonTest, AStragglerAtTheTailIsHedgedAndTheFirstResultWins) {
+  ServerOptions so = Options();
+  so.scheduler.hedge_after_ms = 300;
+  StartServer(so);
+  ControlClient c = Client();
+  ASSERT_TRUE(c.Submit(Campaign("tail", 10, 100)).ok());
+  // The straggler registers first and takes one job, which it holds.
+  WorkerOptions wo;
+  wo.endpoint = endpoint_;
+  wo.worker_id = "straggler";
+  wo.heartbeat_interval_ms = 50;
+  std::vector<std::unique_ptr<JobExecutor>> ex;
+  ex.push_back(std::make_unique<GateExecutor>());
+  GateExecutor& gate = static_cast<GateExecutor&>(*ex[0]);
+  workers_.push_back(std::make_unique<Worker>(ctx_, clock_, wo, std::move(ex)));
+  Worker& straggler = *workers_.back();
+  worker_threads_.emplace_back([&straggler] { EXPECT_TRUE(straggler.Run().ok()); });
+  ASSERT_TRUE(gate.WaitStarted());
+  // A fast worker does the rest, then runs the straggler's job a second time.
+  StartWorker("fast", 1);
+  ASSERT_TRUE(WaitUntil([&] { return StatusOf(c, "tail").done == 10; })) << Log();
+  EXPECT_NE(Log().find("hedging job"), std::string::npos) << Log();
+  // The straggler's answer arrives late: rejected (the finished campaign has left the
+  // scheduler by then), nothing written.
+  gate.Open();
+  ASSERT_TRUE(WaitUntil([&] { return straggler.Stats().acks == 1; })) << Log();
+  EXPECT_NE(Log().find("coordinator: rejected"), std::string::npos) << Log();
+  auto summary = StopServer();
+  ASSERT_TRUE(summary.ok());
+  EXPECT_EQ(summary->hedged, 1);
+  EXPECT_EQ(summary->committed, 10);
+  auto id = store_->FindCampaign("tail");
+  ASSERT_TRUE(id.ok() && id->has_value());
+  auto results = store_->Results((*id)->id);
+  ASSERT_TRUE(results.ok());
+  ASSERT_EQ(results->size(), 10u);
+  int hedged_jobs = 0;
+  for (const auto& r : *results) {
+    EXPECT_EQ(r.worker_id, "fast");
+    auto attempts = store_->Attempts(r.job_key);
+    ASSERT_TRUE(attempts.ok());
+    if (attempts->size() == 2) {
+      ++hedged_jobs;
+      EXPECT_EQ((*attempts)[0].worker_id, "straggler");
+      EXPECT_EQ((*attempts)[0].status, "stale");
+      EXPECT_EQ((*attempts)[1].status, "ok");
+      EXPECT_EQ(r.attempt, 2);
+    }
+  }
+  EXPECT_EQ(hedged_jobs, 1);
 }
 
 TEST_F(DaemonTest, CurveAdmitsKeysOnTheAllowListOnly) {
