@@ -556,6 +556,12 @@ Status Scheduler::OnHeartbeat(const std::string& worker_id) {
   return Status::Ok();
 }
 
+void Scheduler::ExcuseSilence(int64_t ms) {
+  if (ms <= 0) return;
+  const int64_t now = clock_.NowMs();
+  for (auto& [id, w] : workers_) w.last_seen_ms = std::min(now, w.last_seen_ms + ms);
+}
+
 ResultDecision Scheduler::OnResult(const std::string& worker_id, const JobResult& r) {
   ResultDecision d;
   auto wit = workers_.find(worker_id);

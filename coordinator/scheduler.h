@@ -219,6 +219,9 @@ class Scheduler {
   SchedulerEvents OnReady(const WorkerInfo& info, const std::vector<AttemptRef>& held);
   /// Any message from a registered worker proves it alive. NotFound if unknown.
   Status OnHeartbeat(const std::string& worker_id);
+  /// The coordinator itself was busy for `ms` (a long database write) and heard nobody: every
+  /// registered worker counts as heard from `ms` later, so that stall is not held against them.
+  void ExcuseSilence(int64_t ms);
   /// RESULT from a worker (also counts as a heartbeat).
   ResultDecision OnResult(const std::string& worker_id, const JobResult& result);
   /// DISCONNECT: the worker is gone; its leases fail at once (attempt failures).

@@ -669,7 +669,10 @@ struct Server::Loop {
       return Status::Ok();
     }
     if (auto* sub = std::get_if<SubmitRequest>(&*req)) {
+      // Writing a large campaign keeps the loop busy; workers could not be heard meanwhile.
+      const int64_t t0 = s.clock_.NowMs();
       OnSubmit(identity, std::move(*sub));
+      scheduler.ExcuseSilence(s.clock_.NowMs() - t0);
     } else if (auto* st = std::get_if<StatusRequest>(&*req)) {
       auto reply = BuildStatus(st->campaign);
       if (reply.ok()) {

@@ -408,6 +408,17 @@ TEST_F(CampaignSchedulerTest, NoHedgeWhileWorkIsQueuedOrWhenOff) {
   (void)h;
 }
 
+TEST_F(CampaignSchedulerTest, TheCoordinatorsOwnStallIsNotHeldAgainstWorkers) {
+  Scheduler s(clock_, Options());
+  s.OnReady(Worker("w", 1), {});
+  clock_.Advance(2500);
+  s.ExcuseSilence(2500);  // e.g. a long submission was being written
+  clock_.Advance(2500);
+  EXPECT_TRUE(s.Tick().lost_workers.empty());
+  clock_.Advance(501);
+  EXPECT_EQ(s.Tick().lost_workers.size(), 1u);
+}
+
 TEST_F(CampaignSchedulerTest, RequeuePutsAFinishedJobBack) {
   Scheduler s(clock_, Options());
   ASSERT_TRUE(s.AddJob("k", Spec(0), 0).ok());
