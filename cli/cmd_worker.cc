@@ -31,6 +31,7 @@
 #include "common/clock.h"
 #include "coordinator/curve.h"
 #include "coordinator/process_util.h"
+#include "engine/checkpoint/model_files.h"
 #include "engine/engine.h"
 #include "worker/engine_executor.h"
 #include "worker/worker.h"
@@ -54,6 +55,7 @@ struct WorkerArgs {
   std::string server_key;
   std::string curve_key;
   std::string test_executor;
+  std::vector<std::string> models;
   bool verbose = false;
 };
 
@@ -213,6 +215,7 @@ int RunWorker(const WorkerArgs& a, const Globals& g) {
     if (a.prefetch >= 0) tail.insert(tail.end(), {"--prefetch", std::to_string(a.prefetch)});
     if (!a.server_key.empty()) tail.insert(tail.end(), {"--server-key", a.server_key});
     if (!a.curve_key.empty()) tail.insert(tail.end(), {"--curve-key", a.curve_key});
+    for (const auto& m : a.models) tail.insert(tail.end(), {"--model", m});
     return RunPerGpu(a, g, tail);
   }
 
@@ -239,6 +242,19 @@ int RunWorker(const WorkerArgs& a, const Globals& g) {
     wo.curve_secret_key = mine->secret_key;
   }
   json extra = HostFacts();
+  if (!a.models.empty()) {
+    // Only jobs of these models (matched by digest), e.g. the ones this host has on disk.
+    json digests = json::array();
+    for (const auto& dir : a.models) {
+      auto files = LocateModel(dir);
+      if (!files.ok()) {
+        std::cerr << "nw worker: --model " << dir << ": " << files.status().ToString() << "\n";
+        return 2;
+      }
+      digests.push_back(files->digest);
+    }
+    extra["models"] = digests;
+  }
   extra["prefetch"] = a.prefetch >= 0 ? a.prefetch : a.slots;
   extra["engine_versions"] = json::array({std::string(kEngineVersion)});
 
@@ -331,6 +347,8 @@ void RegisterWorker(CLI::App& app, Globals& g) {
   cmd->add_option("--prefetch", a->prefetch,
                   "Jobs queued locally beyond the slots (default: one per slot)");
   cmd->add_option("--id", a->id, "Worker id, unique per coordinator (default: HOST-PID)");
+  cmd->add_option("--model", a->models,
+                  "Only run jobs of this model folder (repeatable; default: any model)");
   cmd->add_option("--heartbeat-ms", a->heartbeat_ms, "Heartbeat interval (as the coordinator's)")
       ->capture_default_str();
   cmd->add_option("--server-key", a->server_key,

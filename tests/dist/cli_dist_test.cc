@@ -76,6 +76,33 @@ TEST(CliDistTest, SubmitWorkStatusPauseResumeCancel) {
   EXPECT_NE(gone.out.find("no reply from a coordinator"), std::string::npos) << gone.out;
 }
 
+TEST(CliDistTest, WorkersOnlyGetJobsOfTheModelsTheyList) {
+  Workspace ws("models");
+  ASSERT_TRUE(ws.MakeModel());
+  // Another model: same architecture, other weights, so another digest.
+  CommandResult other = Sh(std::string(NW_BIN) + " model init --config " + NW_SOURCE_DIR +
+                           "/models/configs/tiny-a.json --seed 8 " + (ws.dir() / "other").string());
+  ASSERT_EQ(other.exit_code, 0) << other.out;
+  auto coordinator = ws.StartCoordinator(kFast);
+  const std::string c = " --coordinator " + ws.endpoint();
+  ASSERT_EQ(Sh(ws.Nw("submit " + ws.Campaign("m", 3, 3, 2).string() + c)).exit_code, 0);
+  std::vector<std::string> wrong = Worker(2);
+  wrong.insert(wrong.end(), {"--model", (ws.dir() / "other").string()});
+  auto w_other = ws.StartWorker("has-other", wrong);
+  ASSERT_TRUE(WaitUntil(
+      [&] { return Sh(ws.Nw("status" + c)).out.find("has-other") != std::string::npos; }, 20'000));
+  std::vector<std::string> right = Worker(2);
+  right.insert(right.end(), {"--model", (ws.dir() / "model").string()});
+  auto w_right = ws.StartWorker("has-model", right);
+  Db db(ws.db());
+  ASSERT_TRUE(WaitUntil([&] { return db.Int("SELECT COUNT(*) FROM results") == 18; }, 30'000))
+      << coordinator->Log();
+  EXPECT_EQ(db.Int("SELECT COUNT(*) FROM attempts WHERE worker_id = 'has-other'"), 0);
+  ExpectEveryJobExactlyOnce(db, "m", 18);
+  CommandResult bad = Sh(ws.Nw("worker" + c + " --model " + (ws.dir() / "nope").string()));
+  EXPECT_EQ(bad.exit_code, 2) << bad.out;
+}
+
 TEST(CliDistTest, RefusalsAndBadArguments) {
   Workspace ws("refuse");
   // Plain TCP beyond loopback needs --insecure or CURVE keys.
