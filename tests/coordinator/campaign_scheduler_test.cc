@@ -419,6 +419,38 @@ TEST_F(CampaignSchedulerTest, TheCoordinatorsOwnStallIsNotHeldAgainstWorkers) {
   EXPECT_EQ(s.Tick().lost_workers.size(), 1u);
 }
 
+TEST_F(CampaignSchedulerTest, AGrantCarriesEveryFieldOfTheSpec) {
+  // The scheduler keeps specs in two parts (shared, per job); what it grants must be the spec
+  // it was given, field for field. A field added to JobSpec and not carried fails here.
+  JobSpec full = Spec(3, "m9", "http");
+  full.model_dir = "/srv/models/m9";
+  full.engine_version = "e9";
+  full.task = "niah-multikey";
+  full.haystack = "essay";
+  full.context_length = 12345;
+  full.needle_position = -30;
+  full.topk = 77;
+  full.precision = NamedPrecisionProfile("fp8-index").value();
+  full.seed = 99;
+  full.max_new_tokens = 7;
+  full.probe = true;
+  HttpBackendSpec http;
+  http.url = "http://server:8000";
+  http.model = "m";
+  http.api = "chat";
+  http.headers = {{"X-A", "b"}};
+  http.concurrency = 3;
+  full.http = http;
+  Scheduler s(clock_, Options());
+  ASSERT_TRUE(s.AddJob(full.Key(), full, 0).ok());
+  WorkerInfo w = Worker("w", 1);
+  w.capabilities["backends"] = {"http"};
+  s.OnReady(w, {});
+  const Grant g = s.Tick().grants.at(0);
+  EXPECT_EQ(g.spec.ToJson(), full.ToJson());
+  EXPECT_EQ(g.spec.Key(), full.Key());
+}
+
 TEST_F(CampaignSchedulerTest, RequeuePutsAFinishedJobBack) {
   Scheduler s(clock_, Options());
   ASSERT_TRUE(s.AddJob("k", Spec(0), 0).ok());
