@@ -15,9 +15,10 @@
 //    truncated, empty, timeout, and non-retryable engine errors. Such a result IS the job's
 //    result row (outcome engine_error for the latter) and the job is done.
 //
-// Fencing: a RESULT is accepted only for the current lease of the job, from the worker holding
-// it. Results of superseded attempts (expired, requeued) are rejected, as are results from
-// unknown workers; a repeat of the attempt that completed the job is a duplicate (re-ACKed).
+// Fencing: a RESULT is accepted only for a current lease of the job (one, or two with a hedge),
+// from the worker holding it. Results of superseded attempts (expired, requeued) are rejected, as
+// are results from unknown workers; a repeat of the attempt that completed the job is a duplicate
+// (re-ACKed).
 //
 // Campaigns: every job belongs to one or more campaigns (a job key shared by two campaigns is one
 // job, run once). Campaigns have a priority and may be paused. Across campaigns a free slot goes

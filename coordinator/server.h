@@ -86,12 +86,12 @@ struct ServerOptions {
   std::string endpoint;  // bound by Run()
   SchedulerOptions scheduler;
   size_t max_frame_bytes = kDefaultMaxFrameBytes;
-  int result_batch_size = 64;    // commit when this many results wait ...
-  int64_t result_batch_ms = 50;  // ... or the oldest has waited this long
+  int result_batch_size = 64;     // commit when this many results wait ...
+  int64_t result_batch_ms = 50;   // ... or the oldest has waited this long
   int64_t grant_interval_ms = 2;  // leases are granted and recorded at most this often (one
                                   // transaction for all of them; 0: after every wake-up)
-  int expected_workers = 0;      // > 0: once this many workers registered, queued jobs
-                                 // none of them can run are skipped (embedded runs)
+  int expected_workers = 0;       // > 0: once this many workers registered, queued jobs
+                                  // none of them can run are skipped (embedded runs)
   std::function<void(const ServerProgress&)> on_progress;  // on change, from Run()'s thread
   std::function<void(std::string_view)> log;               // see "Threads" above
   /// Called once the endpoint is bound, with the address actually bound (tcp://127.0.0.1:*
