@@ -86,9 +86,7 @@ Result<std::unique_ptr<Engine>> CreateEngine(ModelConfig config, Tokenizer token
   return engine;
 }
 
-Result<std::unique_ptr<Engine>> LoadEngine(const std::filesystem::path& model_dir,
-                                           const EngineOptions& options) {
-  NW_RETURN_IF_ERROR(BackendFor(options.backend).status());
+Result<LoadedModel> LoadModelFolder(const std::filesystem::path& model_dir) {
   NW_ASSIGN_OR_RETURN(ModelFiles files, LocateModel(model_dir));
   auto config = LoadModelConfig(files.config);
   if (!config.ok()) return config.status().WithContext(files.config.string());
@@ -104,9 +102,18 @@ Result<std::unique_ptr<Engine>> LoadEngine(const std::filesystem::path& model_di
   if (!archive.ok()) return archive.status().WithContext(files.dir.string());
   auto weights = LoadModelWeights(*archive, *config);
   if (!weights.ok()) return weights.status().WithContext(archive->source());
-  auto engine = CreateEngine(std::move(config).value(), std::move(tokenizer).value(),
-                             std::move(weights).value(), files.digest, options);
-  if (!engine.ok()) return engine.status().WithContext(files.dir.string());
+  LoadedModel m{std::move(files), std::move(config).value(), std::move(tokenizer).value(),
+                std::move(weights).value()};
+  return m;
+}
+
+Result<std::unique_ptr<Engine>> LoadEngine(const std::filesystem::path& model_dir,
+                                           const EngineOptions& options) {
+  NW_RETURN_IF_ERROR(BackendFor(options.backend).status());
+  NW_ASSIGN_OR_RETURN(LoadedModel m, LoadModelFolder(model_dir));
+  auto engine = CreateEngine(std::move(m.config), std::move(m.tokenizer), std::move(m.weights),
+                             m.files.digest, options);
+  if (!engine.ok()) return engine.status().WithContext(m.files.dir.string());
   return engine;
 }
 

@@ -16,8 +16,10 @@
 
 #include "common/status.h"
 #include "engine/checkpoint/config.h"
+#include "engine/checkpoint/model_files.h"
 #include "engine/checkpoint/weights.h"
 #include "engine/precision.h"
+#include "engine/text/tokenizer.h"
 
 namespace nw {
 
@@ -99,6 +101,16 @@ class Engine {
   virtual const std::string& model_digest() const = 0;
   virtual Result<GenerateResult> Generate(const GenerateRequest& request) = 0;
 };
+
+/// A model folder read and checked, not yet bound to a backend: what LoadEngine and `nw serve`
+/// both start from. Errors name the file at fault.
+struct LoadedModel {
+  ModelFiles files;
+  ModelConfig config;
+  Tokenizer tokenizer;
+  ModelWeights weights;
+};
+Result<LoadedModel> LoadModelFolder(const std::filesystem::path& model_dir);
 
 /// Loads DIR (config.json, model.safetensors or an index, tokenizer.json) on a backend. Errors
 /// name the file at fault.

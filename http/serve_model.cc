@@ -85,28 +85,15 @@ Result<std::unique_ptr<ServeModel>> ServeModel::Load(const std::filesystem::path
     return Status::Unsupported("nw serve runs the CPU backends (cpu, cpu-paged), not '" + backend +
                                "'");
   }
-  NW_ASSIGN_OR_RETURN(ModelFiles files, LocateModel(dir));
-  auto config = LoadModelConfig(files.config);
-  if (!config.ok()) return config.status().WithContext(files.config.string());
-  auto tokenizer = Tokenizer::Load(files.tokenizer);
-  if (!tokenizer.ok()) return tokenizer.status().WithContext(files.tokenizer.string());
-  if (tokenizer->vocab_size() > config->vocab_size) {
-    return Status::InvalidArgument(
-        files.tokenizer.string() + ": tokenizer has " + std::to_string(tokenizer->vocab_size()) +
-        " ids, more than the model's vocab_size " + std::to_string(config->vocab_size) + " in " +
-        files.config.string());
-  }
-  auto archive = SafetensorsArchive::Open(files.dir);
-  if (!archive.ok()) return archive.status().WithContext(files.dir.string());
-  auto weights = LoadModelWeights(*archive, *config);
-  if (!weights.ok()) return weights.status().WithContext(archive->source());
-  NW_RETURN_IF_ERROR(config->Validate());
-  NW_RETURN_IF_ERROR(cpu::ValidateWeights(*config, *weights).WithContext(files.dir.string()));
+  NW_ASSIGN_OR_RETURN(LoadedModel loaded, LoadModelFolder(dir));
+  NW_RETURN_IF_ERROR(loaded.config.Validate());
+  NW_RETURN_IF_ERROR(
+      cpu::ValidateWeights(loaded.config, loaded.weights).WithContext(loaded.files.dir.string()));
   auto m = std::make_unique<ServeModel>(Private{});
-  m->config_ = *std::move(config);
-  m->tokenizer_ = *std::move(tokenizer);
-  m->weights_ = *std::move(weights);
-  m->digest_ = files.digest;
+  m->config_ = std::move(loaded.config);
+  m->tokenizer_ = std::move(loaded.tokenizer);
+  m->weights_ = std::move(loaded.weights);
+  m->digest_ = loaded.files.digest;
   m->backend_ = backend;
   m->layout_ = options->layout;
   m->prefill_chunk_ = options->prefill_chunk;
