@@ -200,7 +200,7 @@ TEST_F(ExperimentsTest, QuickstartIsSmallAndOnTheCpu) {
   }
   EXPECT_EQ(c->matrix[static_cast<size_t>(Axis::kBackend)][0].name(), "cpu");
   EXPECT_EQ(c->matrix[static_cast<size_t>(Axis::kPrecision)][0].name(), "fp32");
-  EXPECT_EQ(c->matrix[static_cast<size_t>(Axis::kTopk)][0].integer(), 16);
+  EXPECT_EQ(c->matrix[static_cast<size_t>(Axis::kTopk)][0].integer(), 64);
 }
 
 TEST_F(ExperimentsTest, IndexKeyProfilesDifferOnlyInIndexK) {
