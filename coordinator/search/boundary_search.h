@@ -1,0 +1,124 @@
+// LineSearch: adaptive boundary search along one line of a campaign (one configuration and needle
+// position; the context lengths of the campaign's grid, shortest first). Pure: it is told the
+// outcome of each trial it asked for and answers which trials to run next. docs/campaigns.md
+// ("Boundary search") describes the algorithm and the campaign's `search:` key.
+//
+// A length is
+//   failing  when some answer at it missed (one miss is enough, as in the grid's report);
+//   passing  when it has at least `first_trials` answers and all passed (or fewer, all passing,
+//            when its pool of `max_trials` trials is spent);
+//   dead     when its whole pool ran and gave no answer (engine errors, timeouts, ...);
+//   open     otherwise (not run yet, or short of answers).
+// The bracket is hi = the shortest failing length (or one past the grid) and lo = the longest
+// passing length below hi (or one before the grid). While hi - lo > 1 the search runs
+// `first_trials` trials at the middle index (bisection on the grid's index, i.e. geometrically
+// for a geometric grid). Once lo and hi are adjacent it adds one trial to each side (while its
+// pool lasts) until the two-sided Wilson intervals separate: upper(hi) < lower(lo). A miss found
+// while confirming lo moves the bracket down and bisection resumes. Trials of a length run in
+// order 0, 1, 2, ..., so they are the grid's trials (the same job keys).
+//
+// Bisection assumes that retrieval, once lost, stays lost at longer lengths. On data that is not
+// monotone it still ends at an adjacent passing/failing pair, one of the transitions; lengths it
+// skipped may disagree (the grid shows them; docs/campaigns.md says when to prefer it).
+//
+// The search waits for every trial it issued before deciding again, so its decisions depend only
+// on the set of outcomes, not on the order they arrived in: replaying the outcomes stored in the
+// database reproduces the same decisions (restart recovery).
+//
+// Thread-safety: a value type; no shared state.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+
+namespace nw::search {
+
+enum class TrialOutcome {
+  kPass,
+  kMiss,
+  kNoAnswer,  // truncated, empty, engine_error, timeout, or the job failed: never a miss
+};
+
+/// One trial to run: the `trial`-th trial at lengths[length_index].
+struct Probe {
+  size_t length_index = 0;
+  int trial = 0;
+  friend bool operator==(const Probe&, const Probe&) = default;
+};
+
+enum class LineState {
+  kRunning,      // trials pending, or more to issue
+  kConverged,    // adjacent lengths, intervals separated
+  kAllPass,      // the longest length passes
+  kAllFail,      // the shortest length fails
+  kUnseparated,  // adjacent lengths, both pools spent, intervals still overlap
+  kBudget,       // the line's job budget is spent
+  kNoAnswers,    // a length the search needs gave no answer in its whole pool
+};
+/// running, converged, all-pass, all-fail, unseparated, budget, no-answers.
+std::string_view LineStateName(LineState s);
+
+struct LineVerdict {
+  LineState state = LineState::kRunning;
+  std::optional<size_t> pass_index;  // lo: the longest passing length below fail_index
+  std::optional<size_t> fail_index;  // hi: the shortest failing length
+  int64_t jobs = 0;                  // trials issued
+};
+
+struct LineSearchOptions {
+  int first_trials = 1;           // trials at a length before it is called passing (>= 1)
+  int max_trials = 1;             // the pool: trials a length may get at most (>= first_trials)
+  double z = 1.959963984540054;   // Wilson z (two-sided 95 %)
+  std::optional<int64_t> budget;  // trials this line may issue at most (>= 1)
+};
+
+/// z of a two-sided Wilson interval at `confidence` (0 < confidence < 1): 0.95 -> 1.96.
+Result<double> TwoSidedZ(double confidence);
+/// The Wilson score interval's bounds (n = 0: [0, 1]).
+double WilsonLower(int64_t passes, int64_t n, double z);
+double WilsonUpper(int64_t passes, int64_t n, double z);
+
+class LineSearch {
+ public:
+  /// InvalidArgument for no lengths or options out of range.
+  static Result<LineSearch> Create(size_t lengths, const LineSearchOptions& options);
+
+  /// Records the outcome of an issued trial. InvalidArgument for a trial that was not issued,
+  /// FailedPrecondition for one already recorded.
+  Status Observe(size_t length_index, int trial, TrialOutcome outcome);
+  /// The trials to run now (they count as issued). Empty while issued trials are pending, and
+  /// once the line is finished.
+  std::vector<Probe> Next();
+
+  LineVerdict Verdict() const;
+  bool finished() const { return state_ != LineState::kRunning; }
+  int pending() const { return pending_; }
+  size_t lengths() const { return trials_.size(); }
+
+ private:
+  struct Stats {
+    int issued = 0, answers = 0, passes = 0;
+  };
+  enum class Kind { kOpen, kPassing, kFailing, kDead };
+
+  LineSearch(size_t lengths, const LineSearchOptions& options);
+  Stats StatsAt(size_t i) const;
+  Kind KindAt(size_t i) const;
+  // Issues up to `count` more trials at index i (bounded by the pool and the budget).
+  void Issue(size_t i, int count, std::vector<Probe>* out);
+  void Finish(LineState s) { state_ = s; }
+
+  LineSearchOptions options_;
+  std::vector<std::vector<std::optional<TrialOutcome>>> trials_;  // [length][trial]
+  int pending_ = 0;
+  int64_t issued_ = 0;
+  LineState state_ = LineState::kRunning;
+  std::optional<size_t> lo_, hi_;
+};
+
+}  // namespace nw::search
