@@ -6,6 +6,7 @@
 #include "engine/checkpoint/loader.h"
 #include "engine/checkpoint/model_files.h"
 #include "engine/checkpoint/safetensors.h"
+#include "engine/cpu/batch.h"
 #include "engine/cpu/generate.h"
 #include "engine/cpu/sequence.h"
 #include "engine/text/tokenizer.h"
@@ -36,6 +37,16 @@ class CpuEngine final : public Engine {
   Result<GenerateResult> Generate(const GenerateRequest& request) override {
     NW_RETURN_IF_ERROR(request.precision.Validate());
     return cpu::Generate(config_, WeightsFor(request.precision.weights), request, options_);
+  }
+
+  Result<std::vector<GenerateResult>> GenerateBatch(
+      std::span<const GenerateRequest> requests) override {
+    std::vector<const ModelWeights*> weights;
+    for (const GenerateRequest& r : requests) {
+      NW_RETURN_IF_ERROR(r.precision.Validate());
+      weights.push_back(&WeightsFor(r.precision.weights));
+    }
+    return cpu::GenerateBatch(config_, weights, requests, options_);
   }
 
  private:
@@ -71,6 +82,16 @@ Result<cpu::BackendOptions> BackendFor(const std::string& name) {
 }
 
 }  // namespace
+
+Result<std::vector<GenerateResult>> Engine::GenerateBatch(
+    std::span<const GenerateRequest> requests) {
+  std::vector<GenerateResult> results;
+  for (const GenerateRequest& r : requests) {
+    NW_ASSIGN_OR_RETURN(GenerateResult one, Generate(r));
+    results.push_back(std::move(one));
+  }
+  return results;
+}
 
 std::vector<std::string> AvailableBackends() { return {"cpu", "cpu-paged"}; }
 

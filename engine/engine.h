@@ -1,7 +1,8 @@
 // Engine: needlework's DeepSeek-V4 inference engine, the API the worker calls.
 //
 // An Engine owns one loaded model (config, tokenizer, weights) on one backend. Generate() runs a
-// prompt through prefill and greedy step decode, optionally capturing indexer probes.
+// prompt through prefill and greedy step decode, optionally capturing indexer probes;
+// GenerateBatch() runs several prompts with their decode steps batched.
 // Thread-safety: an Engine is used by one thread at a time (one engine per worker slot); Load()
 // is safe to call concurrently for different engines.
 #pragma once
@@ -100,6 +101,12 @@ class Engine {
   /// sha256 digests of the weights files, tokenizer.json and config.json, combined.
   virtual const std::string& model_digest() const = 0;
   virtual Result<GenerateResult> Generate(const GenerateRequest& request) = 0;
+  /// Runs several requests together; result i is request i's, with the same tokens, stop flag
+  /// and probes as Generate(request i). The CPU backends decode them in batched steps (one pass
+  /// over the weights per step for every request; engine/cpu/batch.h); the default runs Generate
+  /// for each in turn. An error in any request fails the call.
+  virtual Result<std::vector<GenerateResult>> GenerateBatch(
+      std::span<const GenerateRequest> requests);
 };
 
 /// A model folder read and checked, not yet bound to a backend: what LoadEngine and `nw serve`

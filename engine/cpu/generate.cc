@@ -34,8 +34,8 @@ int32_t Argmax(const float* logits, int64_t n) {
   return best;
 }
 
-Result<GenerateResult> Generate(const ModelConfig& cfg, const ModelWeights& weights,
-                                const GenerateRequest& request, const BackendOptions& backend) {
+Result<Sequence> SequenceForRequest(const ModelConfig& cfg, const ModelWeights& weights,
+                                    const GenerateRequest& request, const BackendOptions& backend) {
   if (request.prompt.empty()) return Status::InvalidArgument("prompt is empty");
   if (request.max_new_tokens < 0) return Status::InvalidArgument("max_new_tokens is negative");
   if (request.index_topk < 0) return Status::InvalidArgument("index_topk is negative");
@@ -53,7 +53,12 @@ Result<GenerateResult> Generate(const ModelConfig& cfg, const ModelWeights& weig
   so.precision = request.precision;
   so.probe = request.probe;
   so.max_tokens = total;
-  NW_ASSIGN_OR_RETURN(Sequence seq, Sequence::Create(cfg, weights, so));
+  return Sequence::Create(cfg, weights, so);
+}
+
+Result<GenerateResult> Generate(const ModelConfig& cfg, const ModelWeights& weights,
+                                const GenerateRequest& request, const BackendOptions& backend) {
+  NW_ASSIGN_OR_RETURN(Sequence seq, SequenceForRequest(cfg, weights, request, backend));
 
   GenerateResult result;
   std::vector<float> logits;

@@ -17,6 +17,7 @@
 #include "common/status.h"
 #include "engine/checkpoint/config.h"
 #include "engine/checkpoint/weights.h"
+#include "engine/cpu/sequence.h"
 #include "engine/engine.h"
 
 namespace nw::cpu {
@@ -33,6 +34,10 @@ Result<BackendOptions> CpuBackendOptions(std::string_view backend);
 
 /// Index of the largest logit; ties go to the lowest id (NaN never wins over a number).
 int32_t Argmax(const float* logits, int64_t n);
+
+/// The request checked (as Generate) and its Sequence created, ready for Prefill.
+Result<Sequence> SequenceForRequest(const ModelConfig& cfg, const ModelWeights& weights,
+                                    const GenerateRequest& request, const BackendOptions& backend);
 
 /// Runs `request` on `weights` (already in the request's weight format; request.precision.weights
 /// is not applied here). Errors: empty prompt, token ids outside the vocabulary, negative

@@ -11,12 +11,9 @@
 namespace nw::cpu {
 namespace {
 
-// Gate scores s = score_func(W_g x), [E].
-std::vector<float> GateScores(const ModelConfig& cfg, const FfnWeights& w, const float* x) {
+// score_func over the raw gate outputs s ([E]) in place.
+void ApplyScoreFunc(const ModelConfig& cfg, std::vector<float>& s) {
   const int64_t num_experts = cfg.n_routed_experts;
-  assert(w.gate.numel() == num_experts * cfg.dim);
-  std::vector<float> s(static_cast<size_t>(num_experts));
-  Linear(x, 1, cfg.dim, w.gate.ptr(), num_experts, s.data());
   switch (cfg.score_func) {
     case ScoreFunc::kSoftmax:
       SoftmaxInPlace(s.data(), num_experts);
@@ -28,6 +25,15 @@ std::vector<float> GateScores(const ModelConfig& cfg, const FfnWeights& w, const
       for (float& v : s) v = std::sqrt(Softplus(v));
       break;
   }
+}
+
+// Gate scores s = score_func(W_g x), [E].
+std::vector<float> GateScores(const ModelConfig& cfg, const FfnWeights& w, const float* x) {
+  const int64_t num_experts = cfg.n_routed_experts;
+  assert(w.gate.numel() == num_experts * cfg.dim);
+  std::vector<float> s(static_cast<size_t>(num_experts));
+  Linear(x, 1, cfg.dim, w.gate.ptr(), num_experts, s.data());
+  ApplyScoreFunc(cfg, s);
   return s;
 }
 
@@ -69,11 +75,42 @@ void AddExpert(const ModelConfig& cfg, const ExpertWeights& e, const float* x, f
   for (int64_t d = 0; d < dim; ++d) out[d] += y[d];
 }
 
+// AddExpert over `rows` inputs at once (x [rows, D], weight [rows], out [rows, D]): the same
+// values per row as AddExpert, with each weight row read once for all rows.
+void AddExpertRows(const ModelConfig& cfg, const ExpertWeights& e, const float* x, int64_t rows,
+                   const float* weight, float swiglu_limit, float* const* out) {
+  const int64_t dim = cfg.dim;
+  const int64_t inter = cfg.moe_inter_dim;
+  std::vector<float> gate(static_cast<size_t>(rows * inter));
+  std::vector<float> up(gate.size());
+  LinearRows(x, rows, dim, e.w1.ptr(), inter, gate.data());
+  LinearRows(x, rows, dim, e.w3.ptr(), inter, up.data());
+  std::vector<float>& hidden = gate;
+  for (int64_t t = 0; t < rows; ++t) {
+    for (int64_t i = t * inter; i < (t + 1) * inter; ++i) {
+      float g = gate[static_cast<size_t>(i)];
+      float u = up[static_cast<size_t>(i)];
+      if (swiglu_limit > 0) {
+        u = std::clamp(u, -swiglu_limit, swiglu_limit);
+        g = std::min(g, swiglu_limit);
+      }
+      hidden[static_cast<size_t>(i)] = weight[t] * (Silu(g) * u);
+    }
+  }
+  std::vector<float> y(static_cast<size_t>(rows * dim));
+  LinearRows(hidden.data(), rows, inter, e.w2.ptr(), dim, y.data());
+  for (int64_t t = 0; t < rows; ++t) {
+    for (int64_t d = 0; d < dim; ++d) out[t][d] += y[static_cast<size_t>(t * dim + d)];
+  }
+}
+
 }  // namespace
 
-MoeRouting MoeRoute(const ModelConfig& cfg, const FfnWeights& w, int layer_id, const float* x,
-                    int32_t token_id) {
-  const std::vector<float> scores = GateScores(cfg, w, x);
+namespace {
+
+// MoeRoute from the gate scores s = score_func(W_g x).
+MoeRouting RouteFromScores(const ModelConfig& cfg, const FfnWeights& w, int layer_id,
+                           const std::vector<float>& scores, int32_t token_id) {
   const int k = cfg.n_activated_experts;
 
   MoeRouting r;
@@ -100,6 +137,13 @@ MoeRouting MoeRoute(const ModelConfig& cfg, const FfnWeights& w, int layer_id, c
   return r;
 }
 
+}  // namespace
+
+MoeRouting MoeRoute(const ModelConfig& cfg, const FfnWeights& w, int layer_id, const float* x,
+                    int32_t token_id) {
+  return RouteFromScores(cfg, w, layer_id, GateScores(cfg, w, x), token_id);
+}
+
 void MoeForward(const ModelConfig& cfg, const FfnWeights& w, int layer_id, const float* x,
                 int32_t token_id, float* out) {
   const MoeRouting r = MoeRoute(cfg, w, layer_id, x, token_id);
@@ -116,6 +160,64 @@ void MoeForward(const ModelConfig& cfg, const FfnWeights& w, int layer_id, const
     AddExpert(cfg, e, x, r.weights[s], limit, out);
   }
   AddExpert(cfg, w.shared, x, 1.0f, /*swiglu_limit=*/0.0f, out);
+}
+
+void MoeForwardRows(const ModelConfig& cfg, const FfnWeights& w, int layer_id, const float* x,
+                    const int32_t* token_ids, int64_t rows, float* out) {
+  const int64_t D = cfg.dim, E = cfg.n_routed_experts;
+  // Routing of every row (MoeRoute's steps, with the gate over all rows at once).
+  std::vector<float> raw(static_cast<size_t>(rows * E));
+  LinearRows(x, rows, D, w.gate.ptr(), E, raw.data());
+  // (row, weight) pairs per expert; a row's pairs are added in ascending expert id (ties in
+  // selection order), as MoeForward adds them.
+  std::vector<std::vector<std::pair<int64_t, float>>> by_expert(static_cast<size_t>(E));
+  for (int64_t t = 0; t < rows; ++t) {
+    std::vector<float> scores(raw.begin() + t * E, raw.begin() + (t + 1) * E);
+    ApplyScoreFunc(cfg, scores);
+    const MoeRouting r = RouteFromScores(cfg, w, layer_id, scores, token_ids[t]);
+    std::vector<size_t> order(r.experts.size());
+    std::iota(order.begin(), order.end(), size_t{0});
+    std::stable_sort(order.begin(), order.end(),
+                     [&r](size_t a, size_t b) { return r.experts[a] < r.experts[b]; });
+    for (size_t s : order) {
+      by_expert.at(static_cast<size_t>(r.experts[s])).emplace_back(t, r.weights[s]);
+    }
+  }
+  std::fill(out, out + rows * D, 0.0f);
+  const auto limit = static_cast<float>(cfg.swiglu_limit);
+  std::vector<float> xs, ws;
+  std::vector<float*> dst;
+  // A row routed twice to one expert (hash layers may repeat an id) gets two passes, so that
+  // each pass adds at most one term per row, in the row's order.
+  std::vector<int64_t> pass_of(static_cast<size_t>(rows), -1);
+  int64_t pass = 0;
+  for (int64_t e = 0; e < E; ++e) {
+    std::vector<std::pair<int64_t, float>> pending = by_expert[static_cast<size_t>(e)];
+    while (!pending.empty()) {
+      std::vector<std::pair<int64_t, float>> now, later;
+      for (const auto& rw : pending) {
+        int64_t& seen = pass_of[static_cast<size_t>(rw.first)];
+        (seen == pass ? later : now).push_back(rw);
+        seen = pass;
+      }
+      ++pass;
+      xs.resize(now.size() * static_cast<size_t>(D));
+      ws.clear();
+      dst.clear();
+      for (size_t i = 0; i < now.size(); ++i) {
+        std::copy_n(x + now[i].first * D, D, xs.data() + static_cast<int64_t>(i) * D);
+        ws.push_back(now[i].second);
+        dst.push_back(out + now[i].first * D);
+      }
+      AddExpertRows(cfg, w.experts.at(static_cast<size_t>(e)), xs.data(),
+                    static_cast<int64_t>(now.size()), ws.data(), limit, dst.data());
+      pending = std::move(later);
+    }
+  }
+  std::vector<float> ones(static_cast<size_t>(rows), 1.0f);
+  dst.clear();
+  for (int64_t t = 0; t < rows; ++t) dst.push_back(out + t * D);
+  AddExpertRows(cfg, w.shared, x, rows, ones.data(), /*swiglu_limit=*/0.0f, dst.data());
 }
 
 void MoeForwardRanks(const ModelConfig& cfg, const FfnWeights& w, int layer_id, const float* x,

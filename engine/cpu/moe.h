@@ -45,6 +45,13 @@ void MoeForward(const ModelConfig& cfg, const FfnWeights& w, int layer_id, const
 /// `out` is the sum of the partials in rank order (the all-reduce) plus the shared expert
 /// (replicated, added after the all-reduce as in DeepSeek's MoE.forward). E must be a multiple
 /// of ranks. ranks == 1 is MoeForward.
+/// MoeForward of `rows` tokens at once (x, out: [rows, D]; token_ids: [rows]): the gate runs
+/// over every row, then each expert over the rows routed to it, each weight row read once for
+/// all of them (LinearRows). Every row is bit-identical to MoeForward of that row alone (the
+/// same dot products, and each row still adds its routed experts in ascending id, then the
+/// shared expert).
+void MoeForwardRows(const ModelConfig& cfg, const FfnWeights& w, int layer_id, const float* x,
+                    const int32_t* token_ids, int64_t rows, float* out);
 void MoeForwardRanks(const ModelConfig& cfg, const FfnWeights& w, int layer_id, const float* x,
                      int32_t token_id, int ranks, float* out);
 

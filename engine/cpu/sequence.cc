@@ -10,6 +10,7 @@
 #include "engine/cpu/mhc.h"
 #include "engine/cpu/moe.h"
 #include "engine/cpu/numerics.h"
+#include "engine/cpu/sequence_impl.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/hadamard.h"
 #include "kernels/cpu/ops.h"
@@ -65,31 +66,6 @@ Status CheckExpert(const ExpertWeights& e, int64_t d_model, int64_t inter,
   NW_RETURN_IF_ERROR(CheckShape(e.w3, {inter, d_model}, name + ".w3.weight"));
   return CheckShape(e.w2, {d_model, inter}, name + ".w2.weight");
 }
-
-// ---- Request state -----------------------------------------------------------------------------
-
-// Projections (kv and score + ape) of the last span = coff * ratio tokens of one compressor,
-// a ring by token position: what the next entries need from earlier chunks.
-struct CompressorState {
-  int64_t span = 0;
-  int64_t width = 0;
-  std::vector<float> kv;
-  std::vector<float> score;
-
-  CompressorState() = default;
-  CompressorState(int64_t s, int64_t w)
-      : span(s), width(w), kv(static_cast<size_t>(s * w)), score(static_cast<size_t>(s * w)) {}
-  float* kv_row(int64_t pos) { return kv.data() + (pos % span) * width; }
-  float* score_row(int64_t pos) { return score.data() + (pos % span) * width; }
-};
-
-struct LayerCache {
-  RowStore window;      // raw KV ring, window_size slots
-  RowStore compressed;  // compressed KV entries (ratio > 0)
-  RowStore index_keys;  // indexer keys (ratio 4)
-  CompressorState kv_state;
-  CompressorState index_state;
-};
 
 }  // namespace
 
@@ -188,39 +164,6 @@ Status ValidateWeights(const ModelConfig& cfg, const ModelWeights& w) {
 
 // ---- The forward pass --------------------------------------------------------------------------
 
-struct Sequence::Impl {
-  const ModelConfig& cfg;
-  const ModelWeights& w;
-  SequenceOptions opts;
-  Numerics num;
-  int topk = 0;
-  MhcParams mhc;
-  RopeTable rope_plain;     // ratio-0 layers: rope_theta, no YaRN
-  RopeTable rope_compress;  // ratio > 0 layers and their indexer: compress_rope_theta, YaRN
-  std::unique_ptr<PagePool> kv_pool;     // head_dim rows (window + compressed KV)
-  std::unique_ptr<PagePool> index_pool;  // index_head_dim rows
-  std::vector<LayerCache> layers;
-  std::vector<IndexerProbe> probes;
-  std::vector<int> probe_slot;  // layer -> index into probes, -1 if not an indexer layer
-  int64_t pos = 0;
-
-  Impl(const ModelConfig& c, const ModelWeights& weights, const SequenceOptions& o)
-      : cfg(c), w(weights), opts(o) {}
-
-  void Init();
-  void Attention(int layer, const float* x, int64_t n, int64_t s, float* y);
-  void Compress(const CompressorWeights& cw, bool indexer, const RopeTable& rope, const float* x,
-                int64_t n, int64_t s, CompressorState& state, RowStore& store);
-  // Indexer selection for the token at position p; returns the entries to attend, ascending.
-  void SelectEntries(int layer, int64_t p, int64_t visible, const float* iq, const float* iw,
-                     std::vector<int32_t>& selected, std::vector<float>& scores,
-                     std::vector<int32_t>& topk_out, std::vector<int32_t>& scratch);
-  void RecordProbe(int layer, int64_t p, int64_t visible, const float* scores,
-                   const int32_t* topk_out, int n_selected);
-  Status Forward(std::span<const int32_t> tokens, std::vector<float>* last_logits,
-                 std::vector<float>* all_logits);
-};
-
 void Sequence::Impl::Init() {
   topk = opts.index_topk > 0 ? opts.index_topk : cfg.index_topk;
   num = Numerics(opts.precision, cfg.head_dim, cfg.rope_head_dim);
@@ -276,18 +219,15 @@ void Sequence::Impl::Init() {
 }
 
 void Sequence::Impl::Compress(const CompressorWeights& cw, bool indexer, const RopeTable& rope,
-                              const float* x, int64_t n, int64_t s, CompressorState& state,
-                              RowStore& store) {
-  const int64_t D = cfg.dim, r = cw.ratio, d = cw.dim, rd = cfg.rope_head_dim;
+                              const float* kv, float* score, int64_t n, int64_t s,
+                              CompressorState& state, RowStore& store) {
+  const int64_t r = cw.ratio, d = cw.dim, rd = cfg.rope_head_dim;
   const bool overlap = r == 4;
   const int64_t width = (overlap ? 2 : 1) * d;
   const int64_t span = (overlap ? 2 : 1) * r;
-  std::vector<float> kv(static_cast<size_t>(n * width)), score(kv.size());
-  Linear(x, n, D, cw.wkv.ptr(), width, kv.data());
-  Linear(x, n, D, cw.wgate.ptr(), width, score.data());
   for (int64_t t = 0; t < n; ++t) {
     const float* ape = cw.ape.ptr() + ((s + t) % r) * width;
-    float* sc = score.data() + t * width;
+    float* sc = score + t * width;
     for (int64_t c = 0; c < width; ++c) sc[c] += ape[c];
   }
   std::vector<const float*> kv_rows(static_cast<size_t>(span)), score_rows(kv_rows.size());
@@ -304,8 +244,8 @@ void Sequence::Impl::Compress(const CompressorWeights& cw, bool indexer, const R
       if (p < 0) {
         kv_rows[ks] = score_rows[ks] = nullptr;
       } else if (p >= s) {
-        kv_rows[ks] = kv.data() + (p - s) * width;
-        score_rows[ks] = score.data() + (p - s) * width;
+        kv_rows[ks] = kv + (p - s) * width;
+        score_rows[ks] = score + (p - s) * width;
       } else {
         kv_rows[ks] = state.kv_row(p);
         score_rows[ks] = state.score_row(p);
@@ -329,8 +269,8 @@ void Sequence::Impl::Compress(const CompressorWeights& cw, bool indexer, const R
   }
   // Keep the projections of the last `span` tokens for the entries of later chunks.
   for (int64_t p = std::max(s, s + n - span); p < s + n; ++p) {
-    std::copy_n(kv.data() + (p - s) * width, width, state.kv_row(p));
-    std::copy_n(score.data() + (p - s) * width, width, state.score_row(p));
+    std::copy_n(kv + (p - s) * width, width, state.kv_row(p));
+    std::copy_n(score + (p - s) * width, width, state.score_row(p));
   }
 }
 
@@ -426,40 +366,22 @@ void Sequence::Impl::SelectEntries(int layer, int64_t p, int64_t visible, const 
   }
 }
 
-void Sequence::Impl::Attention(int layer, const float* x, int64_t n, int64_t s, float* y) {
+void Sequence::Impl::AttnAfterX(int layer, int64_t n, int64_t s, const AttnRows& r) {
   const AttentionWeights& a = w.layers[static_cast<size_t>(layer)].attn;
   LayerCache& cache = layers[static_cast<size_t>(layer)];
-  const int64_t D = cfg.dim, H = cfg.n_heads, d = cfg.head_dim, rd = cfg.rope_head_dim;
-  const int64_t nope = d - rd, q = cfg.q_lora_rank, W = cfg.window_size;
-  const int64_t g = cfg.o_groups, R = cfg.o_lora_rank;
+  const int64_t d = cfg.head_dim, rd = cfg.rope_head_dim, nope = d - rd, q = cfg.q_lora_rank;
   const int pairs = static_cast<int>(rd / 2);
   const int ratio = cfg.ratio(layer);
   const RopeTable& rope = ratio > 0 ? rope_compress : rope_plain;
   const float eps = static_cast<float>(cfg.norm_eps);
 
-  // 1. Query latent, query heads and the raw KV of every token of the chunk.
-  std::vector<float> qr(static_cast<size_t>(n * q)), qh(static_cast<size_t>(n * H * d));
-  std::vector<float> kv(static_cast<size_t>(n * d));
-  Linear(x, n, D, a.wq_a.ptr(), q, qr.data());
-  num.Act(qr.data(), n * q);
-  for (int64_t t = 0; t < n; ++t)
-    RmsNorm(qr.data() + t * q, a.q_norm.ptr(), q, eps, qr.data() + t * q);
-  num.Act(qr.data(), n * q);
-  Linear(qr.data(), n, q, a.wq_b.ptr(), H * d, qh.data());
-  num.Act(qh.data(), n * H * d);
+  // 1. Query latent and the raw KV of every token of the chunk.
+  num.Act(r.qr, n * q);
+  for (int64_t t = 0; t < n; ++t) RmsNorm(r.qr + t * q, a.q_norm.ptr(), q, eps, r.qr + t * q);
+  num.Act(r.qr, n * q);
+  num.Act(r.kv, n * d);
   for (int64_t t = 0; t < n; ++t) {
-    for (int64_t h = 0; h < H; ++h) {
-      float* v = qh.data() + (t * H + h) * d;
-      RmsNorm(v, nullptr, d, eps, v);
-      num.Act(v, d);
-      ApplyRope(v + nope, pairs, rope.cos(s + t), rope.sin(s + t), false);
-      num.Act(v, d);
-    }
-  }
-  Linear(x, n, D, a.wkv.ptr(), d, kv.data());
-  num.Act(kv.data(), n * d);
-  for (int64_t t = 0; t < n; ++t) {
-    float* v = kv.data() + t * d;
+    float* v = r.kv + t * d;
     RmsNorm(v, a.kv_norm.ptr(), d, eps, v);
     num.Act(v, d);
     ApplyRope(v + nope, pairs, rope.cos(s + t), rope.sin(s + t), false);
@@ -467,22 +389,44 @@ void Sequence::Impl::Attention(int layer, const float* x, int64_t n, int64_t s, 
     num.Kv(v);
   }
 
-  // 2. Compressed entries completed by this chunk, and the indexer's queries and weights.
+  // 2. Compressed entries completed by this chunk, and the indexer's weights.
   if (ratio > 0) {
-    Compress(*a.compressor, false, rope, x, n, s, cache.kv_state, cache.compressed);
+    Compress(*a.compressor, false, rope, r.ckv, r.cscore, n, s, cache.kv_state, cache.compressed);
   }
-  const int64_t hI = cfg.index_n_heads, cI = cfg.index_head_dim;
-  std::vector<float> iq, iw;
   if (ratio == 4) {
     const IndexerWeights& ix = *a.indexer;
-    Compress(ix.compressor, true, rope, x, n, s, cache.index_state, cache.index_keys);
-    iq.resize(static_cast<size_t>(n * hI * cI));
-    Linear(qr.data(), n, q, ix.wq_b.ptr(), hI * cI, iq.data());
-    num.Act(iq.data(), n * hI * cI);
+    Compress(ix.compressor, true, rope, r.ikv, r.iscore, n, s, cache.index_state, cache.index_keys);
+    const int64_t hI = cfg.index_n_heads, cI = cfg.index_head_dim;
+    num.Act(r.iw, n * hI);
+    const float wscale = static_cast<float>(std::pow(static_cast<double>(cI), -0.5) *
+                                            std::pow(static_cast<double>(hI), -0.5));
+    for (int64_t i = 0; i < n * hI; ++i) r.iw[i] *= wscale;
+  }
+}
+
+void Sequence::Impl::AttnAfterQ(int layer, int64_t n, int64_t s, const AttnRows& r) {
+  const int64_t H = cfg.n_heads, d = cfg.head_dim, rd = cfg.rope_head_dim, nope = d - rd;
+  const int pairs = static_cast<int>(rd / 2);
+  const int ratio = cfg.ratio(layer);
+  const RopeTable& rope = ratio > 0 ? rope_compress : rope_plain;
+  const float eps = static_cast<float>(cfg.norm_eps);
+  num.Act(r.qh, n * H * d);
+  for (int64_t t = 0; t < n; ++t) {
+    for (int64_t h = 0; h < H; ++h) {
+      float* v = r.qh + (t * H + h) * d;
+      RmsNorm(v, nullptr, d, eps, v);
+      num.Act(v, d);
+      ApplyRope(v + nope, pairs, rope.cos(s + t), rope.sin(s + t), false);
+      num.Act(v, d);
+    }
+  }
+  if (ratio == 4) {
+    const int64_t hI = cfg.index_n_heads, cI = cfg.index_head_dim;
+    num.Act(r.iq, n * hI * cI);
     const float hscale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(cI)));
     for (int64_t t = 0; t < n; ++t) {
       for (int64_t h = 0; h < hI; ++h) {
-        float* v = iq.data() + (t * hI + h) * cI;
+        float* v = r.iq + (t * hI + h) * cI;
         ApplyRope(v + cI - rd, pairs, rope.cos(s + t), rope.sin(s + t), false);
         num.Act(v, cI);
         HadamardTransform(v, cI, hscale);
@@ -490,32 +434,36 @@ void Sequence::Impl::Attention(int layer, const float* x, int64_t n, int64_t s, 
         num.IndexQ(v, cI);
       }
     }
-    iw.resize(static_cast<size_t>(n * hI));
-    Linear(x, n, D, ix.weights_proj.ptr(), hI, iw.data());
-    num.Act(iw.data(), n * hI);
-    const float wscale = static_cast<float>(std::pow(static_cast<double>(cI), -0.5) *
-                                            std::pow(static_cast<double>(hI), -0.5));
-    for (float& v : iw) v *= wscale;
   }
+}
 
-  // 3. Per token: gather window + compressed entries, attend, project out.
+void Sequence::Impl::AttnCore(int layer, int64_t n, int64_t s, const AttnRows& r, float* y) {
+  const AttentionWeights& a = w.layers[static_cast<size_t>(layer)].attn;
+  LayerCache& cache = layers[static_cast<size_t>(layer)];
+  const int64_t D = cfg.dim, H = cfg.n_heads, d = cfg.head_dim, rd = cfg.rope_head_dim;
+  const int64_t nope = d - rd, W = cfg.window_size, g = cfg.o_groups, R = cfg.o_lora_rank;
+  const int pairs = static_cast<int>(rd / 2);
+  const int ratio = cfg.ratio(layer);
+  const RopeTable& rope = ratio > 0 ? rope_compress : rope_plain;
+  const int64_t hI = cfg.index_n_heads, cI = cfg.index_head_dim;
+
+  // 3. Per token: gather window + compressed entries, attend.
   const SparseAttnParams sp{static_cast<int>(H), static_cast<int>(d),
                             static_cast<float>(std::pow(static_cast<double>(d), -0.5))};
   std::vector<const float*> entries;
   std::vector<int32_t> selected, topk_out, scratch_idx;
-  std::vector<float> scores, attn_scratch, o(static_cast<size_t>(H * d)),
-      oa(static_cast<size_t>(g * R));
+  std::vector<float> scores, attn_scratch, oa;
   for (int64_t t = 0; t < n; ++t) {
     const int64_t p = s + t;
     entries.clear();
     for (int64_t wp = std::max<int64_t>(0, p - W + 1); wp <= p; ++wp) {
-      entries.push_back(wp >= s ? kv.data() + (wp - s) * d : cache.window.Row(wp));
+      entries.push_back(wp >= s ? r.kv + (wp - s) * d : cache.window.Row(wp));
     }
     if (ratio > 0) {
       const int64_t visible = (p + 1) / ratio;
       if (ratio == 4) {
-        SelectEntries(layer, p, visible, iq.data() + t * hI * cI, iw.data() + t * hI, selected,
-                      scores, topk_out, scratch_idx);
+        SelectEntries(layer, p, visible, r.iq + t * hI * cI, r.iw + t * hI, selected, scores,
+                      topk_out, scratch_idx);
         for (int32_t i : selected) entries.push_back(cache.compressed.Row(i));
       } else {
         for (int64_t i = 0; i < visible; ++i) entries.push_back(cache.compressed.Row(i));
@@ -523,17 +471,16 @@ void Sequence::Impl::Attention(int layer, const float* x, int64_t n, int64_t s, 
     }
     const int64_t m = static_cast<int64_t>(entries.size());
     attn_scratch.resize(static_cast<size_t>(H * (m + 1)));
+    float* o = r.o + t * H * d;
     if (opts.tp_ranks <= 1) {
-      SparseAttention(sp, qh.data() + t * H * d, entries.data(), m, a.attn_sink.ptr(), o.data(),
+      // wo_a and wo_b run in ForwardRows, over every sequence's rows.
+      SparseAttention(sp, r.qh + t * H * d, entries.data(), m, a.attn_sink.ptr(), o,
                       attn_scratch.data());
-      num.Act(o.data(), H * d);
+      num.Act(o, H * d);
       for (int64_t h = 0; h < H; ++h) {
-        ApplyRope(o.data() + h * d + nope, pairs, rope.cos(p), rope.sin(p), true);
+        ApplyRope(o + h * d + nope, pairs, rope.cos(p), rope.sin(p), true);
       }
-      num.Act(o.data(), H * d);
-      GroupedLinear(o.data(), a.wo_a.ptr(), static_cast<int>(g), H * d / g, R, oa.data());
-      num.Act(oa.data(), g * R);
-      Linear(oa.data(), 1, g * R, a.wo_b.ptr(), D, y + t * D);
+      num.Act(o, H * d);
     } else {
       // Simulated TP: rank r owns heads [r Hr, (r+1) Hr) and wo_a groups [r gr, (r+1) gr) (the
       // heads of its groups), and columns [r gr R, (r+1) gr R) of wo_b; its partial output is
@@ -541,14 +488,15 @@ void Sequence::Impl::Attention(int layer, const float* x, int64_t n, int64_t s, 
       const int Rk = opts.tp_ranks;
       const int64_t Hr = H / Rk, gr = g / Rk;
       const SparseAttnParams spr{static_cast<int>(Hr), static_cast<int>(d), sp.scale};
+      oa.resize(static_cast<size_t>(g * R));
       float* yt = y + t * D;
       std::fill(yt, yt + D, 0.0f);
       for (int rank = 0; rank < Rk; ++rank) {
         const int64_t h0 = rank * Hr, g0 = rank * gr;
-        float* o_r = o.data() + h0 * d;
+        float* o_r = o + h0 * d;
         float* oa_r = oa.data() + g0 * R;
-        SparseAttention(spr, qh.data() + (t * H + h0) * d, entries.data(), m,
-                        a.attn_sink.ptr() + h0, o_r, attn_scratch.data());
+        SparseAttention(spr, r.qh + (t * H + h0) * d, entries.data(), m, a.attn_sink.ptr() + h0,
+                        o_r, attn_scratch.data());
         num.Act(o_r, Hr * d);
         for (int64_t h = 0; h < Hr; ++h) {
           ApplyRope(o_r + h * d + nope, pairs, rope.cos(p), rope.sin(p), true);
@@ -561,93 +509,240 @@ void Sequence::Impl::Attention(int layer, const float* x, int64_t n, int64_t s, 
           yt[i] += Dot(oa_r, a.wo_b.ptr() + i * g * R + g0 * R, gr * R);
         }
       }
+      num.Act(yt, D);
     }
-    num.Act(y + t * D, D);
-  }
-
-  // 4. The chunk's raw KV joins the window ring (the last W tokens are enough).
-  for (int64_t p = std::max(s, s + n - W); p < s + n; ++p) {
-    std::copy_n(kv.data() + (p - s) * d, d, cache.window.MutableRow(p));
   }
 }
 
-Status Sequence::Impl::Forward(std::span<const int32_t> tokens, std::vector<float>* last_logits,
-                               std::vector<float>* all_logits) {
-  const int64_t n = static_cast<int64_t>(tokens.size());
-  if (n == 0) return Status::InvalidArgument("forward needs at least one token");
-  if (pos + n > opts.max_tokens) {
-    return Status::OutOfRange("sequence would reach " + std::to_string(pos + n) +
-                              " tokens, above its capacity of " + std::to_string(opts.max_tokens));
+void Sequence::Impl::AttnEnd(int layer, int64_t n, int64_t s, const float* kv) {
+  // 4. The chunk's raw KV joins the window ring (the last W tokens are enough).
+  const int64_t d = cfg.head_dim, W = cfg.window_size;
+  LayerCache& cache = layers[static_cast<size_t>(layer)];
+  for (int64_t p = std::max(s, s + n - W); p < s + n; ++p) {
+    std::copy_n(kv + (p - s) * d, d, cache.window.MutableRow(p));
   }
-  for (int32_t tok : tokens) {
-    if (tok < 0 || tok >= cfg.vocab_size) {
-      return Status::InvalidArgument("token id " + std::to_string(tok) + " outside [0, " +
-                                     std::to_string(cfg.vocab_size) + ")");
+}
+
+namespace {
+
+using LinearFn = void (*)(const float*, int64_t, int64_t, const float*, int64_t, float*);
+
+// A row range of the pass: one part's rows [row0, row0 + n) at positions [s, s + n).
+struct PartRows {
+  Sequence::Impl* seq;
+  int64_t row0;
+  int64_t n;
+  int64_t s;
+};
+
+// Attention of `layer` over the rows of every part: x [N, D] in, y [N, D] out.
+void AttentionRows(std::span<const PartRows> parts, int64_t N, bool one_token_each, int layer,
+                   const float* x, float* y) {
+  const Sequence::Impl& first = *parts.front().seq;
+  const ModelConfig& cfg = first.cfg;
+  const AttentionWeights& a = first.w.layers[static_cast<size_t>(layer)].attn;
+  const LinearFn lin = one_token_each ? LinearRows : Linear;
+  const int64_t D = cfg.dim, H = cfg.n_heads, d = cfg.head_dim, q = cfg.q_lora_rank;
+  const int64_t g = cfg.o_groups, R = cfg.o_lora_rank;
+  const int64_t hI = cfg.index_n_heads, cI = cfg.index_head_dim;
+  const int ratio = cfg.ratio(layer);
+  const int64_t cw = (ratio == 4 ? 2 : 1) * d;
+  auto buf = [N](int64_t width, bool used) {
+    return std::vector<float>(used ? static_cast<size_t>(N * width) : 0);
+  };
+  std::vector<float> qr = buf(q, true), qh = buf(H * d, true), kv = buf(d, true);
+  std::vector<float> ckv = buf(cw, ratio > 0), cscore = buf(cw, ratio > 0);
+  std::vector<float> ikv = buf(2 * cI, ratio == 4), iscore = buf(2 * cI, ratio == 4);
+  std::vector<float> iq = buf(hI * cI, ratio == 4), iw = buf(hI, ratio == 4);
+  std::vector<float> o = buf(H * d, true);
+  auto rows_of = [&](const PartRows& p) {
+    auto at = [&p](std::vector<float>& v, int64_t width) {
+      return v.empty() ? nullptr : v.data() + p.row0 * width;
+    };
+    return AttnRows{at(qr, q),      at(qh, H * d),   at(kv, d),          at(ckv, cw),
+                    at(cscore, cw), at(ikv, 2 * cI), at(iscore, 2 * cI), at(iq, hI * cI),
+                    at(iw, hI),     at(o, H * d)};
+  };
+
+  lin(x, N, D, a.wq_a.ptr(), q, qr.data());
+  lin(x, N, D, a.wkv.ptr(), d, kv.data());
+  if (ratio > 0) {
+    lin(x, N, D, a.compressor->wkv.ptr(), cw, ckv.data());
+    lin(x, N, D, a.compressor->wgate.ptr(), cw, cscore.data());
+  }
+  if (ratio == 4) {
+    const CompressorWeights& ic = a.indexer->compressor;
+    lin(x, N, D, ic.wkv.ptr(), 2 * cI, ikv.data());
+    lin(x, N, D, ic.wgate.ptr(), 2 * cI, iscore.data());
+    lin(x, N, D, a.indexer->weights_proj.ptr(), hI, iw.data());
+  }
+  for (const PartRows& p : parts) p.seq->AttnAfterX(layer, p.n, p.s, rows_of(p));
+  lin(qr.data(), N, q, a.wq_b.ptr(), H * d, qh.data());
+  if (ratio == 4) lin(qr.data(), N, q, a.indexer->wq_b.ptr(), hI * cI, iq.data());
+  for (const PartRows& p : parts) p.seq->AttnAfterQ(layer, p.n, p.s, rows_of(p));
+  for (const PartRows& p : parts) p.seq->AttnCore(layer, p.n, p.s, rows_of(p), y + p.row0 * D);
+  if (first.opts.tp_ranks <= 1) {  // (a sequence with tp_ranks > 1 runs alone)
+    std::vector<float> oa(static_cast<size_t>(N * g * R));
+    if (one_token_each) {
+      GroupedLinearRows(o.data(), N, a.wo_a.ptr(), static_cast<int>(g), H * d / g, R, oa.data());
+    } else {
+      for (int64_t t = 0; t < N; ++t) {
+        GroupedLinear(o.data() + t * H * d, a.wo_a.ptr(), static_cast<int>(g), H * d / g, R,
+                      oa.data() + t * g * R);
+      }
     }
+    for (const PartRows& p : parts) p.seq->num.Act(oa.data() + p.row0 * g * R, p.n * g * R);
+    lin(oa.data(), N, g * R, a.wo_b.ptr(), D, y);
+    for (const PartRows& p : parts) p.seq->num.Act(y + p.row0 * D, p.n * D);
   }
-  const int64_t s = pos, D = cfg.dim, hc = cfg.hc_mult, V = cfg.vocab_size;
+  for (const PartRows& p : parts) p.seq->AttnEnd(layer, p.n, p.s, kv.data() + p.row0 * d);
+}
+
+}  // namespace
+
+Status ForwardRows(std::span<const RowsPart> parts) {
+  if (parts.empty()) return Status::InvalidArgument("forward needs at least one sequence");
+  const Sequence::Impl& first = *parts.front().seq;
+  const ModelConfig& cfg = first.cfg;
+  const ModelWeights& w = first.w;
+  std::vector<PartRows> rows;
+  int64_t N = 0;
+  for (const RowsPart& part : parts) {
+    const Sequence::Impl& im = *part.seq;
+    const int64_t n = static_cast<int64_t>(part.tokens.size());
+    if (n == 0) return Status::InvalidArgument("forward needs at least one token");
+    if (&im.cfg != &cfg || &im.w != &w) {
+      return Status::InvalidArgument("sequences of one pass must share the config and weights");
+    }
+    if (parts.size() > 1 && im.opts.tp_ranks > 1) {
+      return Status::InvalidArgument("a sequence with tp_ranks > 1 runs alone");
+    }
+    for (const PartRows& r : rows) {
+      if (r.seq == part.seq) return Status::InvalidArgument("a sequence appears twice in a pass");
+    }
+    if (im.pos + n > im.opts.max_tokens) {
+      return Status::OutOfRange("sequence would reach " + std::to_string(im.pos + n) +
+                                " tokens, above its capacity of " +
+                                std::to_string(im.opts.max_tokens));
+    }
+    for (int32_t tok : part.tokens) {
+      if (tok < 0 || tok >= cfg.vocab_size) {
+        return Status::InvalidArgument("token id " + std::to_string(tok) + " outside [0, " +
+                                       std::to_string(cfg.vocab_size) + ")");
+      }
+    }
+    rows.push_back(PartRows{part.seq, N, n, im.pos});
+    N += n;
+  }
+  const bool one_token_each = N == static_cast<int64_t>(parts.size());
+  const LinearFn lin = one_token_each ? LinearRows : Linear;
+  const int64_t D = cfg.dim, hc = cfg.hc_mult, V = cfg.vocab_size;
   const int64_t stream = hc * D;
   const float eps = static_cast<float>(cfg.norm_eps);
-  std::vector<float> X(static_cast<size_t>(n * stream)), Xn(X.size());
-  for (int64_t t = 0; t < n; ++t) {
+  std::vector<int32_t> tokens;  // every row's token
+  for (const RowsPart& part : parts)
+    tokens.insert(tokens.end(), part.tokens.begin(), part.tokens.end());
+  std::vector<float> X(static_cast<size_t>(N * stream)), Xn(X.size());
+  for (int64_t t = 0; t < N; ++t) {
     const float* e = w.embed.ptr() + static_cast<int64_t>(tokens[static_cast<size_t>(t)]) * D;
     for (int64_t i = 0; i < hc; ++i) std::copy_n(e, D, X.data() + t * stream + i * D);
   }
-  num.Act(X.data(), n * stream);
+  for (const PartRows& p : rows) p.seq->num.Act(X.data() + p.row0 * stream, p.n * stream);
 
-  std::vector<float> u(static_cast<size_t>(D)), x(static_cast<size_t>(n * D)), y(x.size());
-  std::vector<MhcMix> mix(static_cast<size_t>(n));
+  std::vector<float> u(static_cast<size_t>(D)), x(static_cast<size_t>(N * D)), y(x.size());
+  std::vector<MhcMix> mix(static_cast<size_t>(N));
   for (int l = 0; l < cfg.n_layers; ++l) {
     const BlockWeights& b = w.layers[static_cast<size_t>(l)];
     // Attention sub-layer.
-    for (int64_t t = 0; t < n; ++t) {
-      mix[static_cast<size_t>(t)] = MhcPre(mhc, b.hc_attn, X.data() + t * stream, u.data());
-      num.Act(u.data(), D);
-      RmsNorm(u.data(), b.attn_norm.ptr(), D, eps, x.data() + t * D);
-      num.Act(x.data() + t * D, D);
+    for (const PartRows& p : rows) {
+      const Sequence::Impl& im = *p.seq;
+      for (int64_t t = p.row0; t < p.row0 + p.n; ++t) {
+        mix[static_cast<size_t>(t)] = MhcPre(im.mhc, b.hc_attn, X.data() + t * stream, u.data());
+        im.num.Act(u.data(), D);
+        RmsNorm(u.data(), b.attn_norm.ptr(), D, eps, x.data() + t * D);
+        im.num.Act(x.data() + t * D, D);
+      }
     }
-    Attention(l, x.data(), n, s, y.data());
-    for (int64_t t = 0; t < n; ++t) {
-      MhcPost(mhc, mix[static_cast<size_t>(t)], X.data() + t * stream, y.data() + t * D,
-              Xn.data() + t * stream);
+    AttentionRows(rows, N, one_token_each, l, x.data(), y.data());
+    for (const PartRows& p : rows) {
+      for (int64_t t = p.row0; t < p.row0 + p.n; ++t) {
+        MhcPost(p.seq->mhc, mix[static_cast<size_t>(t)], X.data() + t * stream, y.data() + t * D,
+                Xn.data() + t * stream);
+      }
+      p.seq->num.Act(Xn.data() + p.row0 * stream, p.n * stream);
     }
-    num.Act(Xn.data(), n * stream);
     std::swap(X, Xn);
     // MoE sub-layer.
-    for (int64_t t = 0; t < n; ++t) {
-      const MhcMix m = MhcPre(mhc, b.hc_ffn, X.data() + t * stream, u.data());
-      num.Act(u.data(), D);
-      float* xt = x.data() + t * D;
-      RmsNorm(u.data(), b.ffn_norm.ptr(), D, eps, xt);
-      num.Act(xt, D);
-      MoeForwardRanks(cfg, b.ffn, l, xt, tokens[static_cast<size_t>(t)], opts.tp_ranks,
-                      y.data() + t * D);
-      num.Act(y.data() + t * D, D);
-      MhcPost(mhc, m, X.data() + t * stream, y.data() + t * D, Xn.data() + t * stream);
-      num.Act(Xn.data() + t * stream, stream);
+    for (const PartRows& p : rows) {
+      const Sequence::Impl& im = *p.seq;
+      for (int64_t t = p.row0; t < p.row0 + p.n; ++t) {
+        mix[static_cast<size_t>(t)] = MhcPre(im.mhc, b.hc_ffn, X.data() + t * stream, u.data());
+        im.num.Act(u.data(), D);
+        RmsNorm(u.data(), b.ffn_norm.ptr(), D, eps, x.data() + t * D);
+        im.num.Act(x.data() + t * D, D);
+      }
+    }
+    if (first.opts.tp_ranks <= 1) {
+      MoeForwardRows(cfg, b.ffn, l, x.data(), tokens.data(), N, y.data());
+    } else {
+      for (int64_t t = 0; t < N; ++t) {
+        MoeForwardRanks(cfg, b.ffn, l, x.data() + t * D, tokens[static_cast<size_t>(t)],
+                        first.opts.tp_ranks, y.data() + t * D);
+      }
+    }
+    for (const PartRows& p : rows) {
+      const Sequence::Impl& im = *p.seq;
+      for (int64_t t = p.row0; t < p.row0 + p.n; ++t) {
+        im.num.Act(y.data() + t * D, D);
+        MhcPost(im.mhc, mix[static_cast<size_t>(t)], X.data() + t * stream, y.data() + t * D,
+                Xn.data() + t * stream);
+        im.num.Act(Xn.data() + t * stream, stream);
+      }
     }
     std::swap(X, Xn);
   }
 
-  auto logits_of = [&](int64_t t, float* out) {
-    MhcHead(mhc, w.hc_head, X.data() + t * stream, u.data());
-    num.Act(u.data(), D);
-    std::vector<float> h(static_cast<size_t>(D));
-    RmsNorm(u.data(), w.norm.ptr(), D, eps, h.data());
-    num.Act(h.data(), D);
-    Linear(h.data(), 1, D, w.head.ptr(), V, out);
-  };
-  if (all_logits != nullptr) {
-    all_logits->assign(static_cast<size_t>(n * V), 0.0f);
-    for (int64_t t = 0; t < n; ++t) logits_of(t, all_logits->data() + t * V);
-    if (last_logits != nullptr) {
-      last_logits->assign(all_logits->end() - V, all_logits->end());
+  // Head: the rows whose logits are wanted, through one head linear.
+  std::vector<int64_t> head_rows;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const PartRows& p = rows[i];
+    if (parts[i].all_logits != nullptr) {
+      for (int64_t t = p.row0; t < p.row0 + p.n; ++t) head_rows.push_back(t);
+    } else if (parts[i].last_logits != nullptr) {
+      head_rows.push_back(p.row0 + p.n - 1);
     }
-  } else if (last_logits != nullptr) {
-    last_logits->assign(static_cast<size_t>(V), 0.0f);
-    logits_of(n - 1, last_logits->data());
   }
-  pos += n;
+  const int64_t M = static_cast<int64_t>(head_rows.size());
+  std::vector<float> h(static_cast<size_t>(M * D)), logits(static_cast<size_t>(M * V));
+  size_t k = 0;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const PartRows& p = rows[i];
+    for (; k < head_rows.size() && head_rows[k] < p.row0 + p.n; ++k) {
+      const int64_t t = head_rows[k];
+      float* hk = h.data() + static_cast<int64_t>(k) * D;
+      MhcHead(p.seq->mhc, w.hc_head, X.data() + t * stream, u.data());
+      p.seq->num.Act(u.data(), D);
+      RmsNorm(u.data(), w.norm.ptr(), D, eps, hk);
+      p.seq->num.Act(hk, D);
+    }
+  }
+  if (M > 0) lin(h.data(), M, D, w.head.ptr(), V, logits.data());
+  k = 0;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const PartRows& p = rows[i];
+    const RowsPart& part = parts[i];
+    if (part.all_logits != nullptr) {
+      std::copy_n(logits.data() + static_cast<int64_t>(k) * V, p.n * V, part.all_logits);
+      if (part.last_logits != nullptr) {
+        std::copy_n(part.all_logits + (p.n - 1) * V, V, part.last_logits);
+      }
+      k += static_cast<size_t>(p.n);
+    } else if (part.last_logits != nullptr) {
+      std::copy_n(logits.data() + static_cast<int64_t>(k) * V, V, part.last_logits);
+      ++k;
+    }
+  }
+  for (const PartRows& p : rows) p.seq->pos += p.n;
   return Status::Ok();
 }
 
@@ -799,6 +894,20 @@ Status Sequence::ImportState(const SequenceState& st) {
 Status Sequence::Forward(std::span<const int32_t> tokens, std::vector<float>* last_logits,
                          std::vector<float>* all_logits) {
   return impl_->Forward(tokens, last_logits, all_logits);
+}
+
+Status Sequence::Impl::Forward(std::span<const int32_t> tokens, std::vector<float>* last_logits,
+                               std::vector<float>* all_logits) {
+  const int64_t n = static_cast<int64_t>(tokens.size()), V = cfg.vocab_size;
+  std::vector<float> last, all;
+  if (last_logits != nullptr) last.resize(static_cast<size_t>(V));
+  if (all_logits != nullptr) all.resize(static_cast<size_t>(n * V));
+  const RowsPart part{this, tokens, last_logits != nullptr ? last.data() : nullptr,
+                      all_logits != nullptr ? all.data() : nullptr};
+  NW_RETURN_IF_ERROR(ForwardRows(std::span<const RowsPart>(&part, 1)));
+  if (last_logits != nullptr) *last_logits = std::move(last);
+  if (all_logits != nullptr) *all_logits = std::move(all);
+  return Status::Ok();
 }
 
 Status Sequence::Prefill(std::span<const int32_t> tokens, std::vector<float>* logits) {

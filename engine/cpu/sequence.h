@@ -117,8 +117,12 @@ class Sequence {
   /// Sequence; every size is checked against the config and capacity. Probes are not carried.
   Status ImportState(const SequenceState& state);
 
- private:
+  /// The implementation (sequence_impl.h, internal to the CPU backend): batch.h runs the forward
+  /// pass of several sequences at once through it.
   struct Impl;
+  Impl& impl() { return *impl_; }
+
+ private:
   explicit Sequence(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };

@@ -50,6 +50,19 @@ void GroupedLinear(const float* x, const float* w, int groups, int64_t group_in,
   }
 }
 
+void GroupedLinearRows(const float* x, int64_t rows, const float* w, int groups, int64_t group_in,
+                       int64_t rank, float* y) {
+  const int64_t in = groups * group_in, out = groups * rank;
+  for (int g = 0; g < groups; ++g) {
+    for (int64_t r = 0; r < rank; ++r) {
+      const int64_t row = g * rank + r;
+      const float* wr = w + row * group_in;
+      for (int64_t t = 0; t < rows; ++t)
+        y[t * out + row] = Dot(wr, x + t * in + g * group_in, group_in);
+    }
+  }
+}
+
 void IndexerScores(const IndexerParams& p, const float* q, const float* w, const float* keys,
                    int64_t n, float* scores) {
   const int64_t c = p.head_dim;

@@ -26,6 +26,10 @@ void SparseAttention(const SparseAttnParams& p, const float* q, const float* con
 /// [groups * rank, group_in]; y[g * rank + r] = w[g * rank + r] . x[g * group_in ...].
 void GroupedLinear(const float* x, const float* w, int groups, int64_t group_in, int64_t rank,
                    float* y);
+/// GroupedLinear of `rows` inputs (x [rows, groups * group_in], y [rows, groups * rank]) with
+/// each weight row read once for all inputs; bit-identical to GroupedLinear row by row.
+void GroupedLinearRows(const float* x, int64_t rows, const float* w, int groups, int64_t group_in,
+                       int64_t rank, float* y);
 
 struct IndexerParams {
   int n_heads = 0;   // h_I
