@@ -20,6 +20,8 @@ struct ServeArgs {
   std::string listen = "127.0.0.1:8000";
   std::string name;
   int max_batch = 16;
+  int max_running = 8;
+  int64_t max_batched_tokens = 256;
   size_t max_body_bytes = 16 << 20;
   int64_t timeout_ms = 600'000;
 };
@@ -47,6 +49,8 @@ int Serve(const ServeArgs& a, const Globals& g) {
         dir.has_filename() ? dir.filename().string() : dir.parent_path().filename().string();
   }
   so.max_batch = a.max_batch;
+  so.max_running = a.max_running;
+  so.max_batched_tokens = a.max_batched_tokens;
   so.max_body_bytes = a.max_body_bytes;
   so.timeout_ms = a.timeout_ms;
   if (!g.quiet) so.log = [](std::string_view line) { std::cerr << line << "\n"; };
@@ -80,6 +84,17 @@ void RegisterServe(CLI::App& app, Globals& g) {
                   "Requests queued or running at once; more are answered 503")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 16));
+  cmd->add_option("--max-running-requests", a->max_running,
+                  "Requests run together (continuous batching: their decode steps share one pass "
+                  "over the weights); 1 runs one request at a time")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 12));
+  cmd->add_option("--max-batched-tokens", a->max_batched_tokens,
+                  "Tokens per scheduler step: one per decoding request, the rest for prompt "
+                  "chunks (bounds how long a long prompt delays the others' next token); must "
+                  "exceed --max-running-requests")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{2}, int64_t{1} << 20));
   cmd->add_option("--max-body-bytes", a->max_body_bytes,
                   "Largest request body accepted; larger ones are answered 413")
       ->capture_default_str()

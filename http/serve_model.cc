@@ -8,6 +8,7 @@
 #include "engine/checkpoint/loader.h"
 #include "engine/checkpoint/model_files.h"
 #include "engine/checkpoint/safetensors.h"
+#include "engine/cpu/batch.h"
 #include "engine/cpu/generate.h"
 #include "engine/cpu/sequence.h"
 #include "engine/engine.h"
@@ -111,7 +112,7 @@ const ModelWeights& ServeModel::WeightsFor(NumFormat format) {
   return *it->second;
 }
 
-Result<ServeResult> ServeModel::Generate(const ServeRequest& request) {
+Result<std::unique_ptr<ServeGeneration>> ServeModel::Start(const ServeRequest& request) {
   if (request.prompt.empty()) return Status::InvalidArgument("the prompt is empty");
   if (request.max_tokens < 1) return Status::InvalidArgument("max_tokens must be >= 1");
   for (int32_t id : request.prompt) {
@@ -130,9 +131,6 @@ Result<ServeResult> ServeModel::Generate(const ServeRequest& request) {
                               ") exceeds the model's context of " +
                               std::to_string(config_.max_position_embeddings) + " tokens");
   }
-  std::vector<int32_t> stop_ids = request.stop_token_ids;
-  if (!request.ignore_eos && config_.eos_token_id >= 0) stop_ids.push_back(config_.eos_token_id);
-
   cpu::SequenceOptions so;
   so.layout = layout_;
   so.prefill_chunk = prefill_chunk_;
@@ -146,61 +144,122 @@ Result<ServeResult> ServeModel::Generate(const ServeRequest& request) {
   so.max_tokens = total;
   NW_ASSIGN_OR_RETURN(cpu::Sequence seq,
                       cpu::Sequence::Create(config_, WeightsFor(request.precision.weights), so));
+  return std::make_unique<ServeGeneration>(ServeGeneration::Private{}, *this, request,
+                                           std::move(seq));
+}
 
-  ServeResult r;
-  r.finish_reason = "length";
+Status ServeModel::DecodeStep(std::span<ServeGeneration* const> gens) {
+  std::vector<cpu::Sequence*> seqs;
+  std::vector<int32_t> tokens;
+  for (ServeGeneration* g : gens) {
+    if (!g->decoding())
+      return Status::FailedPrecondition("a generation in a decode step is not decoding");
+    seqs.push_back(g->seq_.get());
+    tokens.push_back(g->result_.tokens.back());
+  }
   std::vector<float> logits;
-  uint64_t rng = request.seed;
+  NW_RETURN_IF_ERROR(cpu::DecodeBatch(seqs, tokens, &logits));
+  const int64_t V = config_.vocab_size;
+  for (size_t i = 0; i < gens.size(); ++i)
+    gens[i]->Next(logits.data() + static_cast<int64_t>(i) * V);
+  return Status::Ok();
+}
+
+Result<ServeResult> ServeModel::Generate(const ServeRequest& request) {
+  NW_ASSIGN_OR_RETURN(std::unique_ptr<ServeGeneration> gen, Start(request));
   if (request.cancel != nullptr && request.cancel->load()) {
     return Status::Cancelled("the request was cancelled");
   }
-  const auto t0 = std::chrono::steady_clock::now();
-  NW_RETURN_IF_ERROR(seq.Prefill(request.prompt, &logits));
-  r.prefill_ms = MsSince(t0);
-  const auto t1 = std::chrono::steady_clock::now();
-  const int64_t V = config_.vocab_size;
-  while (static_cast<int>(r.tokens.size()) < request.max_tokens) {
-    const int32_t next = request.temperature > 0
-                             ? SampleToken(logits, request.temperature, request.top_p, &rng)
-                             : cpu::Argmax(logits.data(), V);
-    r.tokens.push_back(next);
-    if (std::find(stop_ids.begin(), stop_ids.end(), next) != stop_ids.end()) {
-      r.finish_reason = "stop";
-      r.matched_stop = next;
-      break;
-    }
-    if (!request.stop.empty()) {
-      const std::string text = tokenizer_.Decode(r.tokens);
-      if (FindStop(text, request.stop).first != std::string::npos) {
-        r.finish_reason = "stop";
-        break;
-      }
-    }
-    if (static_cast<int>(r.tokens.size()) == request.max_tokens) break;
+  // The whole prompt as the backend chunks it (one pass on "cpu", 256-token chunks on
+  // "cpu-paged"); the Sequence does the chunking.
+  NW_RETURN_IF_ERROR(gen->PrefillChunk(gen->prompt_left()));
+  while (gen->decoding()) {
     if (request.cancel != nullptr && request.cancel->load()) {
       return Status::Cancelled("the request was cancelled");
     }
-    NW_RETURN_IF_ERROR(seq.Decode(next, &logits));
+    ServeGeneration* one[] = {gen.get()};
+    NW_RETURN_IF_ERROR(DecodeStep(one));
   }
-  r.decode_ms = MsSince(t1);
+  return gen->TakeResult();
+}
 
+ServeGeneration::ServeGeneration(Private, const ServeModel& model, ServeRequest request,
+                                 cpu::Sequence seq)
+    : model_(model),
+      request_(std::move(request)),
+      seq_(std::make_unique<cpu::Sequence>(std::move(seq))),
+      rng_(request_.seed) {
+  stop_ids_ = request_.stop_token_ids;
+  const int eos = model_.config().eos_token_id;
+  if (!request_.ignore_eos && eos >= 0) stop_ids_.push_back(eos);
+  result_.finish_reason = "length";
+}
+
+ServeGeneration::~ServeGeneration() = default;
+
+Status ServeGeneration::PrefillChunk(int64_t max_tokens) {
+  if (prompt_left() == 0) return Status::FailedPrecondition("the prompt has run already");
+  if (max_tokens < 1) return Status::InvalidArgument("a prefill chunk needs at least one token");
+  if (!prefill_started_) {
+    prefill_started_ = true;
+    prefill_start_ = std::chrono::steady_clock::now();
+  }
+  const int64_t n = std::min(max_tokens, prompt_left());
+  const std::span<const int32_t> chunk(request_.prompt.data() + prefilled_, static_cast<size_t>(n));
+  std::vector<float> logits;
+  const bool last = n == prompt_left();
+  NW_RETURN_IF_ERROR(seq_->Prefill(chunk, last ? &logits : nullptr));
+  prefilled_ += n;
+  if (last) {
+    result_.prefill_ms = MsSince(prefill_start_);
+    decode_start_ = std::chrono::steady_clock::now();
+    Next(logits.data());
+  }
+  return Status::Ok();
+}
+
+void ServeGeneration::Next(const float* logits) {
+  const int64_t V = model_.config().vocab_size;
+  const int32_t next = request_.temperature > 0
+                           ? SampleToken(std::vector<float>(logits, logits + V),
+                                         request_.temperature, request_.top_p, &rng_)
+                           : cpu::Argmax(logits, V);
+  result_.tokens.push_back(next);
+  if (std::find(stop_ids_.begin(), stop_ids_.end(), next) != stop_ids_.end()) {
+    result_.finish_reason = "stop";
+    result_.matched_stop = next;
+    finished_ = true;
+  } else if (!request_.stop.empty() &&
+             FindStop(model_.tokenizer().Decode(result_.tokens), request_.stop).first !=
+                 std::string::npos) {
+    result_.finish_reason = "stop";
+    finished_ = true;
+  } else if (static_cast<int>(result_.tokens.size()) == request_.max_tokens) {
+    finished_ = true;
+  }
+  if (finished_) result_.decode_ms = MsSince(decode_start_);
+}
+
+ServeResult ServeGeneration::TakeResult() {
+  ServeResult r = std::move(result_);
+  result_ = ServeResult{};
   std::vector<int32_t> text_tokens = r.tokens;
   if (r.matched_stop.is_number()) text_tokens.pop_back();
-  r.text = tokenizer_.Decode(text_tokens);
-  if (!request.stop.empty()) {
-    auto [at, which] = FindStop(r.text, request.stop);
+  r.text = model_.tokenizer().Decode(text_tokens);
+  if (!request_.stop.empty()) {
+    auto [at, which] = FindStop(r.text, request_.stop);
     if (at != std::string::npos) {
       r.text.resize(at);
       r.finish_reason = "stop";
-      r.matched_stop = request.stop[which];
+      r.matched_stop = request_.stop[which];
     }
   }
 
-  if (request.return_indexer_topk) {
+  if (request_.return_indexer_topk) {
     // The model ran positions 0 .. prompt + generated - 2 (the last token is never fed back);
     // the probes hold one row per position run, in order.
-    const std::vector<IndexerProbe>& probes = seq.probes();
-    r.indexer_rows = static_cast<int64_t>(request.prompt.size() + r.tokens.size()) - 1;
+    const std::vector<IndexerProbe>& probes = seq_->probes();
+    r.indexer_rows = static_cast<int64_t>(request_.prompt.size() + r.tokens.size()) - 1;
     r.indexer_topk_width = probes.empty() ? 0 : probes.front().topk;
     const size_t L = probes.size();
     const size_t K = static_cast<size_t>(r.indexer_topk_width);

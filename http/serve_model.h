@@ -1,27 +1,32 @@
-// ServeModel: the model behind `nw serve`. It loads a model folder once and runs one request at
-// a time on the CPU reference backend, with what a server needs beyond Engine::Generate:
-// temperature/top-p sampling with a seed, stop strings, a cancel flag checked between decode
-// steps, and the indexer top-k sets of every position (sglang's return_indexer_topk).
+// ServeModel: the model behind `nw serve`. It loads a model folder once and runs requests on the
+// CPU reference backend, with what a server needs beyond Engine::Generate: temperature/top-p
+// sampling with a seed, stop strings, a cancel flag checked between decode steps, and the indexer
+// top-k sets of every position (sglang's return_indexer_topk).
 //
-// Greedy requests (temperature 0) run exactly the steps of cpu::Generate (prefill, then argmax
-// and one decode per token), so their tokens are bit-identical to the in-process engine's.
-// Thread-safety: Generate is called by one thread at a time (the server's engine thread); the
-// accessors are safe from any thread.
+// A request runs either whole (Generate) or step by step as a ServeGeneration (Start): prompt
+// chunks (PrefillChunk) and decode steps shared with other requests (DecodeStep, one batched
+// pass over the weights for all of them; engine/cpu/batch.h). Chunking and batching change no
+// value: greedy requests (temperature 0) get tokens bit-identical to the in-process engine's.
+// Thread-safety: Generate, Start, DecodeStep and a ServeGeneration's methods are called by one
+// thread at a time (the server's scheduler thread); the accessors are safe from any thread.
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "common/status.h"
 #include "engine/checkpoint/config.h"
 #include "engine/checkpoint/weights.h"
+#include "engine/cpu/sequence.h"
 #include "engine/engine.h"
 #include "engine/precision.h"
 #include "engine/text/tokenizer.h"
@@ -48,8 +53,8 @@ struct ServeResult {
   std::string text;             // decoded, without the stop token and from the stop string on
   std::string finish_reason;    // stop | length
   nlohmann::json matched_stop;  // the stop token id or stop string, else null
-  double prefill_ms = 0;
-  double decode_ms = 0;
+  double prefill_ms = 0;        // from the first prompt chunk to the first generated token
+  double decode_ms = 0;         // from the first generated token to the last
   // return_indexer_topk: shape (rows, layers, topk) row-major, rows = prompt + generated - 1
   // (one per position the model ran), request-local compressed entry ids in rank order, -1
   // padded; indexer_layers names the layer of each of the `layers` slices.
@@ -57,6 +62,55 @@ struct ServeResult {
   int64_t indexer_rows = 0;
   int indexer_topk_width = 0;
   std::vector<int> indexer_layers;
+};
+
+class ServeModel;
+
+/// One request in flight: its Sequence (KV caches), the tokens generated so far and its sampler.
+/// Made by ServeModel::Start; it reads the model's weights, so the model must outlive it.
+class ServeGeneration {
+ public:
+  ~ServeGeneration();
+  ServeGeneration(const ServeGeneration&) = delete;
+  ServeGeneration& operator=(const ServeGeneration&) = delete;
+
+  int64_t prompt_tokens() const { return static_cast<int64_t>(request_.prompt.size()); }
+  /// Prompt tokens still to run.
+  int64_t prompt_left() const { return prompt_tokens() - prefilled_; }
+  /// The prompt has run and no stop condition is met yet: the request takes decode steps.
+  bool decoding() const { return prompt_left() == 0 && !finished_; }
+  bool finished() const { return finished_; }
+  int64_t generated() const { return static_cast<int64_t>(result_.tokens.size()); }
+
+  /// Runs up to `max_tokens` (>= 1) more prompt tokens; after the last one, picks the first
+  /// generated token (which may already finish the request).
+  Status PrefillChunk(int64_t max_tokens);
+  /// The answer so far; call once finished (text cut at a stop string, indexer top-k filled in).
+  ServeResult TakeResult();
+
+ private:
+  friend class ServeModel;
+  struct Private {
+    explicit Private() = default;
+  };
+
+ public:
+  ServeGeneration(Private, const ServeModel& model, ServeRequest request, cpu::Sequence seq);
+
+ private:
+  // Takes the logits of the last token run: picks the next token and checks the stop conditions.
+  void Next(const float* logits);
+
+  const ServeModel& model_;
+  ServeRequest request_;
+  std::unique_ptr<cpu::Sequence> seq_;
+  std::vector<int32_t> stop_ids_;
+  uint64_t rng_ = 0;
+  int64_t prefilled_ = 0;
+  bool finished_ = false;
+  ServeResult result_;
+  std::chrono::steady_clock::time_point prefill_start_, decode_start_;
+  bool prefill_started_ = false;
 };
 
 class ServeModel {
@@ -76,6 +130,13 @@ class ServeModel {
   /// vocabulary, an invalid profile), OutOfRange when prompt + max_tokens exceeds the model's
   /// max_position_embeddings, Cancelled when the cancel flag was raised.
   Result<ServeResult> Generate(const ServeRequest& request);
+
+  /// Checks a request (the errors of Generate) and sets up its generation, before any token runs.
+  Result<std::unique_ptr<ServeGeneration>> Start(const ServeRequest& request);
+  /// One decode step for every generation in `gens` (each decoding(), distinct): their last
+  /// tokens run as one batched pass, then each picks its next token. On an error no generation
+  /// has advanced.
+  Status DecodeStep(std::span<ServeGeneration* const> gens);
 
  private:
   struct Private {

@@ -21,6 +21,7 @@
 
 #include "engine/engine.h"
 #include "http/openai.h"
+#include "http/scheduler.h"
 
 namespace nw {
 
@@ -55,14 +56,18 @@ Reply Error(int status, std::string type, std::string message, std::string code 
   return ErrorReply(e);
 }
 
-// One generation request on its way through the engine queue. The engine thread calls `done`
-// once unless the request was cancelled first (its deadline passed, or the server stopped).
-struct Task {
+// One generation request on its way through the scheduler. The scheduler thread prepares it
+// when it is admitted and answers through `done` once, unless the request was cancelled first
+// (its deadline passed, the client went away, or the server stopped).
+struct Task final : SchedulerJob {
+  HttpServer::Impl* impl = nullptr;
   ApiKind kind = ApiKind::kCompletions;
   CompletionRequest request;
   std::string id;
-  std::atomic<bool> cancelled{false};
   std::function<void(Reply)> done;
+
+  Result<ServeRequest> Prepare() override;
+  void Finish(const ServeRequest& sr, Result<ServeResult> result) override;
 };
 
 class Session;
@@ -124,29 +129,21 @@ struct HttpServer::Impl {
   std::string host;
   RequestLimits limits;
 
-  std::mutex mu;  // guards queue, admitted, stopping
-  std::condition_variable cv;
-  std::deque<std::shared_ptr<Task>> queue;
-  std::shared_ptr<Task> running;  // the request the engine runs now
-  int admitted = 0;               // queued + running
-  bool stopping = false;
+  std::unique_ptr<Scheduler> scheduler;  // owns the engine thread
 
   std::vector<std::weak_ptr<Session>> sessions;  // I/O thread only (and Stop, after it ended)
   std::atomic<bool> stopped{false};
   std::atomic<uint64_t> next_id{1};
   std::atomic<int64_t> n_connections{0}, n_requests{0}, n_completions{0}, n_busy{0}, n_timed_out{0},
-      n_client_errors{0};
-  std::mt19937_64 seeds{std::random_device{}()};  // engine thread: seeds of unseeded requests
+      n_client_errors{0}, n_disconnected{0};
+  std::mt19937_64 seeds{std::random_device{}()};  // scheduler thread: seeds of unseeded requests
 
   std::thread io_thread;
-  std::thread engine_thread;
 
   void Log(std::string_view line) const {
     if (options.log) options.log(line);
   }
   void Accept();
-  void EngineLoop();
-  std::optional<Reply> RunTask(Task& task);
   // Queues a task, or says why not (503).
   std::optional<Reply> Admit(std::shared_ptr<Task> task);
   void CountReply(int status) {
@@ -293,6 +290,7 @@ class Session : public std::enable_shared_from_this<Session> {
       return Send(Error(400, "invalid_request_error", "the request body is not valid JSON"), false);
     }
     auto task = std::make_shared<Task>();
+    task->impl = impl_;
     task->kind = kind;
     if (auto e = ParseCompletionRequest(body, kind, impl_->limits, &task->request)) {
       return Send(ErrorReply(*e), false);
@@ -321,6 +319,27 @@ class Session : public std::enable_shared_from_this<Session> {
     timer_.async_wait([self = shared_from_this(), seq = seq_](beast::error_code ec) {
       if (!ec) self->OnDeadline(seq);
     });
+    WatchDisconnect();
+  }
+
+  // While the request runs the connection is not read; a client that hangs up makes it readable
+  // (end of stream), and the request is cancelled so that it leaves the batch at the next step.
+  // Bytes of a pipelined next request also make it readable: those are left for the next read.
+  void WatchDisconnect() {
+    stream_.socket().async_wait(tcp::socket::wait_read,
+                                [self = shared_from_this(), seq = seq_](beast::error_code ec) {
+                                  if (ec || seq != self->seq_ || self->answered_) return;
+                                  char c = 0;
+                                  beast::error_code peek_ec;
+                                  const size_t n = self->stream_.socket().receive(
+                                      asio::buffer(&c, 1), tcp::socket::message_peek, peek_ec);
+                                  if (n > 0 && !peek_ec)
+                                    return;  // a pipelined request: not a hang-up
+                                  if (auto t = self->task_.lock()) t->cancelled = true;
+                                  ++self->impl_->n_disconnected;
+                                  self->answered_ = true;
+                                  self->Close();
+                                });
   }
 
   void OnDeadline(uint64_t seq) {
@@ -417,64 +436,64 @@ void HttpServer::Impl::Accept() {
 }
 
 std::optional<Reply> HttpServer::Impl::Admit(std::shared_ptr<Task> task) {
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    if (stopping) return Error(503, "overloaded_error", "the server is shutting down");
-    if (admitted >= options.max_batch) {
-      ++n_busy;
-      Reply r = Error(503, "overloaded_error",
-                      "the server is busy (" + std::to_string(admitted) +
-                          " requests queued or running); try again later");
-      r.headers.emplace_back("Retry-After", "1");
-      return r;
-    }
-    queue.push_back(std::move(task));
-    ++admitted;
+  switch (scheduler->Submit(std::move(task))) {
+    case Scheduler::Admission::kQueued:
+      return std::nullopt;
+    case Scheduler::Admission::kStopping:
+      return Error(503, "overloaded_error", "the server is shutting down");
+    case Scheduler::Admission::kFull:
+      break;
   }
-  cv.notify_one();
-  return std::nullopt;
+  ++n_busy;
+  Reply r = Error(503, "overloaded_error",
+                  "the server is busy (" + std::to_string(scheduler->admitted()) +
+                      " requests queued or running); try again later");
+  r.headers.emplace_back("Retry-After", "1");
+  return r;
 }
 
-std::optional<Reply> HttpServer::Impl::RunTask(Task& task) {
-  const CompletionRequest& q = task.request;
-  const Tokenizer& tok = model->tokenizer();
+namespace serve_detail {
+
+Result<ServeRequest> Task::Prepare() {
+  const CompletionRequest& q = request;
+  const Tokenizer& tok = impl->model->tokenizer();
   ServeRequest sr;
-  if (task.kind == ApiKind::kChat) {
+  if (kind == ApiKind::kChat) {
     sr.prompt = tok.Encode(RenderChatPrompt(q.messages));
   } else if (q.prompt_text) {
     sr.prompt = tok.Encode(*q.prompt_text);
   } else {
     sr.prompt = q.prompt_ids;
   }
-  if (sr.prompt.empty()) {
-    return Error(400, "invalid_request_error", "the prompt encodes to no tokens");
-  }
+  if (sr.prompt.empty()) return Status::InvalidArgument("the prompt encodes to no tokens");
   sr.max_tokens = q.max_tokens;
   sr.temperature = q.temperature;
   sr.top_p = q.top_p;
-  sr.seed = q.seed ? *q.seed : seeds();
+  sr.seed = q.seed ? *q.seed : impl->seeds();
   sr.stop = q.stop;
   sr.stop_token_ids = q.stop_token_ids;
   sr.ignore_eos = q.ignore_eos;
   sr.index_topk = q.index_topk.value_or(0);
   if (q.precision) sr.precision = *q.precision;
   sr.return_indexer_topk = q.return_indexer_topk;
-  sr.cancel = &task.cancelled;
-  if (options.before_generate) options.before_generate();
-  Result<ServeResult> r = model->Generate(sr);
+  return sr;
+}
+
+void Task::Finish(const ServeRequest& sr, Result<ServeResult> r) {
+  const CompletionRequest& q = request;
   if (!r.ok()) {
     const Status& s = r.status();
     switch (s.code()) {
       case StatusCode::kCancelled:
-        return std::nullopt;  // answered 504 already, or the server is stopping
+        return;  // answered 504 already, or the server is stopping
       case StatusCode::kOutOfRange:
-        return Error(400, "invalid_request_error", s.message(), "context_length_exceeded");
+        return done(Error(400, "invalid_request_error", s.message(), "context_length_exceeded"));
       case StatusCode::kInvalidArgument:
       case StatusCode::kUnsupported:
-        return Error(400, "invalid_request_error", s.message());
+        return done(Error(400, "invalid_request_error", s.message()));
       default:
-        Log("nw serve: generation failed: " + s.ToString());
-        return Error(500, "server_error", "generation failed: " + s.message());
+        impl->Log("nw serve: generation failed: " + s.ToString());
+        return done(Error(500, "server_error", "generation failed: " + s.message()));
     }
   }
   CompletionOutput out;
@@ -484,7 +503,7 @@ std::optional<Reply> HttpServer::Impl::RunTask(Task& task) {
   out.prompt_tokens = static_cast<int64_t>(sr.prompt.size());
   out.completion_tokens = static_cast<int64_t>(r->tokens.size());
   if (q.return_meta_info || q.return_indexer_topk) {
-    json meta{{"id", task.id},
+    json meta{{"id", id},
               {"prompt_tokens", out.prompt_tokens},
               {"completion_tokens", out.completion_tokens},
               {"finish_reason", json{{"type", out.finish_reason}, {"matched", out.matched_stop}}},
@@ -499,43 +518,14 @@ std::optional<Reply> HttpServer::Impl::RunTask(Task& task) {
     out.meta_info = std::move(meta);
   }
   Reply reply;
-  reply.body = CompletionResponse(task.kind, task.id, created_s, model_name, out);
+  reply.body = CompletionResponse(kind, id, impl->created_s, impl->model_name, out);
   reply.headers.emplace_back("nw-prefill-ms", Ms(r->prefill_ms));
   reply.headers.emplace_back("nw-decode-ms", Ms(r->decode_ms));
-  return reply;
+  ++impl->n_completions;
+  done(std::move(reply));
 }
 
-void HttpServer::Impl::EngineLoop() {
-  for (;;) {
-    std::shared_ptr<Task> task;
-    {
-      std::unique_lock<std::mutex> lock(mu);
-      cv.wait(lock, [&] { return stopping || !queue.empty(); });
-      if (stopping) return;
-      task = std::move(queue.front());
-      queue.pop_front();
-      running = task;
-    }
-    std::optional<Reply> reply;
-    if (!task->cancelled) {
-      try {
-        reply = RunTask(*task);
-      } catch (const std::exception& e) {  // json or allocation failures: the module edge
-        Log(std::string("nw serve: request failed: ") + e.what());
-        reply = Error(500, "server_error", std::string("internal error: ") + e.what());
-      }
-    }
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      --admitted;
-      running.reset();
-    }
-    if (reply) {
-      if (reply->status == 200) ++n_completions;
-      task->done(std::move(*reply));
-    }
-  }
-}
+}  // namespace serve_detail
 
 HttpServer::HttpServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
@@ -544,7 +534,6 @@ HttpServer::~HttpServer() { Stop(); }
 Result<std::unique_ptr<HttpServer>> HttpServer::Start(std::unique_ptr<ServeModel> model,
                                                       HttpServerOptions options) {
   if (model == nullptr) return Status::InvalidArgument("nw serve: no model");
-  if (options.max_batch < 1) return Status::InvalidArgument("--max-batch must be >= 1");
   if (options.max_body_bytes < 1) return Status::InvalidArgument("--max-body-bytes must be >= 1");
   if (options.timeout_ms < 1) return Status::InvalidArgument("--timeout-ms must be >= 1");
   if (options.read_timeout_ms < 1 || options.max_connections < 1) {
@@ -553,6 +542,13 @@ Result<std::unique_ptr<HttpServer>> HttpServer::Start(std::unique_ptr<ServeModel
   NW_ASSIGN_OR_RETURN(tcp::endpoint endpoint, ParseListen(options.listen));
   auto impl = std::make_unique<Impl>();
   impl->model = std::move(model);
+  SchedulerOptions sched;
+  sched.max_queued = options.max_batch;
+  sched.max_running = options.max_running;
+  sched.max_batched_tokens = options.max_batched_tokens;
+  sched.before_generate = options.before_generate;
+  sched.log = options.log;
+  NW_ASSIGN_OR_RETURN(impl->scheduler, Scheduler::Start(impl->model.get(), std::move(sched)));
   impl->model_name = options.model_name.empty() ? "nw-model" : options.model_name;
   impl->options = std::move(options);
   impl->created_s = static_cast<int64_t>(std::time(nullptr));
@@ -574,7 +570,6 @@ Result<std::unique_ptr<HttpServer>> HttpServer::Start(std::unique_ptr<ServeModel
   impl->Accept();
   Impl* raw = impl.get();
   impl->io_thread = std::thread([raw] { raw->ioc.run(); });
-  impl->engine_thread = std::thread([raw] { raw->EngineLoop(); });
   raw->Log("nw serve: listening on " + std::string("http://") +
            (raw->host.find(':') != std::string::npos ? "[" + raw->host + "]" : raw->host) + ":" +
            std::to_string(raw->port) + ", model '" + raw->model_name + "' on " +
@@ -585,14 +580,9 @@ Result<std::unique_ptr<HttpServer>> HttpServer::Start(std::unique_ptr<ServeModel
 void HttpServer::Stop() {
   Impl& m = *impl_;
   if (m.stopped.exchange(true)) return;
-  {
-    std::lock_guard<std::mutex> lock(m.mu);
-    m.stopping = true;
-    for (const auto& t : m.queue) t->cancelled = true;
-    m.queue.clear();
-    if (m.running) m.running->cancelled = true;
-  }
-  m.cv.notify_all();
+  // Cancels queued and running requests and joins the scheduler thread (the step in progress
+  // ends first); then no answer is posted to the I/O thread any more.
+  if (m.scheduler) m.scheduler->Stop();
   asio::post(m.ioc, [&m] {
     beast::error_code ignored;
     m.acceptor.close(ignored);
@@ -603,7 +593,6 @@ void HttpServer::Stop() {
     m.ioc.stop();
   });
   if (m.io_thread.joinable()) m.io_thread.join();
-  if (m.engine_thread.joinable()) m.engine_thread.join();
   m.Log("nw serve: stopped");
 }
 
@@ -620,8 +609,16 @@ const std::string& HttpServer::model_name() const { return impl_->model_name; }
 
 HttpServerStats HttpServer::stats() const {
   const Impl& m = *impl_;
-  return HttpServerStats{m.n_connections.load(), m.n_requests.load(),  m.n_completions.load(),
-                         m.n_busy.load(),        m.n_timed_out.load(), m.n_client_errors.load()};
+  HttpServerStats s;
+  s.connections = m.n_connections.load();
+  s.requests = m.n_requests.load();
+  s.completions = m.n_completions.load();
+  s.rejected_busy = m.n_busy.load();
+  s.timed_out = m.n_timed_out.load();
+  s.client_errors = m.n_client_errors.load();
+  s.disconnected = m.n_disconnected.load();
+  if (m.scheduler) s.scheduler = m.scheduler->stats();
+  return s;
 }
 
 }  // namespace nw

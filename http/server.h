@@ -5,14 +5,16 @@
 //   GET  /v1/models             the one model served
 //   GET  /health                200 while the server runs
 //
-// Threads: one I/O thread runs every connection (an io_context owned by the server) and one
-// engine thread runs generations, one at a time, in arrival order. A request is admitted to the
-// engine queue only while fewer than max_batch requests are queued or running; otherwise it is
-// answered 503 at once. Every request has a deadline (timeout_ms from its arrival): past it the
-// client gets 504 and the engine drops the request (between decode steps if it is running).
-// Bad requests get 4xx with OpenAI's error object; bodies above max_body_bytes get 413.
-// Stop() closes the listener and every connection, lets the running generation finish and
-// joins both threads. docs/http.md describes the API and its extensions.
+// Threads: one I/O thread runs every connection (an io_context owned by the server) and the
+// Scheduler's thread runs the engine with continuous batching (scheduler.h): up to max_running
+// requests at once, their decode steps batched, prompts in chunks within max_batched_tokens
+// per step. A request is admitted only while fewer than max_batch requests are queued or
+// running; otherwise it is answered 503 at once. Every request has a deadline (timeout_ms from
+// its arrival): past it the client gets 504 and the request leaves the batch at the next step;
+// so does a request whose client hangs up. Bad requests get 4xx with OpenAI's error object;
+// bodies above max_body_bytes get 413. Stop() cancels every request, lets the step in progress
+// end, closes the listener and every connection and joins both threads. docs/http.md describes
+// the API and its extensions.
 // Thread-safety: Start/Stop/accessors from any thread; Stop is idempotent.
 #pragma once
 
@@ -23,6 +25,7 @@
 #include <string_view>
 
 #include "common/status.h"
+#include "http/scheduler.h"
 #include "http/serve_model.h"
 
 namespace nw {
@@ -31,11 +34,13 @@ struct HttpServerOptions {
   std::string listen = "127.0.0.1:8000";      // host:port; port 0 picks a free one
   std::string model_name;                     // the model id served ("" = the model folder's name)
   int max_batch = 16;                         // requests queued or running; more get 503
+  int max_running = 8;                        // requests run together (the decode batch)
+  int64_t max_batched_tokens = 256;           // tokens per scheduler step (decode + prompt chunks)
   size_t max_body_bytes = 16 << 20;           // request bodies above this get 413
   int64_t timeout_ms = 600'000;               // per request, from arrival to answer (504 after)
   int64_t read_timeout_ms = 30'000;           // to receive a request; also the keep-alive idle time
   int max_connections = 256;                  // open connections; more are answered 503 and closed
-  std::function<void()> before_generate;      // runs on the engine thread before each generation
+  std::function<void()> before_generate;      // scheduler thread, as each request is admitted
   std::function<void(std::string_view)> log;  // lifecycle and server errors (never bodies)
 };
 
@@ -46,6 +51,8 @@ struct HttpServerStats {
   int64_t rejected_busy = 0;  // 503: queue full
   int64_t timed_out = 0;      // 504
   int64_t client_errors = 0;  // 4xx
+  int64_t disconnected = 0;   // clients that hung up while their request ran
+  SchedulerStats scheduler;   // steps and batch sizes
 };
 
 class HttpServer {
