@@ -10,17 +10,6 @@ struct Finalizer {
 };
 using Stmt = std::unique_ptr<sqlite3_stmt, Finalizer>;
 
-constexpr const char* kSchema = R"sql(
-CREATE TABLE IF NOT EXISTS coordinator_campaigns (
-  campaign_id  INTEGER PRIMARY KEY,
-  name         TEXT    NOT NULL,
-  priority     INTEGER NOT NULL DEFAULT 0,
-  state        TEXT    NOT NULL CHECK (state IN ('active', 'paused', 'cancelled')),
-  submitted_ms INTEGER NOT NULL,
-  updated_ms   INTEGER NOT NULL
-);
-)sql";
-
 StatusCode CodeFor(int rc) {
   switch (rc & 0xff) {
     case SQLITE_BUSY:
@@ -79,13 +68,23 @@ Result<std::unique_ptr<CampaignTable>> CampaignTable::Open(const std::filesystem
   }
   auto t = std::make_unique<CampaignTable>(PassKey(), std::move(db), db_file.string());
   sqlite3_busy_timeout(t->db_.get(), 5000);
-  char* err = nullptr;
-  const int erc = sqlite3_exec(t->db_.get(), kSchema, nullptr, nullptr, &err);
-  const std::string msg = err != nullptr ? err : "";
-  sqlite3_free(err);
-  if (erc != SQLITE_OK) {
-    return Status(CodeFor(erc), t->file_ + ": creating table coordinator_campaigns: " + msg);
+  // The table comes from the Store's migration 0004_coordinator_campaigns: open the file with
+  // Store::Open first (it migrates), then this.
+  sqlite3_stmt* raw_stmt = nullptr;
+  int prc = sqlite3_prepare_v2(t->db_.get(),
+                               "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = "
+                               "'coordinator_campaigns'",
+                               -1, &raw_stmt, nullptr);
+  Stmt stmt(raw_stmt);
+  if (prc != SQLITE_OK) return t->Error(prc, "looking for table coordinator_campaigns");
+  prc = sqlite3_step(stmt.get());
+  if (prc == SQLITE_DONE) {
+    return Status::FailedPrecondition(
+        t->file_ +
+        ": no table coordinator_campaigns: the database is older than migration "
+        "0004_coordinator_campaigns (open it with Store::Open, which migrates it, first)");
   }
+  if (prc != SQLITE_ROW) return t->Error(prc, "looking for table coordinator_campaigns");
   return t;
 }
 

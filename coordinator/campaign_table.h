@@ -1,8 +1,8 @@
 // CampaignTable: the coordinator daemon's record of the campaigns submitted to it, with their
 // priority and state (active, paused, cancelled), kept in the same SQLite file as the Store so
 // that a restarted daemon recovers it with everything else. It is the table
-// `coordinator_campaigns`, created by the daemon (CREATE TABLE IF NOT EXISTS) on its own
-// connection; the Store's migrations do not know it (docs/distributed.md, "Recovery").
+// `coordinator_campaigns`, created by the Store's migration 0004_coordinator_campaigns
+// (docs/schema.md); this class reads and writes it on a connection of its own.
 // Only the daemon writes it; `nw run` never reads it.
 //
 // Thread-safety: owned by the coordinator's loop thread (one SQLite connection).
@@ -37,7 +37,8 @@ struct CampaignControl {
 
 class CampaignTable {
  public:
-  /// Opens `db_file` (which the Store has created) and creates the table if needed.
+  /// Opens `db_file`, which Store::Open has created or migrated: FailedPrecondition naming the
+  /// file when it has no coordinator_campaigns table (a schema older than migration 0004).
   static Result<std::unique_ptr<CampaignTable>> Open(const std::filesystem::path& db_file);
   ~CampaignTable();
   CampaignTable(const CampaignTable&) = delete;

@@ -732,9 +732,31 @@ TEST(CampaignTableTest, PutFindListKeepsTheFirstSubmission) {
   EXPECT_EQ((*c)->updated_ms, 20);
   EXPECT_FALSE((*t)->Find(4).value().has_value());
   EXPECT_EQ((*t)->List().value().size(), 1u);
-  // The Store still opens the file with the extra table in it.
+  // The table is the Store's (migration 0004): reopening keeps the rows.
   store->reset();
+  t->reset();
   EXPECT_TRUE(Store::Open(dir / "nw.db").ok());
+  auto again = CampaignTable::Open(dir / "nw.db");
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ((*again)->Find(3).value().value().priority, 4);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(CampaignTableTest, ADatabaseBeforeMigration0004IsRefusedNotPatched) {
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("nw-ctable-old-" + std::to_string(std::random_device{}()));
+  std::filesystem::create_directories(dir);
+  const std::vector<SchemaMigration> old(Store::EmbeddedMigrations().begin(),
+                                         Store::EmbeddedMigrations().begin() + 3);
+  ASSERT_TRUE(Store::OpenWithMigrations(dir / "nw.db", Store::Mode::kReadWrite, old).ok());
+  auto t = CampaignTable::Open(dir / "nw.db");
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(t.status().message().find((dir / "nw.db").string()), std::string::npos);
+  EXPECT_NE(t.status().message().find("0004_coordinator_campaigns"), std::string::npos);
+  // Store::Open migrates it; then the table opens.
+  ASSERT_TRUE(Store::Open(dir / "nw.db").ok());
+  EXPECT_TRUE(CampaignTable::Open(dir / "nw.db").ok());
   std::filesystem::remove_all(dir);
 }
 

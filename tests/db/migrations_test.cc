@@ -96,9 +96,10 @@ TEST(Migrations, FreshFileGetsEveryTableViewAndPragma) {
     EXPECT_EQ((*store)->mode(), Store::Mode::kReadWrite);
   }
   RawDb raw(file);
-  for (const char* t : {"campaigns", "jobs", "campaign_jobs", "attempts", "results", "probes",
-                        "workers", "schema_version", "v_job_config", "v_results", "v_campaign_jobs",
-                        "v_heatmap", "v_length_status", "v_boundary", "v_probe_summary"}) {
+  for (const char* t :
+       {"campaigns", "jobs", "campaign_jobs", "attempts", "results", "probes", "workers",
+        "schema_version", "coordinator_campaigns", "v_job_config", "v_results", "v_campaign_jobs",
+        "v_heatmap", "v_length_status", "v_boundary", "v_probe_summary"}) {
     EXPECT_TRUE(raw.HasTable(t)) << t;
   }
   EXPECT_EQ(raw.One("PRAGMA journal_mode"), "wal");
@@ -156,6 +157,72 @@ TEST(Migrations, UpgradesAnOlderDatabase) {
   EXPECT_EQ(*(*store)->SchemaVersion(), Store::LatestSchemaVersion());
   RawDb raw(file);
   EXPECT_TRUE(raw.HasTable("v_heatmap"));
+}
+
+// Before migration 0004 the coordinator daemon created coordinator_campaigns itself, on its own
+// connection, in a database at schema version 3. Such a file must migrate with its rows intact,
+// and a file without the table (never served by a daemon) gets it.
+TEST(Migrations, CoordinatorCampaignsFromTheOldDaemonAreKept) {
+  TempDir dir;
+  const auto served = dir.File("served.db");
+  const auto plain = dir.File("plain.db");
+  const std::vector<SchemaMigration> old(Store::EmbeddedMigrations().begin(),
+                                         Store::EmbeddedMigrations().begin() + 3);
+  ASSERT_EQ(old.back().name, "0003_baselines");
+  int64_t campaign_id = 0;
+  for (const auto& file : {served, plain}) {
+    auto store = Store::OpenWithMigrations(file, Store::Mode::kReadWrite, old);
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    auto id = (*store)->UpsertCampaign("sweep", "sweep.yaml", "name: sweep", 5);
+    ASSERT_TRUE(id.ok());
+    campaign_id = *id;
+  }
+  {
+    // What the old daemon did (coordinator/campaign_table.cc before 0004), byte for byte.
+    sqlite3* raw = nullptr;
+    ASSERT_EQ(sqlite3_open_v2(served.c_str(), &raw, SQLITE_OPEN_READWRITE, nullptr), SQLITE_OK);
+    const std::string sql =
+        "CREATE TABLE IF NOT EXISTS coordinator_campaigns (\n"
+        "  campaign_id  INTEGER PRIMARY KEY,\n"
+        "  name         TEXT    NOT NULL,\n"
+        "  priority     INTEGER NOT NULL DEFAULT 0,\n"
+        "  state        TEXT    NOT NULL CHECK (state IN ('active', 'paused', 'cancelled')),\n"
+        "  submitted_ms INTEGER NOT NULL,\n"
+        "  updated_ms   INTEGER NOT NULL\n"
+        ");\n"
+        "INSERT INTO coordinator_campaigns VALUES (" +
+        std::to_string(campaign_id) + ", 'sweep', 7, 'paused', 100, 200);";
+    EXPECT_EQ(sqlite3_exec(raw, sql.c_str(), nullptr, nullptr, nullptr), SQLITE_OK)
+        << sqlite3_errmsg(raw);
+    sqlite3_close_v2(raw);
+  }
+  {
+    RawDb raw(plain);
+    EXPECT_FALSE(raw.HasTable("coordinator_campaigns"));
+  }
+  for (const auto& file : {served, plain}) {
+    auto store = Store::Open(file);
+    ASSERT_TRUE(store.ok()) << file << ": " << store.status().ToString();
+    EXPECT_EQ(*(*store)->SchemaVersion(), Store::LatestSchemaVersion());
+  }
+  RawDb s(served);
+  EXPECT_EQ(s.One("SELECT name FROM schema_version WHERE version = 4"),
+            "0004_coordinator_campaigns");
+  EXPECT_EQ(s.One("SELECT priority || ' ' || state || ' ' || submitted_ms || ' ' || updated_ms"
+                  " FROM coordinator_campaigns WHERE name = 'sweep'"),
+            "7 paused 100 200");
+  EXPECT_EQ(s.One("SELECT count(*) FROM coordinator_campaigns"), "1");
+  RawDb p(plain);
+  EXPECT_TRUE(p.HasTable("coordinator_campaigns"));
+  EXPECT_EQ(p.One("SELECT count(*) FROM coordinator_campaigns"), "0");
+  // The same columns either way.
+  const std::string cols =
+      "SELECT group_concat(name || ':' || type || ':' || \"notnull\" || ':' || pk, ',')"
+      " FROM pragma_table_info('coordinator_campaigns')";
+  EXPECT_EQ(s.One(cols), p.One(cols));
+  EXPECT_EQ(p.One(cols),
+            "campaign_id:INTEGER:0:1,name:TEXT:1:0,priority:INTEGER:1:0,state:TEXT:1:0,"
+            "submitted_ms:INTEGER:1:0,updated_ms:INTEGER:1:0");
 }
 
 TEST(Migrations, RefusesADatabaseNewerThanTheBuild) {
