@@ -96,6 +96,8 @@ struct Server::Loop {
   std::map<std::string, Staged> staged;          // by submission id
   std::map<std::string, SubmitReply> completed;  // by submission id
   std::deque<std::string> completed_order;
+  std::vector<FailureRow> failure_rows;  // Apply()'s rows for the Store, reused
+  std::vector<LeaseRow> lease_rows;
 
   Loop(Server& server, bool is_daemon, int64_t id)
       : s(server),
@@ -152,18 +154,15 @@ struct Server::Loop {
     if (ev.empty()) return Status::Ok();
     const int64_t now = s.clock_.NowMs();
     const int64_t wall = Wall();
-    const Status written = s.store_.InTransaction([&]() -> Status {
-      for (const auto& f : ev.failures) {
-        NW_RETURN_IF_ERROR(
-            s.store_.RecordFailure(f.job_key, f.attempt, f.reason, f.will_retry, wall));
-      }
-      for (const auto& g : ev.grants) {
-        NW_RETURN_IF_ERROR(s.store_.RecordLease(g.job_key, g.attempt, g.worker_id,
-                                                wall + (g.lease_expires_ms - now), wall));
-      }
-      return Status::Ok();
-    });
-    if (!written.ok()) return written;
+    failure_rows.clear();
+    lease_rows.clear();
+    for (const auto& f : ev.failures) {
+      failure_rows.push_back({f.job_key, f.attempt, &f.reason, f.will_retry});
+    }
+    for (const auto& g : ev.grants) {
+      lease_rows.push_back({g.job_key, g.attempt, g.worker_id, wall + (g.lease_expires_ms - now)});
+    }
+    NW_RETURN_IF_ERROR(s.store_.RecordAttempts(failure_rows, lease_rows, wall));
     for (const auto& f : ev.failures) {
       if (f.will_retry) {
         ++summary.retried;

@@ -1,5 +1,6 @@
 #include "db/sqlite.h"
 
+#include <cstdio>
 #include <utility>
 
 namespace nw::db_internal {
@@ -95,51 +96,58 @@ Status Db::Exec(const std::string& sql, std::string_view purpose) {
   return Status::Ok();
 }
 
-Result<sqlite3_stmt*> Db::Acquire(const std::string& sql, std::string_view purpose) {
+Result<Db::Cached*> Db::Acquire(std::string_view sql, std::string_view purpose) {
   auto it = stmts_.find(sql);
   if (it == stmts_.end()) {
     sqlite3_stmt* raw = nullptr;
-    const int rc = sqlite3_prepare_v3(db_.get(), sql.c_str(), static_cast<int>(sql.size() + 1),
+    const int rc = sqlite3_prepare_v3(db_.get(), sql.data(), static_cast<int>(sql.size()),
                                       SQLITE_PREPARE_PERSISTENT, &raw, nullptr);
     StmtPtr stmt(raw);
     if (rc != SQLITE_OK) return Error(rc, std::string(purpose) + " (preparing)");
     if (!stmt) return Status::Internal(file_ + ": " + std::string(purpose) + ": empty statement");
-    it = stmts_.emplace(sql, Cached{std::move(stmt), false}).first;
+    it = stmts_.emplace(std::string(sql), Cached{std::move(stmt), false}).first;
   }
   if (it->second.in_use) {
     return Status::Internal(file_ + ": " + std::string(purpose) +
                             ": statement already in use by an enclosing query");
   }
   it->second.in_use = true;
-  return it->second.stmt.get();
+  return &it->second;
 }
 
-void Db::Release(sqlite3_stmt* stmt) {
-  sqlite3_reset(stmt);
-  sqlite3_clear_bindings(stmt);
-  const char* sql = sqlite3_sql(stmt);
-  if (sql == nullptr) return;
-  auto it = stmts_.find(std::string_view(sql));
-  if (it != stmts_.end()) it->second.in_use = false;
+void Db::Release(Cached* cached) {
+  sqlite3_reset(cached->stmt.get());
+  sqlite3_clear_bindings(cached->stmt.get());
+  cached->in_use = false;
 }
 
-Query::Query(Db& db, const std::string& sql, std::string_view purpose)
-    : db_(db), purpose_(purpose) {
-  auto stmt = db_.Acquire(sql, purpose);
-  if (stmt.ok()) {
-    stmt_ = *stmt;
+Query::Query(Db& db, std::string_view sql, const char* purpose) : db_(db), purpose_(purpose) {
+  Prepare(sql);
+}
+
+Query::Query(Db& db, std::string_view sql, std::string purpose)
+    : db_(db), owned_purpose_(std::move(purpose)), purpose_(owned_purpose_) {
+  Prepare(sql);
+}
+
+void Query::Prepare(std::string_view sql) {
+  auto cached = db_.Acquire(sql, purpose_);
+  if (cached.ok()) {
+    cached_ = *cached;
+    stmt_ = cached_->stmt.get();
   } else {
-    status_ = stmt.status();
+    status_ = cached.status();
   }
 }
 
 Query::~Query() {
-  if (stmt_ != nullptr) db_.Release(stmt_);
+  if (cached_ != nullptr) db_.Release(cached_);
 }
 
 void Query::NoteBind(int rc, int i) {
   if (rc != SQLITE_OK && status_.ok()) {
-    status_ = db_.Error(rc, purpose_ + " (binding parameter " + std::to_string(i) + ")");
+    status_ =
+        db_.Error(rc, std::string(purpose_) + " (binding parameter " + std::to_string(i) + ")");
   }
 }
 
@@ -155,6 +163,7 @@ Query& Query::Bind(int i, double v) {
 
 Query& Query::Bind(int i, std::string_view v) {
   if (stmt_ != nullptr) {
+    // SQLITE_TRANSIENT: callers may bind temporaries (e.g. a dumped JSON) and step later.
     NoteBind(sqlite3_bind_text64(stmt_, i, v.data(), v.size(), SQLITE_TRANSIENT, SQLITE_UTF8), i);
   }
   return *this;
@@ -183,20 +192,50 @@ Status Query::Run() {
 
 int64_t Query::Changes() const { return sqlite3_changes64(db_.get()); }
 
-std::string Query::Text(int col) const {
+std::string Query::Text(int col) const { return std::string(TextView(col)); }
+
+std::string_view Query::TextView(int col) const {
   const auto* p = reinterpret_cast<const char*>(sqlite3_column_text(stmt_, col));
   if (p == nullptr) return {};
-  return std::string(p, static_cast<size_t>(sqlite3_column_bytes(stmt_, col)));
+  return std::string_view(p, static_cast<size_t>(sqlite3_column_bytes(stmt_, col)));
+}
+
+namespace {
+
+// "SAVEPOINT nw_sp3" and friends without a heap allocation.
+struct SavepointSql {
+  char buf[48];
+  std::string_view Make(const char* verb, int level) {
+    const int n = std::snprintf(buf, sizeof(buf), "%s nw_sp%d", verb, level);
+    return std::string_view(buf, static_cast<size_t>(n));
+  }
+};
+
+}  // namespace
+
+Status Txn::Control(std::string_view sql, std::string_view what) {
+  // A failure is reported with the purpose; the text is built only then.
+  auto cached = db_.Acquire(sql, what);
+  if (!cached.ok()) return cached.status();
+  sqlite3_stmt* stmt = (*cached)->stmt.get();
+  const int rc = sqlite3_step(stmt);
+  Status st = Status::Ok();
+  if (rc != SQLITE_DONE && rc != SQLITE_ROW) {
+    st = db_.Error(rc, std::string(purpose_) + " (" + std::string(what) + ")");
+  }
+  db_.Release(*cached);
+  return st;
 }
 
 Txn::~Txn() {
   if (!open_) return;
   // Best effort: a failed rollback leaves SQLite to roll back when the connection closes.
   if (level_ == 1) {
-    (void)db_.Exec("ROLLBACK", purpose_ + " (rolling back)");
+    (void)Control("ROLLBACK", "rolling back");
   } else {
-    const std::string sp = "nw_sp" + std::to_string(level_);
-    (void)db_.Exec("ROLLBACK TO " + sp + "; RELEASE " + sp, purpose_ + " (rolling back)");
+    SavepointSql sp;
+    (void)Control(sp.Make("ROLLBACK TO", level_), "rolling back");
+    (void)Control(sp.Make("RELEASE", level_), "rolling back");
   }
   --db_.txn_depth_;
 }
@@ -215,10 +254,10 @@ Status Txn::Start(std::string_view purpose, const char* begin_sql) {
   purpose_ = purpose;
   level_ = db_.txn_depth_ + 1;
   if (level_ == 1) {
-    NW_RETURN_IF_ERROR(db_.Exec(begin_sql, purpose_ + " (beginning transaction)"));
+    NW_RETURN_IF_ERROR(Control(begin_sql, "beginning transaction"));
   } else {
-    NW_RETURN_IF_ERROR(
-        db_.Exec("SAVEPOINT nw_sp" + std::to_string(level_), purpose_ + " (savepoint)"));
+    SavepointSql sp;
+    NW_RETURN_IF_ERROR(Control(sp.Make("SAVEPOINT", level_), "savepoint"));
   }
   ++db_.txn_depth_;
   open_ = true;
@@ -226,12 +265,14 @@ Status Txn::Start(std::string_view purpose, const char* begin_sql) {
 }
 
 Status Txn::Commit() {
-  if (!open_) return Status::Internal(db_.file() + ": " + purpose_ + ": commit without begin");
+  if (!open_) {
+    return Status::Internal(db_.file() + ": " + std::string(purpose_) + ": commit without begin");
+  }
   if (level_ == 1) {
-    NW_RETURN_IF_ERROR(db_.Exec("COMMIT", purpose_ + " (committing)"));
+    NW_RETURN_IF_ERROR(Control("COMMIT", "committing"));
   } else {
-    NW_RETURN_IF_ERROR(
-        db_.Exec("RELEASE nw_sp" + std::to_string(level_), purpose_ + " (releasing savepoint)"));
+    SavepointSql sp;
+    NW_RETURN_IF_ERROR(Control(sp.Make("RELEASE", level_), "releasing savepoint"));
   }
   open_ = false;
   --db_.txn_depth_;

@@ -8,11 +8,12 @@
 #include <sqlite3.h>
 
 #include <cstdint>
-#include <map>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 
 #include "common/status.h"
 
@@ -35,6 +36,12 @@ StatusCode StatusCodeForSqlite(int extended_rc);
 /// An open connection and its statement cache.
 class Db {
  public:
+  /// A cached prepared statement (stable address: the cache is node-based).
+  struct Cached {
+    StmtPtr stmt;
+    bool in_use = false;
+  };
+
   /// Opens `file` (":memory:" allowed). read_only opens with SQLITE_OPEN_READONLY and never
   /// creates the file.
   static Result<std::unique_ptr<Db>> Open(const std::string& file, bool read_only);
@@ -51,13 +58,14 @@ class Db {
 
   /// Status for a failed call: "<file>: <purpose>: <sqlite message> (<code name>)".
   Status Error(int rc, std::string_view purpose) const;
-  /// Runs one or more statements without results (sqlite3_exec).
+  /// Runs one or more statements without results (sqlite3_exec; parsed on every call, so not
+  /// for hot paths: use Query, whose statements are prepared once).
   Status Exec(const std::string& sql, std::string_view purpose);
   /// The cached prepared statement for `sql`, prepared on first use and marked in use until
   /// Release(); using the same SQL twice at once is an Internal error.
-  Result<sqlite3_stmt*> Acquire(const std::string& sql, std::string_view purpose);
+  Result<Cached*> Acquire(std::string_view sql, std::string_view purpose);
   /// Resets the statement, clears its bindings and marks it free.
-  void Release(sqlite3_stmt* stmt);
+  void Release(Cached* cached);
 
   /// Transaction nesting depth (0: none open by us).
   int txn_depth() const { return txn_depth_; }
@@ -65,14 +73,16 @@ class Db {
  private:
   friend class Txn;
 
+  // Heterogeneous lookup by string_view: no std::string is built to find a statement.
+  struct SqlHash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
+
   DbPtr db_;  // declared first: destroyed after the statements
   std::string file_;
   bool read_only_;
-  struct Cached {
-    StmtPtr stmt;
-    bool in_use = false;
-  };
-  std::map<std::string, Cached, std::less<>> stmts_;
+  std::unordered_map<std::string, Cached, SqlHash, std::equal_to<>> stmts_;
   int txn_depth_ = 0;
 };
 
@@ -80,8 +90,11 @@ class Db {
 /// its bindings when destroyed, so no statement keeps a read transaction open.
 class Query {
  public:
-  /// Prepares (or reuses) `sql` on `db`; errors surface from Step()/Run().
-  Query(Db& db, const std::string& sql, std::string_view purpose);
+  /// Prepares (or reuses) `sql` on `db`; errors surface from Step()/Run(). `purpose` names the
+  /// statement in error messages; a const char* (a literal) is kept as a pointer, a std::string
+  /// is copied, so the success path builds no text.
+  Query(Db& db, std::string_view sql, const char* purpose);
+  Query(Db& db, std::string_view sql, std::string purpose);
   Query(const Query&) = delete;
   Query& operator=(const Query&) = delete;
   ~Query();
@@ -114,12 +127,17 @@ class Query {
     return IsNull(col) ? std::nullopt : std::optional<double>(Real(col));
   }
   std::string Text(int col) const;
+  /// The column's text without a copy; valid until the next Step() or the end of the Query.
+  std::string_view TextView(int col) const;
 
  private:
+  void Prepare(std::string_view sql);
   void NoteBind(int rc, int i);
 
   Db& db_;
-  std::string purpose_;
+  std::string owned_purpose_;  // when constructed from a std::string
+  std::string_view purpose_;
+  Db::Cached* cached_ = nullptr;
   sqlite3_stmt* stmt_ = nullptr;
   Status status_;  // first preparation or binding error
 };
@@ -134,7 +152,8 @@ class Txn {
   Txn& operator=(const Txn&) = delete;
   ~Txn();
 
-  /// A write transaction (BEGIN IMMEDIATE; refused on a read-only connection).
+  /// A write transaction (BEGIN IMMEDIATE; refused on a read-only connection). `purpose` must
+  /// outlive the Txn (it names the transaction in error messages).
   Status Begin(std::string_view purpose);
   /// A read transaction (BEGIN DEFERRED): one consistent snapshot for several reads; allowed on
   /// read-only connections.
@@ -143,9 +162,11 @@ class Txn {
 
  private:
   Status Start(std::string_view purpose, const char* begin_sql);
+  // Runs a transaction-control statement (prepared once and cached, like any Query).
+  Status Control(std::string_view sql, std::string_view what);
 
   Db& db_;
-  std::string purpose_;
+  std::string_view purpose_;
   int level_ = 0;  // 0: not begun; 1: outermost; >1: savepoint
   bool open_ = false;
 };

@@ -5,6 +5,7 @@
 #include <string>
 #include <utility>
 
+#include "db/checkpointer.h"
 #include "db/migrations.h"
 #include "db/schema.h"
 #include "db/sqlite.h"
@@ -40,6 +41,10 @@ Result<JobState> ParseJobState(std::string_view name) {
 namespace {
 
 constexpr int kDefaultBusyTimeoutMs = 5000;
+// WAL size (pages) that wakes the checkpointer: SQLite's own auto-checkpoint default.
+constexpr int kCheckpointPages = 1000;
+// Largest part of the file mapped into memory for reading (PRAGMA mmap_size).
+constexpr int64_t kMmapBytes = int64_t{1} << 30;
 
 // Columns of jobs read into a JobRecord, in this order.
 constexpr const char* kJobColumns = "j.key, j.spec_json, j.state, j.attempts, j.last_error";
@@ -84,6 +89,9 @@ struct Store::Impl {
   std::filesystem::path path;
   Mode mode = Mode::kReadWrite;
   std::unique_ptr<Db> db;
+  // Read-write file stores: WAL checkpoints off the writer's thread (db/checkpointer.h).
+  // Declared after db: stopped before the connection closes.
+  std::unique_ptr<db_internal::WalCheckpointer> checkpointer;
 
   const std::string& file() const { return db->file(); }
 
@@ -117,16 +125,100 @@ struct Store::Impl {
   }
 
   // The job's state, or NotFound naming the key.
-  Result<std::pair<JobState, int>> JobStateOf(const std::string& key, std::string_view purpose) {
+  Result<std::pair<JobState, int>> JobStateOf(std::string_view key, const char* purpose) {
     Query q(*db, "SELECT state, attempts FROM jobs WHERE key = ?", purpose);
     q.Bind(1, key);
     NW_ASSIGN_OR_RETURN(bool found, q.Step());
     if (!found) {
-      return Status::NotFound(file() + ": " + std::string(purpose) + ": job " + key +
+      return Status::NotFound(file() + ": " + purpose + ": job " + std::string(key) +
                               " is not in table jobs");
     }
-    NW_ASSIGN_OR_RETURN(JobState s, ParseJobState(q.Text(0)));
+    NW_ASSIGN_OR_RETURN(JobState s, ParseJobState(q.TextView(0)));
     return std::make_pair(s, static_cast<int>(q.Int(1)));
+  }
+
+  // One lease (RecordLease / RecordAttempts), inside a transaction. The success path is two
+  // statements: an UPDATE that only matches a job that may take this attempt, and the INSERT.
+  Status LeaseLocked(const LeaseRow& l, int64_t now_ms) {
+    if (l.attempt < 1) return LeaseRefusal(l);
+    {
+      Query q(*db,
+              "UPDATE jobs SET state = 'leased', attempts = ?2, updated_ms = ?3"
+              " WHERE key = ?1 AND state IN ('queued', 'leased') AND attempts < ?2",
+              "marking a job leased in table jobs");
+      q.Bind(1, l.job_key).Bind(2, l.attempt).Bind(3, now_ms);
+      NW_RETURN_IF_ERROR(q.Run());
+      if (q.Changes() != 1) return LeaseRefusal(l);
+    }
+    Query q(*db,
+            "INSERT INTO attempts (job_key, attempt, worker_id, started_ms, lease_expires_ms,"
+            " status) VALUES (?, ?, ?, ?, ?, 'running')",
+            "inserting into table attempts");
+    q.Bind(1, l.job_key)
+        .Bind(2, l.attempt)
+        .Bind(3, l.worker_id)
+        .Bind(4, now_ms)
+        .Bind(5, l.lease_expires_ms);
+    return q.Run();
+  }
+
+  // Why a lease was refused (the slow path: the job is read again to say so).
+  Status LeaseRefusal(const LeaseRow& l) {
+    const std::string what = file() + ": leasing job " + std::string(l.job_key) + " attempt " +
+                             std::to_string(l.attempt) + " to worker '" + std::string(l.worker_id) +
+                             "'";
+    if (l.attempt < 1) return Status::InvalidArgument(what + ": attempts are numbered from 1");
+    NW_ASSIGN_OR_RETURN(auto state, JobStateOf(l.job_key, "recording a lease"));
+    if (state.first == JobState::kDone || state.first == JobState::kFailed) {
+      return Status::FailedPrecondition(
+          what + ": the job is " + std::string(JobStateName(state.first)) +
+          (state.first == JobState::kFailed ? " (requeue it first)" : ""));
+    }
+    return Status::FailedPrecondition(what + ": not newer than attempt " +
+                                      std::to_string(state.second) + " already leased");
+  }
+
+  // One failed attempt (RecordFailure / RecordAttempts), inside a transaction.
+  Status FailureLocked(std::string_view key, int attempt, const Status& reason, bool will_retry,
+                       int64_t now_ms) {
+    NW_ASSIGN_OR_RETURN(auto state, JobStateOf(key, "recording a failure"));
+    {
+      // Close the attempt if it is still open; it must exist.
+      Query q(*db,
+              "UPDATE attempts SET status = CASE WHEN status IN ('running', 'lost') THEN 'failed'"
+              " ELSE status END,"
+              " ended_ms = CASE WHEN status IN ('running', 'lost') THEN ?1 ELSE ended_ms END,"
+              " error_code = CASE WHEN status IN ('running', 'lost') THEN ?2 ELSE error_code END,"
+              " error_message = CASE WHEN status IN ('running', 'lost') THEN ?3"
+              " ELSE error_message END"
+              " WHERE job_key = ?4 AND attempt = ?5",
+              "closing a failed attempt in table attempts");
+      q.Bind(1, now_ms)
+          .Bind(2, StatusCodeName(reason.code()))
+          .Bind(3, reason.message())
+          .Bind(4, key)
+          .Bind(5, attempt);
+      NW_RETURN_IF_ERROR(q.Run());
+      if (q.Changes() != 1) {
+        return Status::NotFound(file() + ": recording failure of job " + std::string(key) +
+                                " attempt " + std::to_string(attempt) +
+                                ": no such attempt in table attempts");
+      }
+    }
+    if (state.first == JobState::kDone) return Status::Ok();
+    // Another attempt still running (a hedge) keeps the job leased.
+    Query q(*db,
+            "UPDATE jobs SET state = CASE WHEN EXISTS (SELECT 1 FROM attempts WHERE job_key = ?5"
+            " AND status = 'running' AND attempt <> ?6) THEN state WHEN ?1 THEN 'queued'"
+            " ELSE 'failed' END, last_error = ?2, updated_ms = ?3 WHERE key = ?4",
+            "recording a failure in table jobs");
+    q.Bind(1, will_retry)
+        .Bind(2, reason.ToString())
+        .Bind(3, now_ms)
+        .Bind(4, key)
+        .Bind(5, key)
+        .Bind(6, attempt);
+    return q.Run();
   }
 
   Status AddJobsLocked(int64_t campaign_id, const std::vector<JobSpec>& jobs, int64_t now_ms) {
@@ -184,8 +276,18 @@ struct Store::Impl {
   }
 
   Status CommitOne(const JobResult& r, int64_t now_ms) {
-    NW_ASSIGN_OR_RETURN(auto state, JobStateOf(r.job_key, "committing a result"));
-    if (state.first == JobState::kDone) {
+    JobState state;
+    {
+      Query q(*db, "SELECT state FROM jobs WHERE key = ?", "committing a result");
+      q.Bind(1, r.job_key);
+      NW_ASSIGN_OR_RETURN(bool found, q.Step());
+      if (!found) {
+        return Status::NotFound(file() + ": committing a result: job " + r.job_key +
+                                " is not in table jobs");
+      }
+      NW_ASSIGN_OR_RETURN(state, ParseJobState(q.TextView(0)));
+    }
+    if (state == JobState::kDone) {
       // First result wins: this one is not stored; its attempt, if still open, is superseded.
       Query q(*db,
               "UPDATE attempts SET status = 'stale', ended_ms = ?"
@@ -195,20 +297,15 @@ struct Store::Impl {
       return q.Run();
     }
     {
-      // The same attempt's result delivered twice (e.g. after --rerun requeued the job).
-      Query q(*db, "SELECT 1 FROM results WHERE job_key = ? AND attempt = ?",
-              "looking for a duplicate in table results");
-      q.Bind(1, r.job_key).Bind(2, r.attempt);
-      NW_ASSIGN_OR_RETURN(bool dup, q.Step());
-      if (dup) return Status::Ok();
-    }
-    {
+      // The same attempt's result delivered twice (e.g. after --rerun requeued the job) is
+      // stored once: the conflict on UNIQUE (job_key, attempt) inserts nothing.
       Query q(*db,
               "INSERT INTO results (job_key, attempt, outcome, generated_text, expected,"
               " needle_token_offset, prompt_hash, prompt_tokens, generated_tokens, prefill_ms,"
               " decode_ms, total_ms, worker_id, device, engine_version, error_code, error_message,"
               " retryable, created_ms)"
-              " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+              " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+              " ON CONFLICT (job_key, attempt) DO NOTHING",
               "inserting into table results");
       q.Bind(1, r.job_key)
           .Bind(2, r.attempt)
@@ -230,6 +327,7 @@ struct Store::Impl {
           .Bind(18, r.retryable)
           .Bind(19, now_ms);
       NW_RETURN_IF_ERROR(q.Run());
+      if (q.Changes() == 0) return Status::Ok();  // a duplicate
     }
     const int64_t result_id = sqlite3_last_insert_rowid(db->get());
     for (const ProbeSummary& p : r.probes) {
@@ -256,30 +354,29 @@ struct Store::Impl {
               "UPDATE jobs SET state = 'done', updated_ms = ?1, attempts = MAX(attempts, ?2),"
               " last_error = CASE WHEN ?3 <> '' THEN ?3 ELSE last_error END WHERE key = ?4",
               "marking a job done in table jobs");
-      const std::string err =
-          IsErrorOutcome(r.outcome)
-              ? std::string(OutcomeName(r.outcome)) + ": " + r.error_code + ": " + r.error_message
-              : std::string();
-      q.Bind(1, now_ms).Bind(2, r.attempt).Bind(3, err).Bind(4, r.job_key);
+      q.Bind(1, now_ms).Bind(2, r.attempt).Bind(4, r.job_key);
+      if (IsErrorOutcome(r.outcome)) {
+        q.Bind(3,
+               std::string(OutcomeName(r.outcome)) + ": " + r.error_code + ": " + r.error_message);
+      } else {
+        q.Bind(3, std::string_view());
+      }
       NW_RETURN_IF_ERROR(q.Run());
     }
-    {
-      Query q(*db,
-              "UPDATE attempts SET status = 'ok', ended_ms = ?, error_code = ?, error_message = ?"
-              " WHERE job_key = ? AND attempt = ?",
-              "closing an attempt in table attempts");
-      q.Bind(1, now_ms)
-          .Bind(2, r.error_code)
-          .Bind(3, r.error_message)
-          .Bind(4, r.job_key)
-          .Bind(5, r.attempt);
-      NW_RETURN_IF_ERROR(q.Run());
-    }
+    // The delivering attempt becomes 'ok' (whatever it was); the job's other running attempts
+    // are superseded ('stale'). One statement over the job's attempts (primary key prefix).
     Query q(*db,
-            "UPDATE attempts SET status = 'stale', ended_ms = ?"
-            " WHERE job_key = ? AND status = 'running' AND attempt <> ?",
-            "closing superseded attempts in table attempts");
-    q.Bind(1, now_ms).Bind(2, r.job_key).Bind(3, r.attempt);
+            "UPDATE attempts SET"
+            " status = CASE WHEN attempt = ?2 THEN 'ok' ELSE 'stale' END, ended_ms = ?3,"
+            " error_code = CASE WHEN attempt = ?2 THEN ?4 ELSE error_code END,"
+            " error_message = CASE WHEN attempt = ?2 THEN ?5 ELSE error_message END"
+            " WHERE job_key = ?1 AND (attempt = ?2 OR status = 'running')",
+            "closing attempts in table attempts");
+    q.Bind(1, r.job_key)
+        .Bind(2, r.attempt)
+        .Bind(3, now_ms)
+        .Bind(4, r.error_code)
+        .Bind(5, r.error_message);
     return q.Run();
   }
 };
@@ -341,8 +438,17 @@ Result<std::unique_ptr<Store>> Store::OpenWithMigrations(
   }
   if (!read_only) {
     NW_RETURN_IF_ERROR(db.Exec("PRAGMA synchronous = NORMAL", "setting PRAGMA synchronous"));
+    // Pages of the file are read through a memory map, not read(2) into the page cache: the
+    // coordinator's random-key lookups then cost no system call and no copy (address space
+    // only; the kernel's page cache backs it).
+    NW_RETURN_IF_ERROR(db.Exec("PRAGMA mmap_size = " + std::to_string(kMmapBytes),
+                               "setting PRAGMA mmap_size"));
   }
   NW_RETURN_IF_ERROR(db_internal::Migrate(db, migrations));
+  if (!read_only && !memory) {
+    NW_ASSIGN_OR_RETURN(impl->checkpointer,
+                        db_internal::WalCheckpointer::Start(db, kCheckpointPages));
+  }
   return std::make_unique<Store>(PassKey(), std::move(impl));
 }
 
@@ -552,32 +658,27 @@ Result<int64_t> Store::RequeueLeased(int64_t now_ms) {
 Status Store::RecordLease(const std::string& key, int attempt, const std::string& worker_id,
                           int64_t lease_expires_ms, int64_t now_ms) {
   return impl_->Write("recording a lease", [&]() -> Status {
-    const std::string what = impl_->file() + ": leasing job " + key + " attempt " +
-                             std::to_string(attempt) + " to worker '" + worker_id + "'";
-    if (attempt < 1) return Status::InvalidArgument(what + ": attempts are numbered from 1");
-    NW_ASSIGN_OR_RETURN(auto state, impl_->JobStateOf(key, "recording a lease"));
-    if (state.first == JobState::kDone || state.first == JobState::kFailed) {
-      return Status::FailedPrecondition(
-          what + ": the job is " + std::string(JobStateName(state.first)) +
-          (state.first == JobState::kFailed ? " (requeue it first)" : ""));
+    return impl_->LeaseLocked(LeaseRow{key, attempt, worker_id, lease_expires_ms}, now_ms);
+  });
+}
+
+Status Store::RecordAttempts(const std::vector<FailureRow>& failures,
+                             const std::vector<LeaseRow>& leases, int64_t now_ms) {
+  if (failures.empty() && leases.empty()) return Status::Ok();
+  for (const FailureRow& f : failures) {
+    if (f.reason == nullptr || f.reason->ok()) {
+      return Status::InvalidArgument(impl_->file() + ": recording failure of job " +
+                                     std::string(f.job_key) + " attempt " +
+                                     std::to_string(f.attempt) + ": the reason is OK");
     }
-    if (attempt <= state.second) {
-      return Status::FailedPrecondition(what + ": not newer than attempt " +
-                                        std::to_string(state.second) + " already leased");
+  }
+  return impl_->Write("recording attempts", [&]() -> Status {
+    for (const FailureRow& f : failures) {
+      NW_RETURN_IF_ERROR(
+          impl_->FailureLocked(f.job_key, f.attempt, *f.reason, f.will_retry, now_ms));
     }
-    {
-      Query q(*impl_->db,
-              "INSERT INTO attempts (job_key, attempt, worker_id, started_ms, lease_expires_ms,"
-              " status) VALUES (?, ?, ?, ?, ?, 'running')",
-              "inserting into table attempts");
-      q.Bind(1, key).Bind(2, attempt).Bind(3, worker_id).Bind(4, now_ms).Bind(5, lease_expires_ms);
-      NW_RETURN_IF_ERROR(q.Run());
-    }
-    Query q(*impl_->db,
-            "UPDATE jobs SET state = 'leased', attempts = ?, updated_ms = ? WHERE key = ?",
-            "marking a job leased in table jobs");
-    q.Bind(1, attempt).Bind(2, now_ms).Bind(3, key);
-    return q.Run();
+    for (const LeaseRow& l : leases) NW_RETURN_IF_ERROR(impl_->LeaseLocked(l, now_ms));
+    return Status::Ok();
   });
 }
 
@@ -609,19 +710,23 @@ Result<std::vector<AttemptRecord>> Store::Attempts(const std::string& key) {
 Status Store::CommitResults(const std::vector<JobResult>& results, int64_t now_ms) {
   // Validate the whole batch before touching the database.
   for (const JobResult& r : results) {
-    const std::string what = impl_->file() + ": committing result for job " + r.job_key +
-                             " attempt " + std::to_string(r.attempt);
+    auto what = [&] {
+      return impl_->file() + ": committing result for job " + r.job_key + " attempt " +
+             std::to_string(r.attempt);
+    };
     if (r.job_key.empty())
       return Status::InvalidArgument(impl_->file() + ": result without job key");
-    if (r.attempt < 1) return Status::InvalidArgument(what + ": attempts are numbered from 1");
+    if (r.attempt < 1) return Status::InvalidArgument(what() + ": attempts are numbered from 1");
+    if (r.probes.empty()) continue;
     std::set<int> layers;
     for (const ProbeSummary& p : r.probes) {
       if (!layers.insert(p.layer).second) {
-        return Status::InvalidArgument(what + ": two probes for layer " + std::to_string(p.layer));
+        return Status::InvalidArgument(what() + ": two probes for layer " +
+                                       std::to_string(p.layer));
       }
     }
   }
-  return impl_->Write("committing " + std::to_string(results.size()) + " results", [&]() -> Status {
+  return impl_->Write("committing results", [&]() -> Status {
     for (const JobResult& r : results) {
       NW_RETURN_IF_ERROR(impl_->CommitOne(r, now_ms));
     }
@@ -631,51 +736,12 @@ Status Store::CommitResults(const std::vector<JobResult>& results, int64_t now_m
 
 Status Store::RecordFailure(const std::string& key, int attempt, const Status& reason,
                             bool will_retry, int64_t now_ms) {
-  const std::string what =
-      impl_->file() + ": recording failure of job " + key + " attempt " + std::to_string(attempt);
-  if (reason.ok()) return Status::InvalidArgument(what + ": the reason is OK");
+  if (reason.ok()) {
+    return Status::InvalidArgument(impl_->file() + ": recording failure of job " + key +
+                                   " attempt " + std::to_string(attempt) + ": the reason is OK");
+  }
   return impl_->Write("recording a failure", [&]() -> Status {
-    NW_ASSIGN_OR_RETURN(auto state, impl_->JobStateOf(key, "recording a failure"));
-    std::string attempt_status;
-    {
-      Query q(*impl_->db, "SELECT status FROM attempts WHERE job_key = ? AND attempt = ?",
-              "looking up an attempt in table attempts");
-      q.Bind(1, key).Bind(2, attempt);
-      NW_ASSIGN_OR_RETURN(bool found, q.Step());
-      if (!found) return Status::NotFound(what + ": no such attempt in table attempts");
-      attempt_status = q.Text(0);
-    }
-    if (attempt_status == "running" || attempt_status == "lost") {
-      Query q(*impl_->db,
-              "UPDATE attempts SET status = 'failed', ended_ms = ?, error_code = ?,"
-              " error_message = ? WHERE job_key = ? AND attempt = ?",
-              "closing a failed attempt in table attempts");
-      q.Bind(1, now_ms)
-          .Bind(2, StatusCodeName(reason.code()))
-          .Bind(3, reason.message())
-          .Bind(4, key)
-          .Bind(5, attempt);
-      NW_RETURN_IF_ERROR(q.Run());
-    }
-    if (state.first == JobState::kDone) return Status::Ok();
-    bool other_running = false;
-    {
-      Query q(*impl_->db,
-              "SELECT 1 FROM attempts WHERE job_key = ? AND status = 'running' AND attempt <> ?",
-              "looking for running attempts in table attempts");
-      q.Bind(1, key).Bind(2, attempt);
-      NW_ASSIGN_OR_RETURN(other_running, q.Step());
-    }
-    Query q(*impl_->db,
-            "UPDATE jobs SET state = CASE WHEN ?1 THEN state WHEN ?2 THEN 'queued' ELSE 'failed'"
-            " END, last_error = ?3, updated_ms = ?4 WHERE key = ?5",
-            "recording a failure in table jobs");
-    q.Bind(1, other_running)
-        .Bind(2, will_retry)
-        .Bind(3, reason.ToString())
-        .Bind(4, now_ms)
-        .Bind(5, key);
-    return q.Run();
+    return impl_->FailureLocked(key, attempt, reason, will_retry, now_ms);
   });
 }
 

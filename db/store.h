@@ -81,6 +81,22 @@ struct AttemptRecord {
   std::string error_message;
 };
 
+/// One lease for Store::RecordAttempts (views: valid during the call).
+struct LeaseRow {
+  std::string_view job_key;
+  int attempt = 0;
+  std::string_view worker_id;
+  int64_t lease_expires_ms = 0;
+};
+
+/// One failed attempt for Store::RecordAttempts (views: valid during the call).
+struct FailureRow {
+  std::string_view job_key;
+  int attempt = 0;
+  const Status* reason = nullptr;  // not OK
+  bool will_retry = false;
+};
+
 struct CampaignProgress {
   int64_t total = 0, queued = 0, leased = 0, done = 0, failed = 0;
   int64_t pass = 0, miss = 0, other = 0;  // outcomes of done jobs (other: truncated, empty, ...)
@@ -250,6 +266,12 @@ class Store {
   /// done or failed jobs are refused with FailedPrecondition, unknown keys with NotFound.
   Status RecordLease(const std::string& key, int attempt, const std::string& worker_id,
                      int64_t lease_expires_ms, int64_t now_ms);
+  /// The coordinator's batch: every failure (as RecordFailure), then every lease (as
+  /// RecordLease), in one transaction, all or nothing: the first refusal rolls the whole batch
+  /// back and is returned. The fast path is one statement per failure check and two per lease,
+  /// with no savepoint per row and no text built unless something is refused.
+  Status RecordAttempts(const std::vector<FailureRow>& failures,
+                        const std::vector<LeaseRow>& leases, int64_t now_ms);
   /// All attempts of a job, by attempt number.
   Result<std::vector<AttemptRecord>> Attempts(const std::string& key);
   /// Commits results in one transaction: results + probes rows, jobs -> done, the attempt closed

@@ -310,6 +310,92 @@ TEST_F(StoreTest, RecordFailureRequeuesOrFails) {
             StatusCode::kInvalidArgument);
 }
 
+// The coordinator's batch: failures then leases in one transaction, all or nothing.
+TEST_F(StoreTest, RecordAttemptsIsOneAllOrNothingBatch) {
+  JobSpec a = MakeSpec(1024, 0.0), b = MakeSpec(2048, 0.0), c = MakeSpec(4096, 0.0);
+  ASSERT_TRUE(store_->AddJobs(campaign_, {a, b, c}, 1000).ok());
+  const std::string ka = a.Key(), kb = b.Key(), kc = c.Key();
+  ASSERT_TRUE(store_->RecordAttempts({}, {{ka, 1, "w1", 9000}, {kb, 1, "w2", 9100}}, 1000).ok());
+  EXPECT_EQ(StateOf(a), JobState::kLeased);
+  EXPECT_EQ(StateOf(b), JobState::kLeased);
+  ASSERT_EQ(AttemptsOf(b).size(), 1u);
+  EXPECT_EQ(AttemptsOf(b)[0].worker_id, "w2");
+  EXPECT_EQ(AttemptsOf(b)[0].lease_expires_ms, 9100);
+  EXPECT_EQ(AttemptsOf(b)[0].status, "running");
+
+  // a's attempt fails and is retried in the same batch; b's failure gives up.
+  const Status lost = Status::Unavailable("worker lost");
+  const Status bad = Status::InvalidArgument("bad job");
+  ASSERT_TRUE(store_
+                  ->RecordAttempts({{ka, 1, &lost, true}, {kb, 1, &bad, false}},
+                                   {{ka, 2, "w3", 9500}}, 2000)
+                  .ok());
+  EXPECT_EQ(StateOf(a), JobState::kLeased);
+  EXPECT_EQ(StateOf(b), JobState::kFailed);
+  auto attempts = AttemptsOf(a);
+  ASSERT_EQ(attempts.size(), 2u);
+  EXPECT_EQ(attempts[0].status, "failed");
+  EXPECT_EQ(attempts[0].error_code, "unavailable");
+  EXPECT_EQ(attempts[0].ended_ms, 2000);
+  EXPECT_EQ(attempts[1].status, "running");
+  EXPECT_EQ((*store_->FindJob(kb))->last_error, "invalid_argument: bad job");
+
+  // One refusal (b is failed) rolls back the whole batch, c's lease included, and says why.
+  Status refused = store_->RecordAttempts({}, {{kc, 1, "w1", 9000}, {kb, 2, "w1", 9000}}, 3000);
+  EXPECT_EQ(refused.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(refused.message().find(kb), std::string::npos) << refused.message();
+  EXPECT_NE(refused.message().find("the job is failed"), std::string::npos) << refused.message();
+  EXPECT_EQ(StateOf(c), JobState::kQueued);
+  EXPECT_TRUE(AttemptsOf(c).empty());
+  // The same for an attempt number that does not grow, an unknown job, attempt 0, and a failure
+  // of an attempt that does not exist.
+  Status old = store_->RecordAttempts({}, {{kc, 1, "w1", 9000}, {ka, 2, "w1", 9000}}, 3000);
+  EXPECT_EQ(old.code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(old.message().find("not newer than attempt 2"), std::string::npos) << old.message();
+  EXPECT_EQ(store_->RecordAttempts({}, {{"feed", 1, "w1", 9000}}, 3000).code(),
+            StatusCode::kNotFound);
+  EXPECT_EQ(store_->RecordAttempts({}, {{kc, 0, "w1", 9000}}, 3000).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(store_->RecordAttempts({{kc, 5, &lost, true}}, {{kc, 1, "w1", 9000}}, 3000).code(),
+            StatusCode::kNotFound);
+  const Status ok = Status::Ok();
+  EXPECT_EQ(store_->RecordAttempts({{ka, 2, &ok, true}}, {}, 3000).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(StateOf(c), JobState::kQueued);
+  EXPECT_TRUE(AttemptsOf(c).empty());
+  EXPECT_EQ(AttemptsOf(a).size(), 2u);
+  EXPECT_TRUE(store_->RecordAttempts({}, {}, 3000).ok());
+}
+
+// A result closes its attempt as ok and the job's other running attempts as stale, in one
+// statement; a result of an attempt that was closed meanwhile (lost) still becomes ok.
+TEST_F(StoreTest, CommitClosesTheDeliveringAttemptOkAndTheOthersStale) {
+  JobSpec a = MakeSpec(1024, 0.0);
+  ASSERT_TRUE(store_->AddJobs(campaign_, {a}, 1000).ok());
+  ASSERT_TRUE(store_->RecordLease(a.Key(), 1, "w1", 9000, 1000).ok());
+  ASSERT_TRUE(store_->RecordLease(a.Key(), 2, "w2", 9000, 1000).ok());
+  ASSERT_TRUE(store_->RecordLease(a.Key(), 3, "w3", 9000, 1000).ok());
+  ASSERT_TRUE(
+      store_->RecordFailure(a.Key(), 3, Status::Unavailable("worker lost"), true, 1100).ok());
+  JobResult r = MakeResult(a, 1, Outcome::kPass);
+  ASSERT_TRUE(store_->CommitResults({r}, 1200).ok());
+  auto attempts = AttemptsOf(a);
+  ASSERT_EQ(attempts.size(), 3u);
+  EXPECT_EQ(attempts[0].status, "ok");
+  EXPECT_EQ(attempts[0].ended_ms, 1200);
+  EXPECT_EQ(attempts[1].status, "stale");
+  EXPECT_EQ(attempts[1].ended_ms, 1200);
+  EXPECT_EQ(attempts[2].status, "failed");  // already closed: left alone
+  EXPECT_EQ(attempts[2].ended_ms, 1100);
+  EXPECT_EQ(attempts[2].error_code, "unavailable");
+  // Delivered again: stored once, nothing changes.
+  ASSERT_TRUE(store_->CommitResults({r}, 1300).ok());
+  EXPECT_EQ(AttemptsOf(a)[0].ended_ms, 1200);
+  auto history = store_->ResultHistory(a.Key());
+  ASSERT_TRUE(history.ok());
+  EXPECT_EQ(history->size(), 1u);
+}
+
 TEST_F(StoreTest, RequeueLeasedAfterRestart) {
   JobSpec a = MakeSpec(1024, 0.0), b = MakeSpec(2048, 0.0), c = MakeSpec(4096, 0.0);
   ASSERT_TRUE(store_->AddJobs(campaign_, {a, b, c}, 1000).ok());
