@@ -45,6 +45,8 @@ constexpr int kDefaultBusyTimeoutMs = 5000;
 constexpr int kCheckpointPages = 1000;
 // Largest part of the file mapped into memory for reading (PRAGMA mmap_size).
 constexpr int64_t kMmapBytes = int64_t{1} << 30;
+// The writer's page cache, KiB (SQLite's default is 2 MiB).
+constexpr int kCacheKib = 32 * 1024;
 
 // Columns of jobs read into a JobRecord, in this order.
 constexpr const char* kJobColumns = "j.key, j.spec_json, j.state, j.attempts, j.last_error";
@@ -275,36 +277,31 @@ struct Store::Impl {
     return out;
   }
 
+  // A result that was not inserted: an unknown job (NotFound), a job already done (first result
+  // wins: its attempt, if still open, is superseded), or the same attempt's result delivered
+  // twice (e.g. after --rerun requeued the job; nothing changes).
+  Status NotCommitted(const JobResult& r, int64_t now_ms) {
+    NW_ASSIGN_OR_RETURN(auto state, JobStateOf(r.job_key, "committing a result"));
+    if (state.first != JobState::kDone) return Status::Ok();
+    Query q(*db,
+            "UPDATE attempts SET status = 'stale', ended_ms = ?"
+            " WHERE job_key = ? AND attempt = ? AND status = 'running'",
+            "closing a superseded attempt in table attempts");
+    q.Bind(1, now_ms).Bind(2, r.job_key).Bind(3, r.attempt);
+    return q.Run();
+  }
+
   Status CommitOne(const JobResult& r, int64_t now_ms) {
-    JobState state;
     {
-      Query q(*db, "SELECT state FROM jobs WHERE key = ?", "committing a result");
-      q.Bind(1, r.job_key);
-      NW_ASSIGN_OR_RETURN(bool found, q.Step());
-      if (!found) {
-        return Status::NotFound(file() + ": committing a result: job " + r.job_key +
-                                " is not in table jobs");
-      }
-      NW_ASSIGN_OR_RETURN(state, ParseJobState(q.TextView(0)));
-    }
-    if (state == JobState::kDone) {
-      // First result wins: this one is not stored; its attempt, if still open, is superseded.
-      Query q(*db,
-              "UPDATE attempts SET status = 'stale', ended_ms = ?"
-              " WHERE job_key = ? AND attempt = ? AND status = 'running'",
-              "closing a superseded attempt in table attempts");
-      q.Bind(1, now_ms).Bind(2, r.job_key).Bind(3, r.attempt);
-      return q.Run();
-    }
-    {
-      // The same attempt's result delivered twice (e.g. after --rerun requeued the job) is
-      // stored once: the conflict on UNIQUE (job_key, attempt) inserts nothing.
+      // The success path in one statement: stored only if the job exists and is not done, and
+      // only once per (job, attempt) (the conflict on UNIQUE (job_key, attempt) inserts nothing).
       Query q(*db,
               "INSERT INTO results (job_key, attempt, outcome, generated_text, expected,"
               " needle_token_offset, prompt_hash, prompt_tokens, generated_tokens, prefill_ms,"
               " decode_ms, total_ms, worker_id, device, engine_version, error_code, error_message,"
               " retryable, created_ms)"
-              " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+              " SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17,"
+              " ?18, ?19 WHERE EXISTS (SELECT 1 FROM jobs WHERE key = ?1 AND state <> 'done')"
               " ON CONFLICT (job_key, attempt) DO NOTHING",
               "inserting into table results");
       q.Bind(1, r.job_key)
@@ -327,7 +324,7 @@ struct Store::Impl {
           .Bind(18, r.retryable)
           .Bind(19, now_ms);
       NW_RETURN_IF_ERROR(q.Run());
-      if (q.Changes() == 0) return Status::Ok();  // a duplicate
+      if (q.Changes() == 0) return NotCommitted(r, now_ms);
     }
     const int64_t result_id = sqlite3_last_insert_rowid(db->get());
     for (const ProbeSummary& p : r.probes) {
@@ -359,7 +356,7 @@ struct Store::Impl {
         q.Bind(3,
                std::string(OutcomeName(r.outcome)) + ": " + r.error_code + ": " + r.error_message);
       } else {
-        q.Bind(3, std::string_view());
+        q.Bind(3, "");
       }
       NW_RETURN_IF_ERROR(q.Run());
     }
@@ -443,6 +440,10 @@ Result<std::unique_ptr<Store>> Store::OpenWithMigrations(
     // only; the kernel's page cache backs it).
     NW_RETURN_IF_ERROR(db.Exec("PRAGMA mmap_size = " + std::to_string(kMmapBytes),
                                "setting PRAGMA mmap_size"));
+    // Pages that were written recently live in the WAL, which is read with read(2): keep them
+    // in SQLite's cache instead (at most this much; pages read through the map take none).
+    NW_RETURN_IF_ERROR(db.Exec("PRAGMA cache_size = -" + std::to_string(kCacheKib),
+                               "setting PRAGMA cache_size"));
   }
   NW_RETURN_IF_ERROR(db_internal::Migrate(db, migrations));
   if (!read_only && !memory) {
