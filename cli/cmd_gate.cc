@@ -4,8 +4,8 @@
 // JUnit XML and Markdown for CI systems. --rerun K reruns the candidate jobs behind regressed
 // cells K times on local CPU workers (the embedded coordinator of `nw run`) and records flaky
 // verdicts; that writes results to the database, so the gate then opens it read-write.
-// Exit codes: 0 pass; 1 regression; 2 bad input; 3 not enough evidence (nothing testable, or
-// --strict with insufficient cells).
+// Exit codes: 0 pass; 1 regression; 2 not enough evidence (nothing testable, or --strict with
+// insufficient cells); 4 bad input (kGateBadInput).
 #include <fstream>
 #include <iostream>
 
@@ -18,6 +18,9 @@
 
 namespace nw::cli {
 namespace {
+
+// 0, 1 and 2 are the gate's decisions (GateReport::exit_code); bad input is kept apart from them.
+constexpr int kGateBadInput = 4;
 
 struct GateArgs {
   std::string baseline;
@@ -184,8 +187,9 @@ Result<int> RunGateCommand(const Globals& g, const GateArgs& a) {
 }  // namespace
 
 void RegisterGate(CLI::App& app, Globals& g) {
-  auto* cmd = app.add_subcommand(
-      "gate", "Release gate: did the candidate lose retrieval the baseline had? (exit 0/1/2/3)");
+  auto* cmd = app.add_subcommand("gate",
+                                 "Release gate: did the candidate lose retrieval the baseline had? "
+                                 "(exit 0 pass, 1 regression, 2 not enough evidence, 4 bad input)");
   auto a = std::make_shared<GateArgs>();
   cmd->add_option("--baseline", a->baseline, "Named baseline (or campaign)")->required();
   cmd->add_option("--candidate", a->candidate, "Campaign (or named baseline)")->required();
@@ -196,7 +200,7 @@ void RegisterGate(CLI::App& app, Globals& g) {
   cmd->add_option("--alpha", a->alpha, "One-sided family-wise level (Holm)")->capture_default_str();
   cmd->add_option("--by", a->by, "Cells: length, cell (length x position) or config")
       ->capture_default_str();
-  cmd->add_flag("--strict", a->strict, "Insufficient cells fail the gate (exit 3)");
+  cmd->add_flag("--strict", a->strict, "Insufficient cells fail the gate (exit 2)");
   cmd->add_option("--format", a->format, "text, markdown or json")->capture_default_str();
   cmd->add_option("--junit", a->junit, "Also write JUnit XML to this file");
   cmd->add_option("--summary", a->summary, "Also write the Markdown summary to this file");
@@ -209,7 +213,7 @@ void RegisterGate(CLI::App& app, Globals& g) {
     auto code = RunGateCommand(g, *a);
     if (!code.ok()) {
       std::cerr << "nw gate: " << code.status().ToString() << "\n";
-      g.exit_code = 2;
+      g.exit_code = kGateBadInput;
       return;
     }
     g.exit_code = *code;

@@ -517,10 +517,10 @@ void Tally(GateReport& r) {
     r.exit_code = 1;
     r.decision = "fail: regression";
   } else if (r.tests == 0) {
-    r.exit_code = 3;
+    r.exit_code = 2;
     r.decision = "fail: not enough evidence: no cell had enough answers to test";
   } else if (r.options.strict && r.insufficient > 0) {
-    r.exit_code = 3;
+    r.exit_code = 2;
     r.decision = "fail: not enough evidence: --strict and insufficient cells";
   } else {
     r.exit_code = 0;

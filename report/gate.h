@@ -56,7 +56,7 @@ struct GateOptions {
   int64_t min_trials = 10;  // answers (pairs, when paired) a cell needs on each side
   double alpha = 0.05;      // one-sided, family-wise over all tests of the gate (Holm)
   GateGranularity by = GateGranularity::kLength;
-  bool strict = false;  // insufficient cells fail the gate (exit 3)
+  bool strict = false;  // insufficient cells fail the gate (exit 2)
   Status Validate() const;
 };
 
@@ -123,7 +123,7 @@ struct GateReport {
   int64_t tests = 0;  // tested cells + tested shifts (the Holm family)
   int64_t regressions = 0, improvements = 0, insufficient = 0, flaky = 0;
   int rerun_times = 0;
-  int exit_code = 0;     // 0 pass, 1 regression, 3 not enough evidence
+  int exit_code = 0;     // 0 pass, 1 regression, 2 not enough evidence
   std::string decision;  // "pass", "fail: regression", "fail: not enough evidence"
 };
 

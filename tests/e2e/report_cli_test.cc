@@ -1,7 +1,7 @@
 // End to end through the real `nw` binary on a database built through the Store: nw report
 // --format html, nw query (reads, refusals, formats), nw export (CSV, JSON Lines, --out),
-// nw baseline (set, list, rm) and nw gate's exit codes (0 pass, 1 regression, 2 bad input,
-// 3 not enough evidence), its JUnit and Markdown files.
+// nw baseline (set, list, rm) and nw gate's exit codes (0 pass, 1 regression, 2 not enough
+// evidence, 4 bad input), its JUnit and Markdown files.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
@@ -169,15 +169,15 @@ TEST_F(ReportCliTest, BaselineAndGateExitCodes) {
   const auto j = nlohmann::json::parse(better.out);
   EXPECT_EQ(j["counts"]["improvements"], 1);
   EXPECT_EQ(j["decision"], "pass");
-  // Nothing testable: exit 3; with --min-trials 4 the 4 lost pairs are tested (p = 1/16): 0.
-  EXPECT_EQ(Sh(Nw("gate --baseline base --candidate tiny")).exit_code, 3);
+  // Nothing testable: exit 2; with --min-trials 4 the 4 lost pairs are tested (p = 1/16): 0.
+  EXPECT_EQ(Sh(Nw("gate --baseline base --candidate tiny")).exit_code, 2);
   EXPECT_EQ(Sh(Nw("gate --baseline base --candidate tiny --min-trials 4")).exit_code, 0);
   // --strict: cells the candidate did not test are insufficient.
-  EXPECT_EQ(Sh(Nw("gate --baseline base --candidate tiny --min-trials 4 --strict")).exit_code, 3);
-  // Bad input: exit 2.
-  EXPECT_EQ(Sh(Nw("gate --baseline nope --candidate worse")).exit_code, 2);
-  EXPECT_EQ(Sh(Nw("gate --baseline base --candidate worse --by week")).exit_code, 2);
-  EXPECT_EQ(Sh(Nw("gate --baseline base --candidate worse --alpha 2")).exit_code, 2);
+  EXPECT_EQ(Sh(Nw("gate --baseline base --candidate tiny --min-trials 4 --strict")).exit_code, 2);
+  // Bad input: exit 4.
+  EXPECT_EQ(Sh(Nw("gate --baseline nope --candidate worse")).exit_code, 4);
+  EXPECT_EQ(Sh(Nw("gate --baseline base --candidate worse --by week")).exit_code, 4);
+  EXPECT_EQ(Sh(Nw("gate --baseline base --candidate worse --alpha 2")).exit_code, 4);
   // The baseline is frozen: removing it leaves the campaign.
   EXPECT_EQ(Sh(Nw("baseline rm release-1")).exit_code, 0);
   EXPECT_EQ(Sh(Nw("baseline rm release-1")).exit_code, 2);

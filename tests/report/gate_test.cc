@@ -286,7 +286,7 @@ TEST_F(GateFixture, InfrastructureFailuresAreNotMisses) {
   EXPECT_EQ(r.exit_code, 0);  // 1,000 was tested and passed
   GateOptions strict;
   strict.strict = true;
-  EXPECT_EQ(Gate(base, cand, strict).exit_code, 3);
+  EXPECT_EQ(Gate(base, cand, strict).exit_code, 2);
 }
 
 TEST_F(GateFixture, NothingTestableIsNotAPass) {
@@ -298,7 +298,7 @@ TEST_F(GateFixture, NothingTestableIsNotAPass) {
   const GateReport r = Gate(base, cand);
   EXPECT_EQ(r.tests, 0);
   EXPECT_EQ(r.insufficient, 1);
-  EXPECT_EQ(r.exit_code, 3);
+  EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.decision.find("not enough evidence"), std::string::npos);
   GateOptions few;
   few.min_trials = 4;  // 4 pairs now suffice: 4 lost -> p = 1/16, not significant
