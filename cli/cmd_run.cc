@@ -7,6 +7,8 @@
 
 #include <csignal>
 #include <iostream>
+#include <optional>
+#include <sstream>
 #include <stop_token>
 #include <thread>
 
@@ -15,8 +17,10 @@
 #include "cli/progress.h"
 #include "common/clock.h"
 #include "coordinator/embedded_run.h"
+#include "coordinator/search/search_driver.h"
 #include "db/store.h"
 #include "report/report.h"
+#include "report/stats.h"
 
 using nw::report::CampaignReport;
 using nw::report::LoadCampaignReport;
@@ -72,6 +76,23 @@ class SignalStopper {
   std::jthread thread_;
 };
 
+// What the boundary searches did, one line each (stderr; the report follows on stdout).
+std::string SearchSummary(const search::SearchDriver& d) {
+  std::ostringstream out;
+  out << "boundary search: " << d.asked_jobs() << " of " << d.grid_jobs()
+      << " grid jobs (finished or read from the database)\n";
+  for (const search::LineReport& l : d.Lines()) {
+    auto len = [](const std::optional<int64_t>& v) {
+      return v ? report::FormatThousands(*v) : std::string("-");
+    };
+    out << "  " << l.config << " position " << report::FormatPosition(l.needle_position)
+        << ": passes up to " << len(l.pass_length) << ", fails from " << len(l.fail_length) << " ("
+        << search::LineStateName(l.verdict.state) << ", " << l.verdict.jobs << " of " << l.grid_jobs
+        << " jobs)\n";
+  }
+  return out.str();
+}
+
 int Run(const RunArgs& a, const Globals& g) {
   LoadOptions lo;
   if (a.max_jobs > 0) lo.max_jobs = a.max_jobs;
@@ -82,6 +103,22 @@ int Run(const RunArgs& a, const Globals& g) {
   }
   const Campaign& c = loaded->resolved.campaign;
   for (const auto& w : c.warnings) std::cerr << "warning: " << w << "\n";
+  std::optional<search::SearchDriver> driver;
+  if (c.search) {
+    if (a.rerun) {
+      std::cerr
+          << "nw run: --rerun is not supported for a campaign with `search:` (its jobs depend "
+             "on the stored results); run the grid campaign again instead\n";
+      return 2;
+    }
+    auto d = search::SearchDriver::Create(*c.search, static_cast<int>(c.trial_seeds.size()),
+                                          loaded->jobs);
+    if (!d.ok()) {
+      std::cerr << "nw run: " << d.status().ToString() << "\n";
+      return 2;
+    }
+    driver.emplace(std::move(*d));
+  }
 
   SystemClock clock;
   auto store = Store::Open(g.db_path);
@@ -91,13 +128,25 @@ int Run(const RunArgs& a, const Globals& g) {
   }
   auto campaign_id = (*store)->UpsertCampaign(c.name, a.campaign, c.text, clock.WallMs());
   Status s = campaign_id.status();
-  if (s.ok()) s = (*store)->SetCampaignJobs(*campaign_id, loaded->jobs, clock.WallMs());
-  if (s.ok() && a.rerun) s = (*store)->RequeueJobs(loaded->keys, clock.WallMs());
+  // A search starts from what the database knows (restart recovery); a grid runs every job.
+  std::vector<JobSpec> jobs = loaded->jobs;
+  std::vector<std::string> keys = loaded->keys;
+  if (s.ok() && driver) {
+    auto asked = driver->Start(**store);
+    s = asked.status();
+    if (s.ok()) {
+      jobs = std::move(*asked);
+      keys.clear();
+      for (const JobSpec& j : jobs) keys.push_back(j.Key());
+    }
+  }
+  if (s.ok()) s = (*store)->SetCampaignJobs(*campaign_id, jobs, clock.WallMs());
+  if (s.ok() && a.rerun) s = (*store)->RequeueJobs(keys, clock.WallMs());
   if (!s.ok()) {
     std::cerr << "nw run: " << s.ToString() << "\n";
     return 2;
   }
-  auto done_keys = (*store)->DoneKeys(loaded->keys);
+  auto done_keys = (*store)->DoneKeys(keys);
   const size_t already = done_keys.ok() ? done_keys->size() : 0;
 
   // One CPU worker per core up to 2 by default (no GPU backends in this build); a campaign with
@@ -116,8 +165,12 @@ int Run(const RunArgs& a, const Globals& g) {
     executors.push_back(std::make_unique<BackendRouter>(eo, ho));
   }
   if (!g.quiet) {
-    std::cerr << "campaign '" << c.name << "': " << loaded->jobs.size() << " jobs, " << already
-              << " already done, " << workers << " workers, database " << g.db_path << "\n";
+    std::cerr << "campaign '" << c.name << "': " << jobs.size() << " jobs"
+              << (driver ? " (boundary search so far, of " + std::to_string(loaded->jobs.size()) +
+                               " in the grid)"
+                         : std::string())
+              << ", " << already << " already done, " << workers << " workers, database "
+              << g.db_path << "\n";
   }
 
   std::stop_source stop;
@@ -134,12 +187,19 @@ int Run(const RunArgs& a, const Globals& g) {
     if (g.quiet || !verbose) return;
     std::cerr << (tty ? "\r\033[K" : "") << line << "\n";
   };
+  if (driver) {
+    ro.on_committed = [&](const std::vector<JobResult>& committed,
+                          const std::vector<std::string>& given_up) {
+      return driver->OnFinished(**store, *campaign_id, committed, given_up, clock.WallMs());
+    };
+  }
   auto summary = RunEmbedded(**store, *campaign_id, std::move(executors), ro);
   if (!summary.ok()) {
     std::cerr << "\nnw run: " << summary.status().ToString() << "\n";
     return 1;
   }
   progress.Update(summary->done, summary->failed, summary->total, 0, 0, /*final=*/true);
+  if (driver && !g.quiet) std::cerr << SearchSummary(*driver);
 
   if (!a.no_report) {
     auto report = LoadCampaignReport(**store, c.name);

@@ -42,6 +42,12 @@ int Submit(const SubmitArgs& a, const Globals& g) {
     return 2;
   }
   const Campaign& c = loaded->resolved.campaign;
+  if (c.search) {
+    std::cerr << "nw submit: campaign '" << c.name
+              << "' asks for a boundary search (search:), which only `nw run` runs; the "
+                 "coordinator daemon runs whole grids (remove `search:` to submit the grid)\n";
+    return 2;
+  }
   for (const auto& w : c.warnings) std::cerr << "warning: " << w << "\n";
   Submission s;
   s.campaign = c.name;

@@ -110,6 +110,7 @@ Result<RunSummary> RunEmbedded(Store& store, int64_t campaign_id,
   so.result_batch_ms = options.result_batch_ms;
   so.expected_workers = static_cast<int>(workers.size());
   so.on_progress = options.on_progress;
+  so.on_committed = options.on_committed;
   so.log = log;
   Server server(context, store, clock, std::move(so));
 

@@ -40,6 +40,10 @@ struct RunOptions {
   size_t max_frame_bytes = kDefaultMaxFrameBytes;
   std::function<void(const ServerProgress&)> on_progress;
   std::function<void(std::string_view)> log;
+  /// Jobs to add as results are committed (ServerOptions::on_committed): an adaptive search.
+  std::function<Result<std::vector<JobRecord>>(const std::vector<JobResult>&,
+                                               const std::vector<std::string>&)>
+      on_committed;
   std::stop_token stop;  // request_stop() ends the run early (summary.stopped)
 };
 

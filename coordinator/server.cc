@@ -87,7 +87,8 @@ struct Server::Loop {
   std::set<std::string> seen;                      // worker ids ever registered
   std::vector<JobResult> batch;                    // accepted, not yet committed
   int64_t batch_started_ms = 0;
-  std::vector<PendingAck> acks;  // sent after the batch commits
+  std::vector<PendingAck> acks;       // sent after the batch commits
+  std::vector<std::string> given_up;  // jobs out of attempts, for on_committed
   int64_t next_heartbeat_ms = 0;
   int64_t next_tick_ms = 0;  // grants wait until then (ServerOptions::grant_interval_ms)
   bool dirty = true;         // something arrived since the last Tick
@@ -168,6 +169,7 @@ struct Server::Loop {
         ++summary.retried;
       } else {
         ++summary.failed_now;
+        if (!daemon && s.options_.on_committed) given_up.push_back(f.job_key);
       }
       Log("coordinator: job " + f.job_key + " attempt " + std::to_string(f.attempt) +
           (f.will_retry ? " failed, will retry: " : " failed, giving up: ") + f.reason.ToString());
@@ -200,8 +202,16 @@ struct Server::Loop {
     if (!batch.empty()) {
       NW_RETURN_IF_ERROR(s.store_.CommitResults(batch, Wall()));
       summary.committed += static_cast<int64_t>(batch.size());
-      batch.clear();
     }
+    if (!daemon && s.options_.on_committed && (!batch.empty() || !given_up.empty())) {
+      NW_ASSIGN_OR_RETURN(std::vector<JobRecord> more, s.options_.on_committed(batch, given_up));
+      for (const JobRecord& j : more) {
+        NW_RETURN_IF_ERROR(scheduler.AddCampaignJob(campaign_id, j.key, j.spec, j.attempts));
+      }
+      summary.total += static_cast<int64_t>(more.size());
+      given_up.clear();
+    }
+    batch.clear();
     for (const auto& a : acks) Send(a.identity, a.ack);
     acks.clear();
     return Status::Ok();
@@ -793,7 +803,9 @@ struct Server::Loop {
         summary.stopped = daemon || !scheduler.Finished();
         break;
       }
-      if (!daemon && scheduler.Finished() && batch.empty() && acks.empty()) break;
+      if (!daemon && scheduler.Finished() && batch.empty() && acks.empty() && given_up.empty()) {
+        break;
+      }
 
       int64_t now = s.clock_.NowMs();
       int64_t wake = std::min(now + kMaxPollMs, next_heartbeat_ms);

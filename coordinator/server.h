@@ -36,6 +36,7 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <vector>
 #include <zmq.hpp>
 
 #include "common/clock.h"
@@ -94,6 +95,14 @@ struct ServerOptions {
                                   // none of them can run are skipped (embedded runs)
   std::function<void(const ServerProgress&)> on_progress;  // on change, from Run()'s thread
   std::function<void(std::string_view)> log;               // see "Threads" above
+  /// Run() only: called after each batch of results is committed (and when jobs are given up),
+  /// on Run()'s thread, with those results and the keys of the jobs given up. The jobs it returns
+  /// (key, spec, attempts so far) must already be in the Store and linked to the campaign; they are
+  /// queued in this run (the campaign grows: an adaptive search, coordinator/search/). An error
+  /// stops the run.
+  std::function<Result<std::vector<JobRecord>>(const std::vector<JobResult>& committed,
+                                               const std::vector<std::string>& given_up)>
+      on_committed;
   /// Called once the endpoint is bound, with the address actually bound (tcp://127.0.0.1:*
   /// picks a free port), from Run()'s thread.
   std::function<void(const std::string&)> on_listening;

@@ -109,6 +109,16 @@ struct HttpBackendSettings {
   SourceLocation tokenizer_where;  // the tokenizer field (where, when it was not given)
 };
 
+/// `search: {boundary: {...}}`: an adaptive search for the boundary along context_length instead
+/// of the whole grid (docs/campaigns.md, "Boundary search"). The grid is still the plan: the
+/// search only chooses which of its jobs run, so its jobs are the grid's jobs (same keys).
+struct BoundarySearchSettings {
+  int first_trials = 1;           // trials at a length before it is called passing
+  double confidence = 0.95;       // two-sided Wilson level that separates the two sides
+  std::optional<int64_t> budget;  // jobs at most per line (configuration x needle position)
+  SourceLocation where;           // the `search` key
+};
+
 struct Campaign {
   std::string source_name;    // the file path as given, or ParseCampaignText's source_name
   std::string source_sha256;  // sha256 of the YAML text
@@ -138,6 +148,7 @@ struct Campaign {
   bool probe = false;
   std::optional<int64_t> max_jobs;  // as declared in the file
   SourceLocation max_jobs_where;
+  std::optional<BoundarySearchSettings> search;  // `search:`; absent: run the whole grid
 
   /// The plan. values[axis]: the matrix's values, then values only include entries add.
   std::array<AxisValues, kNumAxes> values;

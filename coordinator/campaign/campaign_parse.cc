@@ -91,8 +91,8 @@ constexpr std::string_view kCoreTagPrefix = "tag:yaml.org,2002:";
 using Names = std::span<const std::string_view>;
 
 constexpr std::string_view kTopKeys[] = {
-    "name",       "description", "model", "task", "haystack",   "matrix", "include", "exclude",
-    "precisions", "trials",      "seeds", "seed", "generation", "probe",  "max_jobs"};
+    "name",       "description", "model", "task", "haystack",   "matrix", "include",  "exclude",
+    "precisions", "trials",      "seeds", "seed", "generation", "probe",  "max_jobs", "search"};
 constexpr std::string_view kAxisKeys[] = {"task", "haystack",       "backend",        "precision",
                                           "topk", "context_length", "needle_position"};
 constexpr std::string_view kIncludeKeys[] = {
@@ -104,6 +104,8 @@ constexpr std::string_view kRangeKinds[] = {"linear", "geometric"};
 constexpr std::string_view kLinearKeys[] = {"from", "to", "step", "count"};
 constexpr std::string_view kGeometricKeys[] = {"from", "to", "factor", "count"};
 constexpr std::string_view kGenerationKeys[] = {"max_new_tokens"};
+constexpr std::string_view kSearchKeys[] = {"boundary"};
+constexpr std::string_view kBoundaryKeys[] = {"first_trials", "confidence", "budget"};
 constexpr std::string_view kHttpTopKeys[] = {"http"};
 constexpr std::string_view kHttpKeys[] = {"url",          "model",
                                           "api",          "tokenizer",
@@ -415,6 +417,7 @@ class Parser {
   Status CheckNumber(Axis axis, const AxisValue& v) const;
   Status ParseMatrixEntries(const Entry& e, bool include, std::vector<MatrixEntry>* out);
   Status ParseTrials(const Entry* trials, const Entry* seeds, const Entry* seed);
+  Status ParseSearch(const Entry& e);
   Status Plan(const YAML::Node& matrix_node);
   Status CheckCells() const;
 
@@ -1410,6 +1413,7 @@ Result<Campaign> Parser::Run(std::string_view text) {
     c_.max_jobs = limit;
     c_.max_jobs_where = Loc(m->value, m->path);
   }
+  if (const Entry* e = get("search")) NW_RETURN_IF_ERROR(ParseSearch(*e));
 
   NW_RETURN_IF_ERROR(CheckHttpReferences());
   NW_RETURN_IF_ERROR(Plan(matrix->key_node));
@@ -1438,6 +1442,39 @@ Result<Campaign> Parser::Run(std::string_view text) {
     }
   }
   return std::move(c_);
+}
+
+Status Parser::ParseSearch(const Entry& e) {
+  NW_ASSIGN_OR_RETURN(std::vector<Entry> kinds, MapEntries(e.value, e.path, kSearchKeys));
+  if (kinds.empty()) return Error(e.value, e.path, "must name a search (allowed: boundary)");
+  const Entry& b = kinds.front();
+  NW_ASSIGN_OR_RETURN(std::vector<Entry> fields, MapEntries(b.value, b.path, kBoundaryKeys));
+  BoundarySearchSettings s;
+  s.where = Loc(e.key_node, e.path);
+  const auto pool = static_cast<int64_t>(c_.trial_seeds.size());
+  for (const Entry& f : fields) {
+    if (f.key == "first_trials") {
+      NW_ASSIGN_OR_RETURN(int64_t t, ReadInt(f.value, f.path, 1, kMaxTrials));
+      if (t > pool) {
+        return Error(f.value, f.path,
+                     "first_trials " + std::to_string(t) + " is more than the campaign's " +
+                         std::to_string(pool) +
+                         " trials (trials are the pool each length draws from)");
+      }
+      s.first_trials = static_cast<int>(t);
+    } else if (f.key == "confidence") {
+      NW_ASSIGN_OR_RETURN(s.confidence, ReadDouble(f.value, f.path));
+      if (!(s.confidence >= 0.5 && s.confidence < 1)) {
+        return Error(f.value, f.path,
+                     "must be at least 0.5 and less than 1, got " + f.value.Scalar());
+      }
+    } else {
+      NW_ASSIGN_OR_RETURN(int64_t budget, ReadInt(f.value, f.path, 1, kMaxJobsCeiling));
+      s.budget = budget;
+    }
+  }
+  c_.search = s;
+  return Status::Ok();
 }
 
 }  // namespace

@@ -137,9 +137,11 @@ TEST_F(ExperimentsTest, EveryExperimentParses) {
 TEST_F(ExperimentsTest, JobCountsMatchTheDocumentation) {
   // docs/campaigns.md "Experiments" and the files' own comments state these.
   const std::map<std::string, int64_t> expected = {
-      {"quickstart", 50},    {"needle-sweep", 126},
-      {"topk-doubled", 150}, {"index-keys-fp8-vs-bf16", 150},
-      {"prefill-paths", 96}, {"window", 24}};
+      {"quickstart", 50},        {"needle-sweep", 126},
+      {"topk-doubled", 150},     {"index-keys-fp8-vs-bf16", 150},
+      {"prefill-paths", 96},     {"window", 24},
+      {"quickstart-search", 50}, {"boundary-search", 96},
+      {"boundary-grid", 96}};
   for (const auto& [name, jobs] : expected) {
     auto c = ParseCampaignFile(fs::path(NW_SOURCE_DIR) / "experiments" / (name + ".yaml"));
     ASSERT_TRUE(c.ok()) << c.status().ToString();

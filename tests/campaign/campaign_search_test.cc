@@ -1,0 +1,77 @@
+// The campaign's `search:` key (adaptive boundary search, docs/campaigns.md "Boundary search").
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "coordinator/campaign/campaign.h"
+
+namespace nw {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string Yaml(const std::string& extra) {
+  return "name: t\nmodel: /models/tiny\nmatrix:\n"
+         "  context_length: {geometric: {from: 256, to: 8192, factor: 2}}\n"
+         "  needle_position: [0.0, 1.0]\n"
+         "  topk: 16\n"
+         "trials: 8\n" +
+         extra;
+}
+
+std::string ParseError(const std::string& text) {
+  auto c = ParseCampaignText(text, "t.yaml");
+  EXPECT_FALSE(c.ok()) << "parsed, but should not have:\n" << text;
+  if (c.ok()) return "";
+  EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument);
+  return c.status().message();
+}
+
+TEST(CampaignSearchTest, AbsentMeansTheGrid) {
+  auto c = ParseCampaignText(Yaml(""), "t.yaml");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_FALSE(c->search.has_value());
+}
+
+TEST(CampaignSearchTest, DefaultsAndValues) {
+  auto d = ParseCampaignText(Yaml("search: {boundary: {}}\n"), "t.yaml");
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  ASSERT_TRUE(d->search.has_value());
+  EXPECT_EQ(d->search->first_trials, 1);
+  EXPECT_DOUBLE_EQ(d->search->confidence, 0.95);
+  EXPECT_FALSE(d->search->budget.has_value());
+  EXPECT_EQ(d->search->where.line, 8);
+
+  auto c = ParseCampaignText(
+      Yaml("search:\n  boundary: {first_trials: 2, confidence: 0.9, budget: 30}\n"), "t.yaml");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->search->first_trials, 2);
+  EXPECT_DOUBLE_EQ(c->search->confidence, 0.9);
+  EXPECT_EQ(c->search->budget, 30);
+  // The plan is still the whole grid: the search chooses among its jobs.
+  EXPECT_EQ(c->job_count(), 6 * 2 * 8);
+}
+
+TEST(CampaignSearchTest, Errors) {
+  EXPECT_THAT(ParseError(Yaml("search: {boundary: {first_trials: 9}}\n")),
+              HasSubstr("t.yaml:8:35: search.boundary.first_trials: first_trials 9 is more than "
+                        "the campaign's 8 trials"));
+  EXPECT_THAT(ParseError(Yaml("search: {boundary: {first_trials: 0}}\n")),
+              HasSubstr("search.boundary.first_trials: must be >= 1"));
+  EXPECT_THAT(ParseError(Yaml("search: {boundary: {confidence: 1}}\n")),
+              HasSubstr("search.boundary.confidence: must be at least 0.5 and less than 1"));
+  EXPECT_THAT(ParseError(Yaml("search: {boundary: {confidence: 0.3}}\n")),
+              HasSubstr("must be at least 0.5"));
+  EXPECT_THAT(ParseError(Yaml("search: {boundary: {budget: 0}}\n")),
+              HasSubstr("search.boundary.budget: must be >= 1"));
+  EXPECT_THAT(ParseError(Yaml("search: {boundary: {trials: 2}}\n")),
+              HasSubstr("unknown key 'trials'"));
+  EXPECT_THAT(ParseError(Yaml("search: {boundry: {}}\n")),
+              HasSubstr("unknown key 'boundry'; did you mean 'boundary'?"));
+  EXPECT_THAT(ParseError(Yaml("search: {}\n")), HasSubstr("search: must name a search"));
+  EXPECT_THAT(ParseError(Yaml("search: boundary\n")), HasSubstr("search: must be a map"));
+}
+
+}  // namespace
+}  // namespace nw
