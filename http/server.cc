@@ -20,8 +20,8 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "http/batch_scheduler.h"
 #include "http/openai.h"
-#include "http/scheduler.h"
 
 namespace nw {
 
@@ -59,7 +59,7 @@ Reply Error(int status, std::string type, std::string message, std::string code 
 // One generation request on its way through the scheduler. The scheduler thread prepares it
 // when it is admitted and answers through `done` once, unless the request was cancelled first
 // (its deadline passed, the client went away, or the server stopped).
-struct Task final : SchedulerJob {
+struct Task final : BatchJob {
   HttpServer::Impl* impl = nullptr;
   ApiKind kind = ApiKind::kCompletions;
   CompletionRequest request;
@@ -129,7 +129,7 @@ struct HttpServer::Impl {
   std::string host;
   RequestLimits limits;
 
-  std::unique_ptr<Scheduler> scheduler;  // owns the engine thread
+  std::unique_ptr<BatchScheduler> scheduler;  // owns the engine thread
 
   std::vector<std::weak_ptr<Session>> sessions;  // I/O thread only (and Stop, after it ended)
   std::atomic<bool> stopped{false};
@@ -437,11 +437,11 @@ void HttpServer::Impl::Accept() {
 
 std::optional<Reply> HttpServer::Impl::Admit(std::shared_ptr<Task> task) {
   switch (scheduler->Submit(std::move(task))) {
-    case Scheduler::Admission::kQueued:
+    case BatchScheduler::Admission::kQueued:
       return std::nullopt;
-    case Scheduler::Admission::kStopping:
+    case BatchScheduler::Admission::kStopping:
       return Error(503, "overloaded_error", "the server is shutting down");
-    case Scheduler::Admission::kFull:
+    case BatchScheduler::Admission::kFull:
       break;
   }
   ++n_busy;
@@ -542,13 +542,13 @@ Result<std::unique_ptr<HttpServer>> HttpServer::Start(std::unique_ptr<ServeModel
   NW_ASSIGN_OR_RETURN(tcp::endpoint endpoint, ParseListen(options.listen));
   auto impl = std::make_unique<Impl>();
   impl->model = std::move(model);
-  SchedulerOptions sched;
+  BatchSchedulerOptions sched;
   sched.max_queued = options.max_batch;
   sched.max_running = options.max_running;
   sched.max_batched_tokens = options.max_batched_tokens;
   sched.before_generate = options.before_generate;
   sched.log = options.log;
-  NW_ASSIGN_OR_RETURN(impl->scheduler, Scheduler::Start(impl->model.get(), std::move(sched)));
+  NW_ASSIGN_OR_RETURN(impl->scheduler, BatchScheduler::Start(impl->model.get(), std::move(sched)));
   impl->model_name = options.model_name.empty() ? "nw-model" : options.model_name;
   impl->options = std::move(options);
   impl->created_s = static_cast<int64_t>(std::time(nullptr));
@@ -580,9 +580,9 @@ Result<std::unique_ptr<HttpServer>> HttpServer::Start(std::unique_ptr<ServeModel
 void HttpServer::Stop() {
   Impl& m = *impl_;
   if (m.stopped.exchange(true)) return;
-  // Cancels queued and running requests and joins the scheduler thread (the step in progress
-  // ends first); then no answer is posted to the I/O thread any more.
-  if (m.scheduler) m.scheduler->Stop();
+  // Cancels queued and running requests at once; the scheduler thread is joined after the
+  // listener and the connections are closed (a step in progress may take a while).
+  if (m.scheduler) m.scheduler->Cancel();
   asio::post(m.ioc, [&m] {
     beast::error_code ignored;
     m.acceptor.close(ignored);
@@ -593,6 +593,7 @@ void HttpServer::Stop() {
     m.ioc.stop();
   });
   if (m.io_thread.joinable()) m.io_thread.join();
+  if (m.scheduler) m.scheduler->Stop();
   m.Log("nw serve: stopped");
 }
 

@@ -6,16 +6,16 @@
 //   GET  /health                200 while the server runs
 //
 // Threads: one I/O thread runs every connection (an io_context owned by the server) and the
-// Scheduler's thread runs the engine with continuous batching (scheduler.h): up to max_running
-// requests at once, their decode steps batched, prompts in chunks within max_batched_tokens
-// per step. A request is admitted only while fewer than max_batch requests are queued or
-// running; otherwise it is answered 503 at once. Every request has a deadline (timeout_ms from
-// its arrival): past it the client gets 504 and the request leaves the batch at the next step;
+// BatchScheduler's thread runs the engine with continuous batching (batch_scheduler.h): up to
+// max_running requests at once, their decode steps batched, prompts in chunks within
+// max_batched_tokens per step. A request is admitted only while fewer than max_batch requests are
+// queued or running; otherwise it is answered 503 at once. Every request has a deadline (timeout_ms
+// from its arrival): past it the client gets 504 and the request leaves the batch at the next step;
 // so does a request whose client hangs up. Bad requests get 4xx with OpenAI's error object;
-// bodies above max_body_bytes get 413. Stop() cancels every request, lets the step in progress
-// end, closes the listener and every connection and joins both threads. docs/http.md describes
-// the API and its extensions.
-// Thread-safety: Start/Stop/accessors from any thread; Stop is idempotent.
+// bodies above max_body_bytes get 413. Stop() cancels every request, closes the listener and
+// every connection, then lets the step in progress end and joins both threads. docs/http.md
+// describes the API and its extensions. Thread-safety: Start/Stop/accessors from any thread; Stop
+// is idempotent.
 #pragma once
 
 #include <cstdint>
@@ -25,7 +25,7 @@
 #include <string_view>
 
 #include "common/status.h"
-#include "http/scheduler.h"
+#include "http/batch_scheduler.h"
 #include "http/serve_model.h"
 
 namespace nw {
@@ -45,14 +45,14 @@ struct HttpServerOptions {
 };
 
 struct HttpServerStats {
-  int64_t connections = 0;    // accepted
-  int64_t requests = 0;       // HTTP requests read
-  int64_t completions = 0;    // generations answered 200
-  int64_t rejected_busy = 0;  // 503: queue full
-  int64_t timed_out = 0;      // 504
-  int64_t client_errors = 0;  // 4xx
-  int64_t disconnected = 0;   // clients that hung up while their request ran
-  SchedulerStats scheduler;   // steps and batch sizes
+  int64_t connections = 0;        // accepted
+  int64_t requests = 0;           // HTTP requests read
+  int64_t completions = 0;        // generations answered 200
+  int64_t rejected_busy = 0;      // 503: queue full
+  int64_t timed_out = 0;          // 504
+  int64_t client_errors = 0;      // 4xx
+  int64_t disconnected = 0;       // clients that hung up while their request ran
+  BatchSchedulerStats scheduler;  // steps and batch sizes
 };
 
 class HttpServer {

@@ -1,5 +1,5 @@
-// Continuous batching in `nw serve` (http/scheduler.h): concurrent requests run together (their
-// decode steps batched, prompts in chunks) and get exactly the completions they get one at a
+// Continuous batching in `nw serve` (http/batch_scheduler.h): concurrent requests run together
+// (their decode steps batched, prompts in chunks) and get exactly the completions they get one at a
 // time; clients that hang up leave the batch; the scheduler's options are checked.
 #include <gtest/gtest.h>
 
@@ -201,7 +201,7 @@ TEST_F(BatchingTest, ConcurrentRequestsGetTheCompletionsTheyGetOneAtATime) {
       ASSERT_EQ(status, 200) << response.dump();
       EXPECT_EQ(Answer(response), sequential[i]) << "request " << i;
     }
-    const SchedulerStats st = server->stats().scheduler;
+    const BatchSchedulerStats st = server->stats().scheduler;
     EXPECT_GE(st.max_decode_batch, 4) << "decode steps were not batched";
     EXPECT_LT(st.decode_steps, st.decoded_tokens);
     EXPECT_GT(st.prefill_chunks, static_cast<int64_t>(requests.size()));  // prompts were split

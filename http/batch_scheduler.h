@@ -1,5 +1,5 @@
-// Scheduler: continuous batching for `nw serve` (as sglang's and vLLM's schedulers, sized for a
-// CPU engine). It owns a bounded queue of jobs and a thread that runs the model over a set of
+// BatchScheduler: continuous batching for `nw serve` (as sglang's and vLLM's schedulers, sized for
+// a CPU engine). It owns a bounded queue of jobs and a thread that runs the model over a set of
 // active requests, each with its own ServeGeneration (Sequence and KV caches; the weights are
 // shared, read only).
 //
@@ -35,7 +35,7 @@
 
 namespace nw {
 
-struct SchedulerOptions {
+struct BatchSchedulerOptions {
   int max_queued = 16;                        // jobs queued or active; more are refused
   int max_running = 8;                        // active requests (one decode batch at most this big)
   int64_t max_batched_tokens = 256;           // tokens per step: one per decoding request, the rest
@@ -45,9 +45,9 @@ struct SchedulerOptions {
 };
 
 /// A request as the scheduler sees it; the server derives its task from it.
-class SchedulerJob {
+class BatchJob {
  public:
-  virtual ~SchedulerJob() = default;
+  virtual ~BatchJob() = default;
   /// On the scheduler thread when the job is admitted: the request to run, or the error to
   /// answer (then Finish gets it).
   virtual Result<ServeRequest> Prepare() = 0;
@@ -59,7 +59,7 @@ class SchedulerJob {
   std::atomic<bool> cancelled{false};
 };
 
-struct SchedulerStats {
+struct BatchSchedulerStats {
   int64_t steps = 0;             // scheduler steps that ran something
   int64_t decode_steps = 0;      // batched decode steps
   int64_t decoded_tokens = 0;    // tokens run by decode steps (the sum of their batch sizes)
@@ -70,42 +70,45 @@ struct SchedulerStats {
   int64_t cancelled = 0;  // jobs dropped because cancelled
 };
 
-class Scheduler {
+class BatchScheduler {
  public:
   /// Checks the options (InvalidArgument) and starts the scheduler thread. `model` must outlive
   /// the scheduler.
-  static Result<std::unique_ptr<Scheduler>> Start(ServeModel* model, SchedulerOptions options);
-  ~Scheduler();
-  Scheduler(const Scheduler&) = delete;
-  Scheduler& operator=(const Scheduler&) = delete;
+  static Result<std::unique_ptr<BatchScheduler>> Start(ServeModel* model,
+                                                       BatchSchedulerOptions options);
+  ~BatchScheduler();
+  BatchScheduler(const BatchScheduler&) = delete;
+  BatchScheduler& operator=(const BatchScheduler&) = delete;
 
   enum class Admission { kQueued, kFull, kStopping };
-  Admission Submit(std::shared_ptr<SchedulerJob> job);
+  Admission Submit(std::shared_ptr<BatchJob> job);
   /// Jobs queued or active now.
   int admitted() const;
-  SchedulerStats stats() const;
-  /// Cancels every queued and active job (no Finish for them), lets the step in progress end and
-  /// joins the thread. Idempotent.
+  BatchSchedulerStats stats() const;
+  /// Cancels every queued and active job (no Finish for them) and refuses new ones; returns at
+  /// once (the step in progress goes on).
+  void Cancel();
+  /// Cancel(), then waits for the step in progress to end and joins the thread. Idempotent.
   void Stop();
 
   struct Private {
     explicit Private() = default;
   };
-  Scheduler(Private, ServeModel* model, SchedulerOptions options);
+  BatchScheduler(Private, ServeModel* model, BatchSchedulerOptions options);
 
  private:
   struct Active;
   void Loop();
 
   ServeModel* model_;
-  SchedulerOptions options_;
+  BatchSchedulerOptions options_;
   mutable std::mutex mu_;  // guards queue_, admitted_, stopping_, stats_
   std::condition_variable cv_;
-  std::deque<std::shared_ptr<SchedulerJob>> queue_;
-  std::vector<std::shared_ptr<SchedulerJob>> active_jobs_;  // for Stop to cancel
+  std::deque<std::shared_ptr<BatchJob>> queue_;
+  std::vector<std::shared_ptr<BatchJob>> active_jobs_;  // for Stop to cancel
   int admitted_ = 0;
   bool stopping_ = false;
-  SchedulerStats stats_;
+  BatchSchedulerStats stats_;
   std::thread thread_;
 };
 

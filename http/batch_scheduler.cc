@@ -1,4 +1,4 @@
-#include "http/scheduler.h"
+#include "http/batch_scheduler.h"
 
 #include <algorithm>
 #include <exception>
@@ -9,15 +9,16 @@
 namespace nw {
 
 // A job admitted to the active set.
-struct Scheduler::Active {
-  std::shared_ptr<SchedulerJob> job;
+struct BatchScheduler::Active {
+  std::shared_ptr<BatchJob> job;
   ServeRequest request;
   std::unique_ptr<ServeGeneration> gen;
   Status failed;         // set when the request failed; it is answered with this error
   bool retired = false;  // answered (or dropped) and out of the admission count
 };
 
-Result<std::unique_ptr<Scheduler>> Scheduler::Start(ServeModel* model, SchedulerOptions options) {
+Result<std::unique_ptr<BatchScheduler>> BatchScheduler::Start(ServeModel* model,
+                                                              BatchSchedulerOptions options) {
   if (model == nullptr) return Status::InvalidArgument("scheduler: no model");
   if (options.max_queued < 1) return Status::InvalidArgument("--max-batch must be >= 1");
   if (options.max_running < 1) {
@@ -28,17 +29,17 @@ Result<std::unique_ptr<Scheduler>> Scheduler::Start(ServeModel* model, Scheduler
         "--max-batched-tokens must exceed --max-running-requests (a step decodes one token per "
         "running request and needs room for prompt tokens)");
   }
-  return std::make_unique<Scheduler>(Private{}, model, std::move(options));
+  return std::make_unique<BatchScheduler>(Private{}, model, std::move(options));
 }
 
-Scheduler::Scheduler(Private, ServeModel* model, SchedulerOptions options)
+BatchScheduler::BatchScheduler(Private, ServeModel* model, BatchSchedulerOptions options)
     : model_(model), options_(std::move(options)) {
   thread_ = std::thread([this] { Loop(); });
 }
 
-Scheduler::~Scheduler() { Stop(); }
+BatchScheduler::~BatchScheduler() { Stop(); }
 
-Scheduler::Admission Scheduler::Submit(std::shared_ptr<SchedulerJob> job) {
+BatchScheduler::Admission BatchScheduler::Submit(std::shared_ptr<BatchJob> job) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_) return Admission::kStopping;
@@ -50,17 +51,17 @@ Scheduler::Admission Scheduler::Submit(std::shared_ptr<SchedulerJob> job) {
   return Admission::kQueued;
 }
 
-int Scheduler::admitted() const {
+int BatchScheduler::admitted() const {
   std::lock_guard<std::mutex> lock(mu_);
   return admitted_;
 }
 
-SchedulerStats Scheduler::stats() const {
+BatchSchedulerStats BatchScheduler::stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   return stats_;
 }
 
-void Scheduler::Stop() {
+void BatchScheduler::Cancel() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stopping_ = true;
@@ -68,10 +69,14 @@ void Scheduler::Stop() {
     for (const auto& j : active_jobs_) j->cancelled = true;
   }
   cv_.notify_all();
+}
+
+void BatchScheduler::Stop() {
+  Cancel();
   if (thread_.joinable()) thread_.join();
 }
 
-void Scheduler::Loop() {
+void BatchScheduler::Loop() {
   std::vector<Active> active;
   // Leaves the active set (and the admission count); answered unless cancelled.
   auto retire = [&](Active& a) {
@@ -98,7 +103,7 @@ void Scheduler::Loop() {
   };
 
   for (;;) {
-    std::vector<std::shared_ptr<SchedulerJob>> admitting;
+    std::vector<std::shared_ptr<BatchJob>> admitting;
     {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [&] { return stopping_ || !queue_.empty() || !active.empty(); });
