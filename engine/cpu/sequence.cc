@@ -525,8 +525,6 @@ void Sequence::Impl::AttnEnd(int layer, int64_t n, int64_t s, const float* kv) {
 
 namespace {
 
-using LinearFn = void (*)(const float*, int64_t, int64_t, const float*, int64_t, float*);
-
 // A row range of the pass: one part's rows [row0, row0 + n) at positions [s, s + n).
 struct PartRows {
   Sequence::Impl* seq;
@@ -541,7 +539,8 @@ void AttentionRows(std::span<const PartRows> parts, int64_t N, bool one_token_ea
   const Sequence::Impl& first = *parts.front().seq;
   const ModelConfig& cfg = first.cfg;
   const AttentionWeights& a = first.w.layers[static_cast<size_t>(layer)].attn;
-  const LinearFn lin = one_token_each ? LinearRows : Linear;
+  // Every linear runs weight-stationary (LinearRows: bit-identical to Linear row by row).
+  const auto lin = LinearRows;
   const int64_t D = cfg.dim, H = cfg.n_heads, d = cfg.head_dim, q = cfg.q_lora_rank;
   const int64_t g = cfg.o_groups, R = cfg.o_lora_rank;
   const int64_t hI = cfg.index_n_heads, cI = cfg.index_head_dim;
@@ -635,7 +634,8 @@ Status ForwardRows(std::span<const RowsPart> parts) {
     N += n;
   }
   const bool one_token_each = N == static_cast<int64_t>(parts.size());
-  const LinearFn lin = one_token_each ? LinearRows : Linear;
+  // Every linear runs weight-stationary (LinearRows: bit-identical to Linear row by row).
+  const auto lin = LinearRows;
   const int64_t D = cfg.dim, hc = cfg.hc_mult, V = cfg.vocab_size;
   const int64_t stream = hc * D;
   const float eps = static_cast<float>(cfg.norm_eps);

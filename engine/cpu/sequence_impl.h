@@ -4,10 +4,10 @@
 // ForwardRows runs one chunk of tokens for each of several sequences of one model in a single
 // pass: every linear layer runs once over the rows of all of them, while attention, the indexer,
 // the compressors and the KV caches stay per sequence. A plain chunk (Sequence::Forward) is the
-// case of one sequence. When every sequence brings one token (a batched decode step) the linears
-// run weight-stationary (LinearRows: each weight row read once for all rows); otherwise row by row
-// (Linear). Both compute each output with the same code, so a row's values do not depend on the
-// other rows: batched and alone are bit-identical.
+// case of one sequence. The linears run weight-stationary (LinearRows: each weight row read once
+// per block of 16 rows, four rows sharing each load), which computes every output with Linear's
+// code and order, so a row's values do not depend on the other rows: batched and alone are
+// bit-identical, and so are prompt chunks of any size.
 // Thread-safety: as Sequence (one thread; the weights are only read).
 #pragma once
 

@@ -42,35 +42,51 @@ namespace {
 // LinearDot with its four partial sums as the four lanes of one SSE register: lane k does exactly
 // the scalar s_k's multiplies and adds, in the same order (SSE arithmetic is IEEE single, as the
 // scalar code; neither is contracted into FMA without -mfma), so the results are bit-identical
-// to LinearDot's. The rows are `n` inputs against one weight row, each weight load shared.
-template <int n>
-inline void LinearDotSse(const float* const* x, const float* wr, int64_t in, float* const* y) {
-  __m128 acc[n];
-  for (int r = 0; r < n; ++r) acc[r] = _mm_setzero_ps();
+// to LinearDot's.
+inline float FinishLanes(__m128 acc, const float* x, const float* wr, int64_t i, int64_t in) {
+  alignas(16) float s[4];
+  _mm_store_ps(s, acc);
+  for (; i < in; ++i) s[0] += x[i] * wr[i];
+  return (s[0] + s[1]) + (s[2] + s[3]);
+}
+
+inline float LinearDot1(const float* x, const float* wr, int64_t in) {
+  __m128 a = _mm_setzero_ps();
+  int64_t i = 0;
+  for (; i + 4 <= in; i += 4)
+    a = _mm_add_ps(a, _mm_mul_ps(_mm_loadu_ps(x + i), _mm_loadu_ps(wr + i)));
+  return FinishLanes(a, x, wr, i, in);
+}
+
+// Four rows against one weight row, each weight load shared by the four.
+inline void LinearDot4(const float* x0, const float* x1, const float* x2, const float* x3,
+                       const float* wr, int64_t in, float* y0, float* y1, float* y2, float* y3) {
+  __m128 a = _mm_setzero_ps(), b = _mm_setzero_ps(), c = _mm_setzero_ps(), d = _mm_setzero_ps();
   int64_t i = 0;
   for (; i + 4 <= in; i += 4) {
     const __m128 w4 = _mm_loadu_ps(wr + i);
-    for (int r = 0; r < n; ++r) acc[r] = _mm_add_ps(acc[r], _mm_mul_ps(_mm_loadu_ps(x[r] + i), w4));
+    a = _mm_add_ps(a, _mm_mul_ps(_mm_loadu_ps(x0 + i), w4));
+    b = _mm_add_ps(b, _mm_mul_ps(_mm_loadu_ps(x1 + i), w4));
+    c = _mm_add_ps(c, _mm_mul_ps(_mm_loadu_ps(x2 + i), w4));
+    d = _mm_add_ps(d, _mm_mul_ps(_mm_loadu_ps(x3 + i), w4));
   }
-  for (int r = 0; r < n; ++r) {
-    alignas(16) float s[4];
-    _mm_store_ps(s, acc[r]);
-    for (int64_t j = i; j < in; ++j) s[0] += x[r][j] * wr[j];
-    *y[r] = (s[0] + s[1]) + (s[2] + s[3]);
-  }
+  *y0 = FinishLanes(a, x0, wr, i, in);
+  *y1 = FinishLanes(b, x1, wr, i, in);
+  *y2 = FinishLanes(c, x2, wr, i, in);
+  *y3 = FinishLanes(d, x3, wr, i, in);
 }
-#endif
-
-// LinearDot of `n` rows against one weight row, each weight value loaded once for all of them;
-// every result bit-identical to LinearDot's.
-template <int n>
-inline void LinearDotRows(const float* const* x, const float* wr, int64_t in, float* const* y) {
-#if defined(__SSE2__)
-  LinearDotSse<n>(x, wr, in, y);
 #else
-  for (int r = 0; r < n; ++r) *y[r] = LinearDot(x[r], wr, in);
-#endif
+inline float LinearDot1(const float* x, const float* wr, int64_t in) {
+  return LinearDot(x, wr, in);
 }
+inline void LinearDot4(const float* x0, const float* x1, const float* x2, const float* x3,
+                       const float* wr, int64_t in, float* y0, float* y1, float* y2, float* y3) {
+  *y0 = LinearDot(x0, wr, in);
+  *y1 = LinearDot(x1, wr, in);
+  *y2 = LinearDot(x2, wr, in);
+  *y3 = LinearDot(x3, wr, in);
+}
+#endif
 
 }  // namespace
 
@@ -84,16 +100,11 @@ void LinearRows(const float* x, int64_t rows, int64_t in, const float* w, int64_
       const float* wr = w + o * in;
       int64_t t = t0;
       for (; t + 4 <= t1; t += 4) {
-        const float* xs[4] = {x + t * in, x + (t + 1) * in, x + (t + 2) * in, x + (t + 3) * in};
-        float* ys[4] = {y + t * out + o, y + (t + 1) * out + o, y + (t + 2) * out + o,
-                        y + (t + 3) * out + o};
-        LinearDotRows<4>(xs, wr, in, ys);
+        LinearDot4(x + t * in, x + (t + 1) * in, x + (t + 2) * in, x + (t + 3) * in, wr, in,
+                   y + t * out + o, y + (t + 1) * out + o, y + (t + 2) * out + o,
+                   y + (t + 3) * out + o);
       }
-      for (; t < t1; ++t) {
-        const float* xs[1] = {x + t * in};
-        float* ys[1] = {y + t * out + o};
-        LinearDotRows<1>(xs, wr, in, ys);
-      }
+      for (; t < t1; ++t) y[t * out + o] = LinearDot1(x + t * in, wr, in);
     }
   }
 }
