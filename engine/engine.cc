@@ -9,6 +9,7 @@
 #include "engine/cpu/batch.h"
 #include "engine/cpu/generate.h"
 #include "engine/cpu/sequence.h"
+#include "engine/parallel/pd_generate.h"
 #include "engine/text/tokenizer.h"
 
 namespace nw {
@@ -16,7 +17,8 @@ namespace nw {
 namespace {
 
 // The CPU reference engine: fp32 weights as loaded, plus one requantized copy per weight format
-// that a request has asked for (made on first use, then reused).
+// that a request has asked for (made on first use, then reused). "cpu-pd" runs each request
+// through a prefill and a decode instance (engine/parallel/pd_generate.h).
 class CpuEngine final : public Engine {
  public:
   CpuEngine(ModelConfig config, Tokenizer tokenizer, ModelWeights weights, std::string digest,
@@ -26,7 +28,8 @@ class CpuEngine final : public Engine {
         weights_(std::move(weights)),
         digest_(std::move(digest)),
         backend_(std::move(backend)),
-        options_(options) {}
+        options_(options),
+        pd_(backend_ == parallel::kCpuPdBackend) {}
 
   const ModelConfig& config() const override { return config_; }
   const Tokenizer& tokenizer() const override { return tokenizer_; }
@@ -36,11 +39,14 @@ class CpuEngine final : public Engine {
 
   Result<GenerateResult> Generate(const GenerateRequest& request) override {
     NW_RETURN_IF_ERROR(request.precision.Validate());
-    return cpu::Generate(config_, WeightsFor(request.precision.weights), request, options_);
+    const ModelWeights& weights = WeightsFor(request.precision.weights);
+    if (pd_) return parallel::GeneratePd(config_, weights, request);
+    return cpu::Generate(config_, weights, request, options_);
   }
 
   Result<std::vector<GenerateResult>> GenerateBatch(
       std::span<const GenerateRequest> requests) override {
+    if (pd_) return Engine::GenerateBatch(requests);  // one request at a time through the PD pair
     std::vector<const ModelWeights*> weights;
     for (const GenerateRequest& r : requests) {
       NW_RETURN_IF_ERROR(r.precision.Validate());
@@ -67,10 +73,12 @@ class CpuEngine final : public Engine {
   std::string digest_;
   std::string backend_;
   cpu::BackendOptions options_;
+  bool pd_ = false;
   std::map<NumFormat, std::unique_ptr<ModelWeights>> requantized_;
 };
 
 Result<cpu::BackendOptions> BackendFor(const std::string& name) {
+  if (name == parallel::kCpuPdBackend) return cpu::BackendOptions{};  // both sides in GeneratePd
   auto options = cpu::CpuBackendOptions(name);
   if (!options.ok()) {
     std::string names;
@@ -93,7 +101,9 @@ Result<std::vector<GenerateResult>> Engine::GenerateBatch(
   return results;
 }
 
-std::vector<std::string> AvailableBackends() { return {"cpu", "cpu-paged"}; }
+std::vector<std::string> AvailableBackends() {
+  return {"cpu", "cpu-paged", parallel::kCpuPdBackend};
+}
 
 Result<std::unique_ptr<Engine>> CreateEngine(ModelConfig config, Tokenizer tokenizer,
                                              ModelWeights weights, std::string model_digest,

@@ -38,8 +38,11 @@ enum class KvLayout {
 struct EngineOptions {
   std::string backend = "cpu";  // "cpu": contiguous KV, the whole prompt in one pass (ragged
                                 // prefill); "cpu-paged": paged KV, prefill in chunks of 256
-                                // tokens through the paged cache and indexer, like decode.
-                                // Both give bit-identical results (engine/cpu/sequence.h).
+                                // tokens through the paged cache and indexer, like decode;
+                                // "cpu-pd": prefill on one instance, the decode state sent as
+                                // a transfer buffer to a paged instance that decodes
+                                // (engine/parallel/pd_generate.h). All three give
+                                // bit-identical results (engine/cpu/sequence.h).
 };
 
 /// What to capture from the indexer for one request.
@@ -131,7 +134,7 @@ Result<std::unique_ptr<Engine>> CreateEngine(ModelConfig config, Tokenizer token
                                              ModelWeights weights, std::string model_digest,
                                              const EngineOptions& options);
 
-/// Backends this build can run ("cpu", "cpu-paged", and "cuda", "cuda-paged" with CUDA).
+/// Backends this build can run: "cpu", "cpu-paged", "cpu-pd".
 std::vector<std::string> AvailableBackends();
 
 }  // namespace nw

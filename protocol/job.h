@@ -61,7 +61,7 @@ struct JobSpec {
   double needle_position = 0;  // fraction 0..1, or negative token offset from the end
   int topk = 0;                // index top-k used by the engine
   PrecisionProfile precision;
-  std::string backend;  // cpu | cpu-paged | cuda | cuda-paged | http
+  std::string backend;  // cpu | cpu-paged | cpu-pd | cuda | cuda-paged | http
   int64_t seed = 0;     // campaign seed
   int trial = 0;        // trial index within the cell
   int max_new_tokens = 16;

@@ -166,7 +166,7 @@ struct Campaign {
 };
 
 /// Backends a campaign may name unless ParseOptions says otherwise.
-std::vector<std::string> KnownBackends();  // cpu, cpu-paged, cuda, cuda-paged
+std::vector<std::string> KnownBackends();  // cpu, cpu-paged, cpu-pd, cuda, cuda-paged
 
 struct ParseOptions {
   std::vector<std::string> backends = KnownBackends();

@@ -63,7 +63,9 @@ std::string AxisValue::ToString() const {
   return FormatDouble(std::get<double>(value));
 }
 
-std::vector<std::string> KnownBackends() { return {"cpu", "cpu-paged", "cuda", "cuda-paged"}; }
+std::vector<std::string> KnownBackends() {
+  return {"cpu", "cpu-paged", "cpu-pd", "cuda", "cuda-paged"};
+}
 
 int64_t DeriveTrialSeed(int64_t campaign_seed, int trial) {
   const std::string hex =

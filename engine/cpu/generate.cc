@@ -56,6 +56,23 @@ Result<Sequence> SequenceForRequest(const ModelConfig& cfg, const ModelWeights& 
   return Sequence::Create(cfg, weights, so);
 }
 
+Status DecodeGreedy(const ModelConfig& cfg, const GenerateRequest& request, Sequence* seq,
+                    std::vector<float>* logits, GenerateResult* result) {
+  const int64_t V = cfg.vocab_size;
+  while (static_cast<int>(result->tokens.size()) < request.max_new_tokens) {
+    const int32_t next = Argmax(logits->data(), V);
+    result->tokens.push_back(next);
+    if (std::find(request.stop_tokens.begin(), request.stop_tokens.end(), next) !=
+        request.stop_tokens.end()) {
+      result->stopped = true;
+      break;
+    }
+    if (static_cast<int>(result->tokens.size()) == request.max_new_tokens) break;
+    NW_RETURN_IF_ERROR(seq->Decode(next, logits));
+  }
+  return Status::Ok();
+}
+
 Result<GenerateResult> Generate(const ModelConfig& cfg, const ModelWeights& weights,
                                 const GenerateRequest& request, const BackendOptions& backend) {
   NW_ASSIGN_OR_RETURN(Sequence seq, SequenceForRequest(cfg, weights, request, backend));
@@ -66,18 +83,7 @@ Result<GenerateResult> Generate(const ModelConfig& cfg, const ModelWeights& weig
   NW_RETURN_IF_ERROR(seq.Prefill(request.prompt, &logits));
   result.prefill_ms = MsSince(t0);
   const auto t1 = std::chrono::steady_clock::now();
-  const int64_t V = cfg.vocab_size;
-  while (static_cast<int>(result.tokens.size()) < request.max_new_tokens) {
-    const int32_t next = Argmax(logits.data(), V);
-    result.tokens.push_back(next);
-    if (std::find(request.stop_tokens.begin(), request.stop_tokens.end(), next) !=
-        request.stop_tokens.end()) {
-      result.stopped = true;
-      break;
-    }
-    if (static_cast<int>(result.tokens.size()) == request.max_new_tokens) break;
-    NW_RETURN_IF_ERROR(seq.Decode(next, &logits));
-  }
+  NW_RETURN_IF_ERROR(DecodeGreedy(cfg, request, &seq, &logits, &result));
   result.decode_ms = MsSince(t1);
   result.probes = seq.probes();
   return result;

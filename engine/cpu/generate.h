@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <string_view>
+#include <vector>
 
 #include "common/status.h"
 #include "engine/checkpoint/config.h"
@@ -38,6 +39,11 @@ int32_t Argmax(const float* logits, int64_t n);
 /// The request checked (as Generate) and its Sequence created, ready for Prefill.
 Result<Sequence> SequenceForRequest(const ModelConfig& cfg, const ModelWeights& weights,
                                     const GenerateRequest& request, const BackendOptions& backend);
+
+/// Greedy decode from `logits` (the last prompt token's): appends argmax tokens to
+/// result->tokens, stepping `seq`, until a stop token (result->stopped) or max_new_tokens.
+Status DecodeGreedy(const ModelConfig& cfg, const GenerateRequest& request, Sequence* seq,
+                    std::vector<float>* logits, GenerateResult* result);
 
 /// Runs `request` on `weights` (already in the request's weight format; request.precision.weights
 /// is not applied here). Errors: empty prompt, token ids outside the vocabulary, negative
