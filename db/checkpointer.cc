@@ -1,5 +1,8 @@
 #include "db/checkpointer.h"
 
+#include <pthread.h>
+#include <signal.h>
+
 #include <utility>
 
 namespace nw::db_internal {
@@ -22,7 +25,21 @@ Result<std::unique_ptr<WalCheckpointer>> WalCheckpointer::Start(Db& writer, int 
 }
 
 WalCheckpointer::WalCheckpointer(PassKey, Db& writer, DbPtr conn, int pages)
-    : writer_(writer), conn_(std::move(conn)), pages_(pages), thread_([this] { Run(); }) {}
+    : writer_(writer), conn_(std::move(conn)), pages_(pages) {
+  // The thread must never take a process-directed signal (SIGTERM's default action would end the
+  // process before a SignalStopper started later could see it): it starts with every signal
+  // blocked, inherited from this thread's mask, which is restored right after.
+  struct BlockAllSignals {
+    sigset_t old;
+    BlockAllSignals() {
+      sigset_t all;
+      sigfillset(&all);
+      pthread_sigmask(SIG_SETMASK, &all, &old);
+    }
+    ~BlockAllSignals() { pthread_sigmask(SIG_SETMASK, &old, nullptr); }
+  } blocked;
+  thread_ = std::thread([this] { Run(); });
+}
 
 WalCheckpointer::~WalCheckpointer() {
   // Back to SQLite's own auto-checkpoint (this also replaces our hook) before the thread ends.
