@@ -12,6 +12,7 @@
 #include "cli/commands.h"
 #include "common/clock.h"
 #include "coordinator/curve.h"
+#include "coordinator/db_lock.h"
 #include "coordinator/process_util.h"
 #include "coordinator/server.h"
 #include "db/store.h"
@@ -76,10 +77,11 @@ int Coordinator(const CoordinatorArgs& a, const Globals& g) {
     return 2;
   }
 
-  const std::filesystem::path lock_path = g.db_path + ".coordinator.lock";
-  auto lock = LockFile::Acquire(lock_path, "another coordinator serves " + g.db_path);
+  // The single writer: no other daemon and no `nw run` on this database while it serves.
+  auto lock = DbWriterLock::Acquire(g.db_path, DbWriterRole::kCoordinator);
   if (!lock.ok()) {
-    std::cerr << "nw coordinator: " << lock.status().message() << "\n";
+    std::cerr << "nw coordinator: refusing to serve " << g.db_path << ": "
+              << lock.status().message() << "\n";
     return 2;
   }
   auto store = Store::Open(g.db_path);

@@ -16,6 +16,7 @@
 #include "cli/commands.h"
 #include "cli/progress.h"
 #include "common/clock.h"
+#include "coordinator/db_lock.h"
 #include "coordinator/embedded_run.h"
 #include "coordinator/search/search_driver.h"
 #include "db/store.h"
@@ -120,6 +121,16 @@ int Run(const RunArgs& a, const Globals& g) {
     driver.emplace(std::move(*d));
   }
 
+  // A database that a running `nw coordinator` daemon serves is the daemon's alone (and while
+  // this run writes, no daemon may start on it): refuse before opening (opening may migrate).
+  auto writer_lock = DbWriterLock::Acquire(g.db_path, DbWriterRole::kRun);
+  if (!writer_lock.ok()) {
+    std::cerr << "nw run: refusing to write to " << g.db_path << ": "
+              << writer_lock.status().message()
+              << "; give this run another --db, or send the campaign to the daemon with `nw submit "
+              << a.campaign << " --coordinator ENDPOINT`\n";
+    return 2;
+  }
   SystemClock clock;
   auto store = Store::Open(g.db_path);
   if (!store.ok()) {

@@ -1,22 +1,18 @@
 // Process plumbing for the long-running commands (`nw coordinator`, `nw worker`): turning
-// SIGINT/SIGTERM into a stop request without touching global state from a signal handler, and an
-// exclusive lock that keeps a second coordinator off a database.
+// SIGINT/SIGTERM into a stop request without touching global state from a signal handler. (The
+// lock that keeps a second writer off a database is coordinator/db_lock.h.)
 //
 // Thread-safety: SignalStopper owns one thread that alone waits for the signals; construct it on
 // the main thread before other threads start (it blocks the signals in the calling thread, and
-// threads started afterwards inherit the mask). LockFile is owned by one thread.
+// threads started afterwards inherit the mask).
 #pragma once
 
 #include <signal.h>
 
 #include <atomic>
-#include <filesystem>
 #include <functional>
-#include <memory>
 #include <string>
 #include <thread>
-
-#include "common/status.h"
 
 namespace nw {
 
@@ -37,28 +33,6 @@ class SignalStopper {
   std::atomic<int> signal_{0};
   std::atomic<bool> done_{false};
   std::thread thread_;
-};
-
-/// An exclusive advisory lock (flock) on a file, created if needed, held while the object lives.
-class LockFile {
- public:
-  /// FailedPrecondition naming the file when another process holds it.
-  static Result<std::unique_ptr<LockFile>> Acquire(const std::filesystem::path& path,
-                                                   const std::string& holder_description);
-  ~LockFile();
-  LockFile(const LockFile&) = delete;
-  LockFile& operator=(const LockFile&) = delete;
-
- private:
-  struct PassKey {
-    explicit PassKey() = default;
-  };
-
- public:
-  LockFile(PassKey, int fd);
-
- private:
-  int fd_;
 };
 
 }  // namespace nw
