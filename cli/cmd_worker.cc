@@ -4,8 +4,10 @@
 // results until they are acknowledged. It reconnects by itself (1 s doubling to 32 s) when the
 // coordinator goes away, and runs until SIGINT/SIGTERM or until the coordinator tells it to exit.
 //
-// --gpu N / --gpus all need a build with a GPU backend; `--gpus all` starts one worker process
-// per GPU (CUDA_VISIBLE_DEVICES=i each) and waits for them.
+// --gpu N / --gpus all|0,2 need a build with CUDA, an engine with a CUDA backend to run the jobs
+// with, and the GPUs (worker/gpu_plan.h); otherwise the worker refuses with the reason (exit 2)
+// and never falls back to the CPU. Today the engine has no CUDA backend, so every GPU request is
+// refused. `--gpus` starts one `nw worker --gpu i` process per GPU and waits for them.
 //
 // TEST DOUBLE: the hidden option --test-executor sleep:MS replaces the engine with an executor
 // that sleeps MS milliseconds per job and answers "pass" or "miss" from the job key without
@@ -34,6 +36,7 @@
 #include "engine/checkpoint/model_files.h"
 #include "engine/engine.h"
 #include "worker/engine_executor.h"
+#include "worker/gpu_plan.h"
 #include "worker/worker.h"
 
 extern char** environ;
@@ -108,13 +111,6 @@ std::string Hostname() {
   return buf.data();
 }
 
-bool HasGpuBackend() {
-  for (const auto& b : AvailableBackends()) {
-    if (b.rfind("cuda", 0) == 0) return true;
-  }
-  return false;
-}
-
 // Output of a command (empty if it cannot run), for nvidia-smi queries.
 std::string Capture(const std::string& cmd) {
   std::string out;
@@ -139,15 +135,15 @@ json HostFacts() {
   return facts;
 }
 
-// --gpus all: one `nw worker --gpu i` process per GPU; waits for them and passes signals on.
-int RunPerGpu(const WorkerArgs& a, const Globals& g, const std::vector<std::string>& argv_tail) {
-  const std::string list = Capture("nvidia-smi -L");
-  int count = 0;
-  for (size_t pos = 0; (pos = list.find("GPU ", pos)) != std::string::npos; pos += 4) ++count;
-  if (count == 0) {
-    std::cerr << "nw worker: --gpus all: no GPU found (nvidia-smi -L lists none)\n";
-    return 2;
-  }
+// The GPUs nvidia-smi lists (none when it is missing or fails).
+std::vector<GpuDevice> ListGpus() {
+  auto devices = ParseNvidiaSmiGpus(Capture(std::string(kNvidiaSmiGpuQuery)));
+  return devices.ok() ? *devices : std::vector<GpuDevice>();
+}
+
+// --gpus: one `nw worker --gpu i` process per GPU (worker/gpu_plan.h); waits for them and passes
+// SIGINT/SIGTERM on.
+int RunPerGpu(const std::vector<GpuWorkerProcess>& plan) {
   std::array<char, 4096> self{};
   const ssize_t n = readlink("/proc/self/exe", self.data(), self.size() - 1);
   if (n <= 0) {
@@ -155,17 +151,14 @@ int RunPerGpu(const WorkerArgs& a, const Globals& g, const std::vector<std::stri
     return 1;
   }
   std::vector<pid_t> children;
-  for (int i = 0; i < count; ++i) {
-    std::vector<std::string> args = {self.data(), "--db",  g.db_path,
-                                     "worker",    "--gpu", std::to_string(i)};
-    if (!a.id.empty()) args.insert(args.end(), {"--id", a.id + "-gpu" + std::to_string(i)});
-    args.insert(args.end(), argv_tail.begin(), argv_tail.end());
+  for (const GpuWorkerProcess& p : plan) {
+    std::vector<std::string> args = p.argv;
     std::vector<char*> argv;
     for (auto& s : args) argv.push_back(s.data());
     argv.push_back(nullptr);
     pid_t pid = 0;
     if (posix_spawn(&pid, self.data(), nullptr, nullptr, argv.data(), environ) != 0) {
-      std::cerr << "nw worker: cannot start the worker for GPU " << i << "\n";
+      std::cerr << "nw worker: cannot start the worker for GPU " << p.gpu << "\n";
       continue;
     }
     children.push_back(pid);
@@ -173,7 +166,7 @@ int RunPerGpu(const WorkerArgs& a, const Globals& g, const std::vector<std::stri
   SignalStopper stopper([&children](int sig) {
     for (pid_t c : children) kill(c, sig);
   });
-  int rc = 0;
+  int rc = children.size() == plan.size() ? 0 : 1;
   for (pid_t c : children) {
     int status = 0;
     while (waitpid(c, &status, 0) < 0 && errno == EINTR) {
@@ -189,14 +182,30 @@ int RunWorker(const WorkerArgs& a, const Globals& g) {
     std::cerr << "nw worker: give one of --cpu, --gpu N, --gpus all\n";
     return 2;
   }
-  if ((a.gpu >= 0 || !a.gpus.empty()) && !HasGpuBackend()) {
-    std::cerr << "nw worker: this nw was built without a GPU backend (backends:";
-    for (const auto& b : AvailableBackends()) std::cerr << " " << b;
-    std::cerr << "); build with -DNW_CUDA=ON for --gpu/--gpus, or use --cpu\n";
-    return 2;
-  }
-  if (!a.gpus.empty() && a.gpus != "all") {
-    std::cerr << "nw worker: --gpus takes 'all' (use --gpu N for one GPU)\n";
+  const bool gpu_request = a.gpu >= 0 || !a.gpus.empty();
+  std::vector<GpuDevice> devices;
+  std::vector<int> gpus;
+  if (gpu_request && a.test_executor.empty()) {
+    // Refuse honestly: no CUDA, no CUDA engine backend, or no such GPU (worker/gpu_plan.h).
+    const GpuSupport support = ThisBuildGpuSupport();
+    if (support.cuda_build && !GpuBackends(support).empty()) devices = ListGpus();
+    Status st = CheckGpuWorkerSupport(support, devices);
+    if (st.ok()) {
+      auto selected =
+          SelectGpus(a.gpu >= 0 ? std::optional<int>(a.gpu) : std::nullopt, a.gpus, devices);
+      if (selected.ok()) {
+        gpus = *selected;
+      } else {
+        st = selected.status();
+      }
+    }
+    if (!st.ok()) {
+      std::cerr << "nw worker: " << (a.gpu >= 0 ? "--gpu" : "--gpus") << ": " << st.message()
+                << "\n";
+      return 2;
+    }
+  } else if (gpu_request) {
+    std::cerr << "nw worker: --test-executor runs no engine; it takes no --gpu/--gpus\n";
     return 2;
   }
   if (a.slots < 1 || a.slots > kMaxSlots || a.prefetch > 3 * a.slots) {
@@ -216,7 +225,10 @@ int RunWorker(const WorkerArgs& a, const Globals& g) {
     if (!a.server_key.empty()) tail.insert(tail.end(), {"--server-key", a.server_key});
     if (!a.curve_key.empty()) tail.insert(tail.end(), {"--curve-key", a.curve_key});
     for (const auto& m : a.models) tail.insert(tail.end(), {"--model", m});
-    return RunPerGpu(a, g, tail);
+    if (a.verbose) tail.push_back("-v");
+    std::vector<std::string> globals = {"--db", g.db_path};
+    if (g.quiet) globals.push_back("-q");
+    return RunPerGpu(PlanGpuWorkers("nw", globals, gpus, a.id, tail));
   }
 
   WorkerOptions wo;
@@ -274,21 +286,18 @@ int RunWorker(const WorkerArgs& a, const Globals& g) {
     std::vector<std::string> backends;
     const bool gpu = a.gpu >= 0;
     if (gpu) {
-      // One engine per GPU: the process sees only its GPU.
-      setenv("CUDA_VISIBLE_DEVICES", std::to_string(a.gpu).c_str(), 1);
-      const std::string q = Capture(
-          "nvidia-smi --query-gpu=name,memory.total --format=csv,"
-          "noheader,nounits -i " +
-          std::to_string(a.gpu));
-      const size_t comma = q.find(',');
-      if (comma != std::string::npos) {
-        extra["gpu"] = {{"index", a.gpu},
-                        {"name", q.substr(0, comma)},
-                        {"memory_mib", std::atoll(q.c_str() + comma + 1)}};
+      // One engine per GPU: the process sees only its GPU, as CUDA's device 0.
+      for (const auto& [k, v] : GpuWorkerEnvironment(a.gpu)) setenv(k.c_str(), v.c_str(), 1);
+      for (const GpuDevice& d : devices) {
+        if (d.index == a.gpu) {
+          extra["gpu"] = {{"index", d.index}, {"name", d.name}, {"memory_mib", d.memory_mib}};
+        }
       }
-    }
-    for (const auto& b : AvailableBackends()) {
-      if ((b.rfind("cuda", 0) == 0) == gpu) backends.push_back(b);
+      backends = GpuBackends(ThisBuildGpuSupport());
+    } else {
+      for (const auto& b : AvailableBackends()) {
+        if (b.rfind("cuda", 0) != 0) backends.push_back(b);
+      }
     }
     for (int i = 0; i < a.slots; ++i) {
       EngineExecutorOptions eo;
@@ -341,8 +350,12 @@ void RegisterWorker(CLI::App& app, Globals& g) {
       ->required()
       ->envname("NW_COORDINATOR");
   cmd->add_flag("--cpu", a->cpu, "Run on the CPU backends (the default)");
-  cmd->add_option("--gpu", a->gpu, "Run one engine on GPU N (builds with a GPU backend)");
-  cmd->add_option("--gpus", a->gpus, "'all': one worker process per GPU");
+  cmd->add_option("--gpu", a->gpu,
+                  "Run one engine on GPU N (needs a CUDA build with a CUDA engine backend; "
+                  "refused otherwise)");
+  cmd->add_option("--gpus", a->gpus,
+                  "'all' or a list like 0,2: one `nw worker --gpu i` process per GPU (same "
+                  "requirements as --gpu)");
   cmd->add_option("--slots", a->slots, "Jobs run at once (one engine each)")->capture_default_str();
   cmd->add_option("--prefetch", a->prefetch,
                   "Jobs queued locally beyond the slots (default: one per slot)");

@@ -1,7 +1,7 @@
 // The distributed commands through the real `nw` binary: a daemon, worker processes, submit,
 // status, pause / resume / cancel, keygen and CURVE across processes, and the refusals (plain
-// non-loopback endpoints, a second coordinator on one database, GPU flags without a GPU
-// backend, bad test-executor specs).
+// non-loopback endpoints, a second coordinator on one database, `nw run` and a daemon on one
+// database, GPU flags without a CUDA engine backend, bad test-executor specs).
 #include "tests/dist/dist_test_util.h"
 
 namespace nw {
@@ -114,13 +114,16 @@ TEST(CliDistTest, RefusalsAndBadArguments) {
   CommandResult second = Sh(ws.Nw("coordinator --listen tcp://127.0.0.1:0"));
   EXPECT_EQ(second.exit_code, 2) << second.out;
   EXPECT_NE(second.out.find("another coordinator serves"), std::string::npos) << second.out;
-  // GPU flags need a GPU backend in this build.
+  // GPU flags: refused, with the reason, while the engine has no CUDA backend (never a silent
+  // CPU fallback); worker/gpu_plan.h, tests/worker/gpu_plan_test.cc.
   CommandResult version = Sh(std::string(NW_BIN) + " version");
   if (version.out.find("cuda") == std::string::npos) {
-    CommandResult gpu = Sh(ws.Nw("worker --coordinator " + ws.endpoint() + " --gpu 0"));
-    EXPECT_EQ(gpu.exit_code, 2) << gpu.out;
-    EXPECT_NE(gpu.out.find("without a GPU backend"), std::string::npos) << gpu.out;
-    EXPECT_EQ(Sh(ws.Nw("worker --coordinator " + ws.endpoint() + " --gpus all")).exit_code, 2);
+    for (const std::string flags : {"--gpu 0", "--gpus all", "--gpus 0,1"}) {
+      CommandResult gpu = Sh(ws.Nw("worker --coordinator " + ws.endpoint() + " " + flags));
+      EXPECT_EQ(gpu.exit_code, 2) << flags << ": " << gpu.out;
+      EXPECT_NE(gpu.out.find("cannot run jobs on a GPU"), std::string::npos) << gpu.out;
+      EXPECT_NE(gpu.out.find("use --cpu"), std::string::npos) << gpu.out;
+    }
   }
   CommandResult bad = Sh(ws.Nw("worker --coordinator " + ws.endpoint() + " --test-executor nap:5"));
   EXPECT_EQ(bad.exit_code, 2) << bad.out;
@@ -137,6 +140,64 @@ TEST(CliDistTest, RefusalsAndBadArguments) {
   // Submitting to nobody fails after its tries.
   CommandResult nobody = Sh(ws.Nw("cancel x --coordinator tcp://127.0.0.1:1 --timeout-ms 100"));
   EXPECT_EQ(nobody.exit_code, 1) << nobody.out;
+}
+
+// One writer per database: `nw run` refuses a database a running daemon serves, and the daemon
+// refuses one that a running `nw run` writes; each names the other and its pid.
+TEST(CliDistTest, RunAndCoordinatorRefuseEachOthersDatabase) {
+  Workspace ws("lock");
+  ASSERT_TRUE(ws.MakeModel());
+  const std::string small = ws.Campaign("small", 2, 2, 1).string();
+  {
+    auto daemon = ws.StartCoordinator(kFast);
+    CommandResult run = Sh(ws.Nw("run " + small + " --no-report"));
+    EXPECT_EQ(run.exit_code, 2) << run.out;
+    EXPECT_NE(run.out.find("nw run: refusing to write to " + ws.db().string()), std::string::npos)
+        << run.out;
+    EXPECT_NE(run.out.find("a running `nw coordinator` daemon (pid " +
+                           std::to_string(daemon->pid()) + ")"),
+              std::string::npos)
+        << run.out;
+    EXPECT_NE(run.out.find("nw submit"), std::string::npos) << run.out;
+    // Nothing was written: the campaign is not in the database.
+    Db db(ws.db());
+    EXPECT_EQ(db.Int("SELECT COUNT(*) FROM campaigns"), 0);
+    daemon->Signal(SIGTERM);
+    ASSERT_TRUE(daemon->WaitExit(20'000));
+    EXPECT_EQ(daemon->exit_code(), 0) << daemon->Log();
+  }
+  // A long run (hundreds of real engine jobs on the tiny model) holds the database.
+  const std::string big = ws.Campaign("big", 40, 10, 2).string();
+  Child run({NW_BIN, "--db", ws.db().string(), "run", big, "--no-report"}, ws.log("run"));
+  const fs::path lock = ws.db().string() + ".coordinator.lock";
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        std::ifstream in(lock);
+        std::string line;
+        return (in && std::getline(in, line) && line.rfind("role=run", 0) == 0) || run.Exited();
+      },
+      30'000));
+  ASSERT_FALSE(run.Exited()) << run.Log();
+  // Wait until it runs jobs (its signal handling is set up by then: SIGINT below stops it).
+  Db db(ws.db());
+  ASSERT_TRUE(WaitUntil(
+      [&] { return db.Int("SELECT COUNT(*) FROM attempts") > 0 || run.Exited(); }, 60'000));
+  ASSERT_FALSE(run.Exited()) << run.Log();
+  CommandResult daemon = Sh(ws.Nw("coordinator --listen tcp://127.0.0.1:0"));
+  EXPECT_EQ(daemon.exit_code, 2) << daemon.out;
+  EXPECT_NE(daemon.out.find("nw coordinator: refusing to serve " + ws.db().string()),
+            std::string::npos)
+      << daemon.out;
+  EXPECT_NE(daemon.out.find("a running `nw run` (pid " + std::to_string(run.pid()) + ")"),
+            std::string::npos)
+      << daemon.out;
+  EXPECT_FALSE(run.Exited()) << "the run ended before the daemon was tried: " << run.Log();
+  // Interrupted, the run stops (130) and releases the database: now the daemon starts.
+  run.Signal(SIGINT);
+  ASSERT_TRUE(run.WaitExit(60'000));
+  EXPECT_EQ(run.exit_code(), 130) << run.Log();
+  auto after = ws.StartCoordinator(kFast);
+  EXPECT_FALSE(after->Exited()) << after->Log();
 }
 
 TEST(CliDistTest, CurveAcrossProcesses) {
