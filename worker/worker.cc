@@ -7,6 +7,8 @@
 #include <exception>
 #include <iterator>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <thread>
@@ -20,24 +22,40 @@ using json = nlohmann::json;
 // The loop wakes at least this often to notice Stop().
 constexpr int64_t kMaxPollMs = 50;
 
-// Executes jobs sent down the PAIR socket at `endpoint` until a DISCONNECT arrives. Owns its
-// PAIR end; uses `executor` only from this thread.
+// What a slot thread and the worker's loop hand each other. The loop puts a job (or stop) here
+// and sends one byte on the slot's PAIR socket; the slot thread takes it, runs it, puts the
+// result here and sends one byte back. The bytes wake the other side (the loop polls the PAIR
+// sockets with the DEALER); the mutex orders the hand-over. In-process, so nothing is encoded:
+// only the result for the coordinator is (once, by the loop).
+struct SlotMailbox {
+  std::mutex mu;
+  std::optional<JobMsg> job;        // loop -> slot
+  std::optional<JobResult> result;  // slot -> loop
+  bool stop = false;                // loop -> slot: leave
+};
+
+constexpr char kSignal = 'n';  // "look in the mailbox"
+
+// Runs the executor on jobs from `box` until told to stop. Owns its PAIR end; uses `executor`
+// only from this thread.
 void SlotMain(zmq::context_t& context, const std::string& endpoint, JobExecutor& executor,
-              const std::string& worker_id, CodecLimits limits) {
+              const std::string& worker_id, SlotMailbox& box) {
   try {
     zmq::socket_t pair(context, zmq::socket_type::pair);
     pair.set(zmq::sockopt::linger, 0);
     pair.connect(endpoint);
     while (true) {
-      zmq::multipart_t in;
-      if (!in.recv(pair)) continue;
-      // Only a DISCONNECT (or a terminated context) ends the slot: the loop's shutdown sends one
-      // and then joins, so the slot must not leave before it arrives.
-      auto msg = Decode(in, limits);
-      if (!msg.ok()) continue;
-      if (std::holds_alternative<DisconnectMsg>(*msg)) return;
-      const auto* job = std::get_if<JobMsg>(&*msg);
-      if (job == nullptr) continue;
+      zmq::message_t in;
+      if (!pair.recv(in)) continue;
+      std::optional<JobMsg> job;
+      {
+        // Only stop (or a terminated context) ends the slot: the loop's shutdown sets it and then
+        // joins, so the slot must not leave before it is told.
+        std::lock_guard<std::mutex> l(box.mu);
+        if (box.stop) return;
+        job.swap(box.job);
+      }
+      if (!job) continue;
       JobResult r;
       try {
         r = executor.Execute(job->spec, job->job_key, job->attempt);
@@ -58,27 +76,36 @@ void SlotMain(zmq::context_t& context, const std::string& endpoint, JobExecutor&
       r.job_key = job->job_key;
       r.attempt = job->attempt;
       r.worker_id = worker_id;  // the registered id is the provenance that counts
-      auto out = Encode(ResultMsg{r}, limits);
-      if (!out.ok()) {
-        // Too large to send (e.g. huge probes): report that instead, as a job outcome.
-        JobResult small;
-        small.job_key = r.job_key;
-        small.attempt = r.attempt;
-        small.outcome = Outcome::kEngineError;
-        small.worker_id = r.worker_id;
-        small.device = r.device;
-        small.engine_version = r.engine_version;
-        small.error_code = std::string(StatusCodeName(StatusCode::kOutOfRange));
-        small.error_message = "result not sendable: " + out.status().message();
-        small.retryable = false;
-        out = Encode(ResultMsg{small}, limits);
-        if (!out.ok()) continue;
+      {
+        std::lock_guard<std::mutex> l(box.mu);
+        box.result = std::move(r);
       }
-      out->send(pair);
+      pair.send(zmq::const_buffer(&kSignal, 1));
     }
   } catch (const zmq::error_t&) {
     // Context terminated: the process is going down.
   }
+}
+
+// The result as it will be sent; a result too large for a frame (e.g. huge probes) is replaced
+// by an engine_error saying so, a job outcome like any other.
+std::optional<zmq::multipart_t> EncodeResult(ResultMsg& m, const CodecLimits& limits) {
+  auto out = Encode(m, limits);
+  if (out.ok()) return std::move(*out);
+  JobResult small;
+  small.job_key = m.result.job_key;
+  small.attempt = m.result.attempt;
+  small.outcome = Outcome::kEngineError;
+  small.worker_id = m.result.worker_id;
+  small.device = m.result.device;
+  small.engine_version = m.result.engine_version;
+  small.error_code = std::string(StatusCodeName(StatusCode::kOutOfRange));
+  small.error_message = "result not sendable: " + out.status().message();
+  small.retryable = false;
+  m.result = std::move(small);
+  out = Encode(m, limits);
+  if (!out.ok()) return std::nullopt;
+  return std::move(*out);
 }
 
 std::set<std::string> BackendSet(const json& caps) {
@@ -97,6 +124,7 @@ struct Worker::Loop {
   struct Slot {
     zmq::socket_t pair;
     std::string endpoint;
+    std::unique_ptr<SlotMailbox> box;  // shared with the slot's thread (stable address)
     std::thread thread;
     std::optional<AttemptRef> running;
   };
@@ -124,9 +152,12 @@ struct Worker::Loop {
     // Stop and join every slot (a running job finishes first), then close our PAIR ends.
     for (auto& s : slots) {
       if (!s.thread.joinable()) continue;
+      {
+        std::lock_guard<std::mutex> l(s.box->mu);
+        s.box->stop = true;
+      }
       try {
-        auto stop = Encode(DisconnectMsg{"worker stopping", false}, limits);
-        if (stop.ok()) stop->send(s.pair);
+        s.pair.send(zmq::const_buffer(&kSignal, 1));
       } catch (const zmq::error_t&) {
       }
     }
@@ -148,15 +179,16 @@ struct Worker::Loop {
     std::snprintf(tag, sizeof(tag), "%p", static_cast<const void*>(&w));
     for (size_t i = 0; i < w.executors_.size(); ++i) {
       Slot s{zmq::socket_t(w.context_, zmq::socket_type::pair),
-             "inproc://nw-worker-" + std::string(tag) + "-slot-" + std::to_string(i), std::thread(),
-             std::nullopt};
+             "inproc://nw-worker-" + std::string(tag) + "-slot-" + std::to_string(i),
+             std::make_unique<SlotMailbox>(), std::thread(), std::nullopt};
       s.pair.set(zmq::sockopt::linger, 0);
       s.pair.bind(s.endpoint);
       slots.push_back(std::move(s));
     }
     for (size_t i = 0; i < slots.size(); ++i) {
-      slots[i].thread = std::thread(SlotMain, std::ref(w.context_), slots[i].endpoint,
-                                    std::ref(*w.executors_[i]), w.options_.worker_id, limits);
+      slots[i].thread =
+          std::thread(SlotMain, std::ref(w.context_), slots[i].endpoint, std::ref(*w.executors_[i]),
+                      w.options_.worker_id, std::ref(*slots[i].box));
     }
   }
 
@@ -226,9 +258,11 @@ struct Worker::Loop {
   bool Dispatch(const JobMsg& job) {
     for (auto& s : slots) {
       if (s.running) continue;
-      auto frames = Encode(job, limits);
-      if (!frames.ok()) return false;  // cannot happen: it arrived within the same limits
-      frames->send(s.pair);
+      {
+        std::lock_guard<std::mutex> l(s.box->mu);
+        s.box->job = job;
+      }
+      s.pair.send(zmq::const_buffer(&kSignal, 1));
       s.running = AttemptRef{job.job_key, job.attempt};
       return true;
     }
@@ -290,20 +324,28 @@ struct Worker::Loop {
   }
 
   void OnSlotMessage(Slot& s) {
-    zmq::multipart_t frames;
-    if (!frames.recv(s.pair, ZMQ_DONTWAIT)) return;
-    auto msg = Decode(frames, limits);
+    zmq::message_t signal;
+    if (!s.pair.recv(signal, zmq::recv_flags::dontwait)) return;
+    std::optional<JobResult> result;
+    {
+      std::lock_guard<std::mutex> l(s.box->mu);
+      result.swap(s.box->result);
+    }
+    if (!result) return;
     s.running.reset();
-    if (!msg.ok() || !std::holds_alternative<ResultMsg>(*msg)) {
-      w.Log("worker " + w.options_.worker_id +
-            ": bad message from a slot: " + msg.status().ToString());
+    w.counters_.jobs_executed++;
+    ResultMsg m{std::move(*result)};
+    std::optional<zmq::multipart_t> frames = EncodeResult(m, limits);
+    if (!frames) {
+      w.Log("worker " + w.options_.worker_id + ": cannot encode the result of job " +
+            m.result.job_key + "; dropped (the coordinator retries the job when its lease ends)");
       return;
     }
-    w.counters_.jobs_executed++;
-    auto& r = std::get<ResultMsg>(*msg);
-    const AttemptRef ref{r.result.job_key, r.result.attempt};
-    auto [it, inserted] = unacked.insert_or_assign(ref, Pending{std::move(r), 0});
-    SendResult(it->second);
+    const AttemptRef ref{m.result.job_key, m.result.attempt};
+    auto [it, inserted] = unacked.insert_or_assign(ref, Pending{std::move(m), 0});
+    // The first send uses the frames encoded above; resends encode again.
+    if (dealer && frames->send(*dealer, ZMQ_DONTWAIT)) w.counters_.results_sent++;
+    it->second.next_send_ms = Now() + ResendMs();
     if (!backlog.empty() && Dispatch(backlog.front())) backlog.pop_front();
   }
 
