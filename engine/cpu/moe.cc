@@ -187,32 +187,21 @@ void MoeForwardRows(const ModelConfig& cfg, const FfnWeights& w, int layer_id, c
   const auto limit = static_cast<float>(cfg.swiglu_limit);
   std::vector<float> xs, ws;
   std::vector<float*> dst;
-  // A row routed twice to one expert (hash layers may repeat an id) gets two passes, so that
-  // each pass adds at most one term per row, in the row's order.
-  std::vector<int64_t> pass_of(static_cast<size_t>(rows), -1);
-  int64_t pass = 0;
+  // Rows routed to an expert, in row order; a row routed twice to one expert (hash layers may
+  // repeat an id) appears twice, and its two terms are added in selection order as in MoeForward.
   for (int64_t e = 0; e < E; ++e) {
-    std::vector<std::pair<int64_t, float>> pending = by_expert[static_cast<size_t>(e)];
-    while (!pending.empty()) {
-      std::vector<std::pair<int64_t, float>> now, later;
-      for (const auto& rw : pending) {
-        int64_t& seen = pass_of[static_cast<size_t>(rw.first)];
-        (seen == pass ? later : now).push_back(rw);
-        seen = pass;
-      }
-      ++pass;
-      xs.resize(now.size() * static_cast<size_t>(D));
-      ws.clear();
-      dst.clear();
-      for (size_t i = 0; i < now.size(); ++i) {
-        std::copy_n(x + now[i].first * D, D, xs.data() + static_cast<int64_t>(i) * D);
-        ws.push_back(now[i].second);
-        dst.push_back(out + now[i].first * D);
-      }
-      AddExpertRows(cfg, w.experts.at(static_cast<size_t>(e)), xs.data(),
-                    static_cast<int64_t>(now.size()), ws.data(), limit, dst.data());
-      pending = std::move(later);
+    const auto& routed = by_expert[static_cast<size_t>(e)];
+    if (routed.empty()) continue;
+    xs.resize(routed.size() * static_cast<size_t>(D));
+    ws.clear();
+    dst.clear();
+    for (size_t i = 0; i < routed.size(); ++i) {
+      std::copy_n(x + routed[i].first * D, D, xs.data() + static_cast<int64_t>(i) * D);
+      ws.push_back(routed[i].second);
+      dst.push_back(out + routed[i].first * D);
     }
+    AddExpertRows(cfg, w.experts.at(static_cast<size_t>(e)), xs.data(),
+                  static_cast<int64_t>(routed.size()), ws.data(), limit, dst.data());
   }
   std::vector<float> ones(static_cast<size_t>(rows), 1.0f);
   dst.clear();

@@ -4,12 +4,14 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <memory>
 #include <vector>
 
 #include "engine/checkpoint/loader.h"
 #include "engine/cpu/generate.h"
+#include "engine/cpu/moe.h"
 #include "engine/cpu/random_weights.h"
 #include "engine/engine.h"
 #include "engine/text/tokenizer.h"
@@ -204,6 +206,37 @@ TEST_F(BatchTest, BatchedGenerationGivesGeneratesTokensAndProbes) {
     EXPECT_LE((*batched)[0].tokens.size(), 3u);
     EXPECT_TRUE((*batched)[4].tokens.empty());
     EXPECT_FALSE((*batched)[2].probes.empty());
+  }
+}
+
+TEST_F(BatchTest, MoeOverRowsEqualsMoeRowByRowIncludingRepeatedHashExperts) {
+  // Layer 0 is a hash layer: token 5 routes to one expert twice, token 9 to two others.
+  ModelWeights w = w_;
+  FfnWeights& hash = w.layers[0].ffn;
+  const int k = cfg_.n_activated_experts;
+  ASSERT_GE(k, 2);
+  for (int s = 0; s < k; ++s) {
+    hash.tid2eid[static_cast<size_t>(5 * k + s)] = 1;
+    hash.tid2eid[static_cast<size_t>(9 * k + s)] = s % 2 == 0 ? 2 : 0;
+  }
+  const int64_t D = cfg_.dim;
+  const std::vector<int32_t> tokens = {5, 9, 5, 3, 9, 5, 7};
+  const auto rows = static_cast<int64_t>(tokens.size());
+  std::vector<float> x(static_cast<size_t>(rows * D));
+  for (size_t i = 0; i < x.size(); ++i) {
+    x[i] = static_cast<float>(static_cast<int>(i * 37 % 101) - 50) / 40.0f;
+  }
+  for (int layer : {0, 1}) {
+    SCOPED_TRACE(layer);
+    std::vector<float> together(x.size()), alone(x.size());
+    MoeForwardRows(cfg_, w.layers[static_cast<size_t>(layer)].ffn, layer, x.data(), tokens.data(),
+                   rows, together.data());
+    for (int64_t t = 0; t < rows; ++t) {
+      MoeForward(cfg_, w.layers[static_cast<size_t>(layer)].ffn, layer, x.data() + t * D,
+                 tokens[static_cast<size_t>(t)], alone.data() + t * D);
+    }
+    EXPECT_TRUE(SameBits(together.data(), alone.data(), rows * D));
+    for (float v : together) ASSERT_TRUE(std::isfinite(v));
   }
 }
 
