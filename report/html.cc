@@ -203,7 +203,8 @@ std::string ProbeTable(const std::vector<LayerProbeStats>& probes) {
   std::string s =
       "<table class=\"probes\"><tr><th class=\"num\">indexer layer</th>"
       "<th class=\"num\">needle in the top-k at the last prompt position</th>"
-      "<th class=\"num\">median rank</th><th class=\"num\">best rank</th>"
+      "<th class=\"num\">median rank (question and answer positions)</th><th class=\"num\">best "
+      "rank</th>"
       "<th class=\"num\">needle visible</th></tr>\n";
   for (const LayerProbeStats& p : probes) {
     s += "<tr><td class=\"num\">" + std::to_string(p.layer) + "</td><td class=\"num\">" +

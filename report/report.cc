@@ -172,7 +172,9 @@ std::string RenderText(const CampaignReport& r, const TextOptions& options) {
       out += "\n";
     }
     if (!c.probes.empty()) {
-      out += "  indexer probes (needle in the top-k at the last prompt position; its rank):\n";
+      out +=
+          "  indexer probes (needle in the top-k at the last prompt position; its rank over the "
+          "question and answer positions):\n";
       for (const LayerProbeStats& p : c.probes) out += "    " + ProbeLine(p) + "\n";
     }
   }
@@ -216,7 +218,8 @@ std::string RenderMarkdown(const CampaignReport& r) {
     }
     if (!c.probes.empty()) {
       out +=
-          "\n| indexer layer | needle in top-k at last prompt position | median rank |"
+          "\n| indexer layer | needle in top-k at last prompt position | median rank (question and "
+          "answer positions) |"
           " best rank |\n|---:|---:|---:|---:|\n";
       for (const LayerProbeStats& p : c.probes) {
         out += "| " + std::to_string(p.layer) + " | " + FormatThousands(p.in_topk_last) + "/" +

@@ -79,7 +79,7 @@ topk=16 precision=fp32 backend=cpu task=niah-single haystack=noise
      1,000  2/2  2/2        2/2      1/1
      1,850  2/2  2/2        2/2      1/1
      4,509  1/2  0/2  1/1 e1 p1      1/1
-  indexer probes (needle in the top-k at the last prompt position; its rank):
+  indexer probes (needle in the top-k at the last prompt position; its rank over the question and answer positions):
     layer 0: 3/5 answers (60%), median rank 3, best 1
     layer 2: 1/5 answers (20%), median rank 6.5, best 4
 
