@@ -436,8 +436,8 @@ Result<std::unique_ptr<Store>> Store::OpenWithMigrations(
     // The coordinator touches pages at random (keys are SHA-256): keep the recently written ones
     // (in the WAL, read back with read(2)) and the hot index pages in SQLite's cache. (A memory
     // map of the file was measured too: no faster, and it counts the file in RSS.)
-    NW_RETURN_IF_ERROR(db.Exec("PRAGMA cache_size = -" + std::to_string(kCacheKib),
-                               "setting PRAGMA cache_size"));
+    NW_RETURN_IF_ERROR(
+        db.Exec("PRAGMA cache_size = -" + std::to_string(kCacheKib), "setting PRAGMA cache_size"));
   }
   NW_RETURN_IF_ERROR(db_internal::Migrate(db, migrations));
   if (!read_only && !memory) {

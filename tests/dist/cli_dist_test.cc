@@ -180,8 +180,8 @@ TEST(CliDistTest, RunAndCoordinatorRefuseEachOthersDatabase) {
   ASSERT_FALSE(run.Exited()) << run.Log();
   // Wait until it runs jobs (its signal handling is set up by then: SIGINT below stops it).
   Db db(ws.db());
-  ASSERT_TRUE(WaitUntil(
-      [&] { return db.Int("SELECT COUNT(*) FROM attempts") > 0 || run.Exited(); }, 60'000));
+  ASSERT_TRUE(WaitUntil([&] { return db.Int("SELECT COUNT(*) FROM attempts") > 0 || run.Exited(); },
+                        60'000));
   ASSERT_FALSE(run.Exited()) << run.Log();
   CommandResult daemon = Sh(ws.Nw("coordinator --listen tcp://127.0.0.1:0"));
   EXPECT_EQ(daemon.exit_code, 2) << daemon.out;
