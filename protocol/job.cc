@@ -141,19 +141,22 @@ std::string JobSpec::Key() const {
 }
 
 uint64_t JobSpec::HaystackSeed() const {
-  if (backend == "http") {
-    JobSpec twin = *this;
-    twin.backend = "cpu";
-    twin.http.reset();
-    return twin.HaystackSeed();
+  // The prompt's design point only: never the axes a campaign compares (model, engine, top-k,
+  // precision, backend, http settings, probes, generation length), so that two configurations
+  // compared with each other read the same prompts (with the same tokenizer) and differ only in
+  // the thing under test.
+  const json full = ToJson();
+  json point = json::object();
+  for (const char* k : {"task", "haystack", "context_length", "needle_position", "seed", "trial"}) {
+    point[k] = full.at(k);
   }
-  const std::string k = Key();
-  uint64_t h = 0;
+  const std::string h = Sha256Hex(json{{"v", kJobSchemaVersion}, {"prompt", point}}.dump());
+  uint64_t out = 0;
   for (int i = 0; i < 16; ++i) {
-    const char c = k[static_cast<size_t>(i)];
-    h = (h << 4) | static_cast<uint64_t>(c <= '9' ? c - '0' : c - 'a' + 10);
+    const char c = h[static_cast<size_t>(i)];
+    out = (out << 4) | static_cast<uint64_t>(c <= '9' ? c - '0' : c - 'a' + 10);
   }
-  return h;
+  return out;
 }
 
 std::string_view OutcomeName(Outcome o) {

@@ -19,7 +19,7 @@
 namespace nw {
 
 /// Versions the meaning of JobSpec fields and the NIAH generator; part of every job key.
-inline constexpr int kJobSchemaVersion = 1;
+inline constexpr int kJobSchemaVersion = 2;  // 2: the haystack seed is the design point's
 
 /// Settings of the `http` backend (docs/http.md): an OpenAI-compatible server evaluated over HTTP.
 /// Only url, model, api, tokenizer_digest and engine_params identify results (KeyJson); the rest
@@ -76,10 +76,12 @@ struct JobSpec {
   /// identifies content, not where the files live); for http jobs "http" is replaced by
   /// HttpBackendSpec::KeyJson() (no paths, timeouts or credentials in the key).
   std::string Key() const;
-  /// Seed for the job's haystack generator, derived from the key so no two cells share text.
-  /// An http job takes the seed of its twin on the "cpu" backend (the same job with backend
-  /// "cpu" and no http settings), so a server and the in-process engine get identical prompts
-  /// and their answers compare one to one.
+  /// Seed for the job's haystack generator, from the prompt's design point only (task,
+  /// haystack, context_length, needle_position, seed, trial): jobs that differ only in what a
+  /// campaign compares (model, engine, top-k, precision, backend, http server, probe,
+  /// max_new_tokens) read the same prompt when their tokenizers are the same, so their answers
+  /// compare one to one (gate pairs have the same prompt hash); different design points get
+  /// different text.
   uint64_t HaystackSeed() const;
 };
 

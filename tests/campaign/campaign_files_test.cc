@@ -141,7 +141,7 @@ TEST_F(ExperimentsTest, JobCountsMatchTheDocumentation) {
       {"topk-doubled", 150},     {"index-keys-fp8-vs-bf16", 150},
       {"prefill-paths", 96},     {"window", 24},
       {"quickstart-search", 50}, {"boundary-search", 96},
-      {"boundary-grid", 96}};
+      {"boundary-grid", 96},     {"pd-vs-single", 24}};
   for (const auto& [name, jobs] : expected) {
     auto c = ParseCampaignFile(fs::path(NW_SOURCE_DIR) / "experiments" / (name + ".yaml"));
     ASSERT_TRUE(c.ok()) << c.status().ToString();
@@ -177,7 +177,8 @@ TEST_F(ExperimentsTest, EveryExperimentResolvesAgainstTheTinyConfig) {
     ASSERT_TRUE(jobs.ok()) << jobs.status().ToString();
     EXPECT_EQ(static_cast<int64_t>(jobs->size()), c->job_count());
     for (const JobSpec& j : *jobs) {
-      EXPECT_TRUE(j.backend == "cpu" || j.backend == "cpu-paged") << j.backend;
+      EXPECT_TRUE(j.backend == "cpu" || j.backend == "cpu-paged" || j.backend == "cpu-pd")
+          << j.backend;
     }
   }
 }

@@ -185,7 +185,7 @@ TEST_F(CampaignHttpTest, HttpNeedsItsSettingsAndThereIsOnlyOneServer) {
       HasSubstr("a campaign evaluates one http backend; this one differs from matrix.backend[0]"));
   // The old errors are unchanged.
   EXPECT_THAT(ParseError(Yaml("[cpu, tpu]")),
-              HasSubstr("unknown backend 'tpu' (expected cpu, cpu-paged, cuda, cuda-paged)"));
+              HasSubstr("unknown backend 'tpu' (expected cpu, cpu-paged, cpu-pd, cuda, cuda-paged)"));
   EXPECT_THAT(ParseError(Yaml("{linear: {from: 1, to: 2, step: 1}}")),
               HasSubstr("matrix.backend: must be a name or a list of names, got a map"));
   ParseOptions no_http;
@@ -296,9 +296,10 @@ TEST_F(CampaignHttpTest, OtherJobsAreUnchangedAndHttpJobsShareTheCpuHaystack) {
   EXPECT_FALSE(cpu.ToJson().contains("http"));
   EXPECT_FALSE(cpu.http.has_value());
   // The http job gets the prompt of its cpu twin (and so the cpu job's answers compare one to
-  // one), but a key of its own.
+  // one), but a key of its own; another design point (length) gets another prompt.
   EXPECT_EQ(http.HaystackSeed(), cpu.HaystackSeed());
   EXPECT_NE(http.Key(), cpu.Key());
+  ASSERT_NE(jobs[1].context_length, cpu.context_length);
   EXPECT_NE(jobs[1].HaystackSeed(), cpu.HaystackSeed());
 
   // A cpu job spec without the http field reads back unchanged, and an http job needs it.
