@@ -11,6 +11,7 @@
 
 #include "cli/commands.h"
 #include "common/clock.h"
+#include "coordinator/db_lock.h"
 #include "coordinator/embedded_run.h"
 #include "db/store.h"
 #include "report/gate.h"
@@ -154,6 +155,17 @@ Result<int> RunGateCommand(const Globals& g, const GateArgs& a) {
   if (a.rerun > 0 && a.workers < 1) return Status::InvalidArgument("--workers must be >= 1");
   if (!std::filesystem::exists(g.db_path)) {
     return Status::NotFound("no database at " + g.db_path + " (run a campaign first, or --db)");
+  }
+  // Reruns write jobs and results like `nw run`: not while a daemon or a run owns the database.
+  std::unique_ptr<DbWriterLock> writer_lock;
+  if (a.rerun > 0) {
+    auto lock = DbWriterLock::Acquire(g.db_path, DbWriterRole::kGate);
+    if (!lock.ok()) {
+      return Status::FailedPrecondition("--rerun needs to write to " + g.db_path + ": " +
+                                        lock.status().message() +
+                                        "; gate without --rerun (read-only) or wait for it");
+    }
+    writer_lock = std::move(lock).value();
   }
   const Store::Mode mode = a.rerun > 0 ? Store::Mode::kReadWrite : Store::Mode::kReadOnly;
   NW_ASSIGN_OR_RETURN(auto store, Store::Open(g.db_path, mode));

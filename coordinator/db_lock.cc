@@ -22,16 +22,31 @@ std::string ReadHolderLine(int fd) {
 }
 
 std::string Describe(const std::optional<DbWriterHolder>& h) {
-  if (!h) return "another nw process (an `nw coordinator` daemon or an `nw run`)";
+  if (!h) return "another nw process (an `nw coordinator` daemon, `nw run` or `nw gate --rerun`)";
   const std::string pid = " (pid " + std::to_string(h->pid) + ")";
-  return h->role == DbWriterRole::kCoordinator ? "a running `nw coordinator` daemon" + pid
-                                               : "a running `nw run`" + pid;
+  switch (h->role) {
+    case DbWriterRole::kCoordinator:
+      return "a running `nw coordinator` daemon" + pid;
+    case DbWriterRole::kRun:
+      return "a running `nw run`" + pid;
+    case DbWriterRole::kGate:
+      return "a running `nw gate --rerun`" + pid;
+  }
+  return "another nw process" + pid;
 }
 
 }  // namespace
 
 std::string_view DbWriterRoleName(DbWriterRole r) {
-  return r == DbWriterRole::kCoordinator ? "coordinator" : "run";
+  switch (r) {
+    case DbWriterRole::kCoordinator:
+      return "coordinator";
+    case DbWriterRole::kRun:
+      return "run";
+    case DbWriterRole::kGate:
+      return "gate";
+  }
+  return "run";
 }
 
 std::optional<DbWriterHolder> ParseDbWriterHolder(std::string_view text) {
@@ -47,6 +62,8 @@ std::optional<DbWriterHolder> ParseDbWriterHolder(std::string_view text) {
     h.role = DbWriterRole::kCoordinator;
   } else if (role == "run") {
     h.role = DbWriterRole::kRun;
+  } else if (role == "gate") {
+    h.role = DbWriterRole::kGate;
   } else {
     return std::nullopt;
   }

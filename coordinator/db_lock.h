@@ -4,6 +4,8 @@
 // the other way round. Both take this lock before they open the database, and refuse to start
 // when another process holds it.
 //
+// `nw gate --rerun` runs jobs through the embedded coordinator too and takes the same lock.
+//
 // The lock is an exclusive flock(2) on FILE.coordinator.lock next to the database (the name the
 // daemon has always used, so older daemons and this code exclude each other). The kernel drops
 // it when the holder exits, kill -9 included, so a lock file left behind never blocks anyone:
@@ -26,8 +28,8 @@
 
 namespace nw {
 
-enum class DbWriterRole { kCoordinator, kRun };
-std::string_view DbWriterRoleName(DbWriterRole r);  // "coordinator", "run"
+enum class DbWriterRole { kCoordinator, kRun, kGate };  // kGate: `nw gate --rerun`
+std::string_view DbWriterRoleName(DbWriterRole r);      // "coordinator", "run", "gate"
 
 /// Who holds a database's writer lock, as written in the lock file.
 struct DbWriterHolder {

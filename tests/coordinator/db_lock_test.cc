@@ -103,12 +103,28 @@ TEST_F(DbLockTest, AHolderKilledWithSigkillLeavesNoLockBehind) {
   EXPECT_TRUE(taken.ok()) << taken.status().ToString();
 }
 
+TEST_F(DbLockTest, AGateRerunHoldsTheLockLikeARun) {
+  const std::string me = "(pid " + std::to_string(getpid()) + ")";
+  auto gate = DbWriterLock::Acquire(db(), DbWriterRole::kGate);
+  ASSERT_TRUE(gate.ok()) << gate.status().ToString();
+  EXPECT_EQ(LockFileText(), "role=gate pid=" + std::to_string(getpid()) + "\n");
+  for (DbWriterRole other : {DbWriterRole::kCoordinator, DbWriterRole::kRun}) {
+    auto refused = DbWriterLock::Acquire(db(), other);
+    ASSERT_FALSE(refused.ok());
+    EXPECT_NE(refused.status().message().find(db().string() +
+                                              " is in use by a running `nw gate --rerun` " + me),
+              std::string::npos)
+        << refused.status().message();
+  }
+}
+
 TEST(DbWriterHolderTest, ParsesOnlyWellFormedLines) {
   auto h = ParseDbWriterHolder("role=run pid=42\n");
   ASSERT_TRUE(h.has_value());
   EXPECT_EQ(h->role, DbWriterRole::kRun);
   EXPECT_EQ(h->pid, 42);
   EXPECT_EQ(ParseDbWriterHolder("role=coordinator pid=7")->role, DbWriterRole::kCoordinator);
+  EXPECT_EQ(ParseDbWriterHolder("role=gate pid=9")->role, DbWriterRole::kGate);
   for (const char* bad :
        {"", "role=", "role=run", "role=x pid=1", "role=run pid=", "role=run pid=0",
         "role=run pid=-3", "role=run pid=12abc", "pid=1 role=run"}) {
