@@ -21,6 +21,14 @@ Status Plan(const Globals& g, const std::string& path, int64_t max_jobs) {
   const Campaign& c = loaded->resolved.campaign;
   std::cout << "campaign '" << c.name << "': " << loaded->jobs.size()
             << " jobs = " << c.cells.size() << " cells x " << c.trial_seeds.size() << " trials\n";
+  if (c.search) {
+    std::cout << "boundary search (first_trials " << c.search->first_trials << ", confidence "
+              << c.search->confidence << ", budget "
+              << (c.search->budget ? std::to_string(*c.search->budget) + " jobs per line"
+                                   : std::string("none"))
+              << "): nw run runs only the grid jobs the search asks for, as results arrive; the "
+                 "counts and costs below are the whole grid's, an upper bound\n";
+  }
 
   std::vector<std::string> done;
   std::map<std::string, std::pair<double, int64_t>> ms_per_token;  // backend -> (sum, n)

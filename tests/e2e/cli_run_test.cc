@@ -157,6 +157,31 @@ generation: {max_new_tokens: 4}
   EXPECT_NE(rb.out.find("1 already done"), std::string::npos) << rb.out;
 }
 
+TEST_F(CliRunTest, PlanSaysASearchRunsOnlyPartOfTheGrid) {
+  const std::string grid = R"(task: niah-single
+haystack: noise
+matrix:
+  context_length: [256, 512, 1024]
+  needle_position: [0.5]
+  topk: 16
+  precision: fp32
+  backend: cpu
+trials: 2
+)";
+  CommandResult plain = Sh(Nw("plan " + WriteCampaign("grid", grid).string()));
+  ASSERT_EQ(plain.exit_code, 0) << plain.out;
+  EXPECT_NE(plain.out.find("6 jobs = 3 cells x 2 trials"), std::string::npos) << plain.out;
+  EXPECT_EQ(plain.out.find("boundary search"), std::string::npos) << plain.out;
+  CommandResult search = Sh(Nw(
+      "plan " + WriteCampaign("search", grid + "search: {boundary: {first_trials: 1, budget: 4}}\n")
+                    .string()));
+  ASSERT_EQ(search.exit_code, 0) << search.out;
+  EXPECT_NE(search.out.find("boundary search (first_trials 1, confidence 0.95, budget 4 jobs per "
+                            "line): nw run runs only the grid jobs the search asks for"),
+            std::string::npos)
+      << search.out;
+}
+
 TEST_F(CliRunTest, BadCampaignsAreRejectedWithFileLineAndColumn) {
   fs::path c = WriteCampaign("bad", R"(task: niah-single
 haystack: noise
