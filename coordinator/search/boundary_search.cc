@@ -4,25 +4,9 @@
 #include <cmath>
 #include <string>
 
+#include "common/wilson.h"
+
 namespace nw::search {
-namespace {
-
-struct Bounds {
-  double lo = 0, hi = 1;
-};
-
-Bounds Wilson(int64_t passes, int64_t n, double z) {
-  if (n <= 0) return {};
-  const double nn = static_cast<double>(n);
-  const double p = static_cast<double>(passes) / nn;
-  const double z2 = z * z;
-  const double denom = 1 + z2 / nn;
-  const double center = (p + z2 / (2 * nn)) / denom;
-  const double half = z * std::sqrt(p * (1 - p) / nn + z2 / (4 * nn * nn)) / denom;
-  return {std::max(0.0, center - half), std::min(1.0, center + half)};
-}
-
-}  // namespace
 
 std::string_view LineStateName(LineState s) {
   switch (s) {
@@ -63,8 +47,8 @@ Result<double> TwoSidedZ(double confidence) {
   return (a + b) / 2;
 }
 
-double WilsonLower(int64_t passes, int64_t n, double z) { return Wilson(passes, n, z).lo; }
-double WilsonUpper(int64_t passes, int64_t n, double z) { return Wilson(passes, n, z).hi; }
+double WilsonLower(int64_t passes, int64_t n, double z) { return WilsonInterval(passes, n, z).lo; }
+double WilsonUpper(int64_t passes, int64_t n, double z) { return WilsonInterval(passes, n, z).hi; }
 
 Result<LineSearch> LineSearch::Create(size_t lengths, const LineSearchOptions& options) {
   if (lengths == 0) return Status::InvalidArgument("boundary search: a line without lengths");
