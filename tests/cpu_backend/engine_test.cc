@@ -42,7 +42,7 @@ class EngineTest : public ::testing::Test {
 };
 
 TEST_F(EngineTest, AvailableBackends) {
-  EXPECT_EQ(AvailableBackends(), (std::vector<std::string>{"cpu", "cpu-paged"}));
+  EXPECT_EQ(AvailableBackends(), (std::vector<std::string>{"cpu", "cpu-paged", "cpu-pd"}));
   auto e = MakeEngine(cfg_, w_, "cpu-paged");
   ASSERT_NE(e, nullptr);
   EXPECT_EQ(e->backend(), "cpu-paged");

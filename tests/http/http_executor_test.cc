@@ -408,7 +408,7 @@ TEST_F(HttpExecutorTest, RouterAdvertisesAndRoutesBothKinds) {
   auto [job, twin] = Pair(server->url());
   BackendRouter router(EngineExecutorOptions{}, FastRetries());
   const json caps = router.Capabilities();
-  EXPECT_EQ(caps["backends"], json::array({"cpu", "cpu-paged", "http"}));
+  EXPECT_EQ(caps["backends"], json::array({"cpu", "cpu-paged", "cpu-pd", "http"}));
   EXPECT_EQ(router.Execute(twin, twin.Key(), 1).device, "cpu");
   EXPECT_EQ(router.Execute(job, job.Key(), 1).device, server->url());
   EXPECT_EQ(server->stats().completions, 1);
