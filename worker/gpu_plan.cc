@@ -86,8 +86,8 @@ Status CheckGpuWorkerSupport(const GpuSupport& support, const std::vector<GpuDev
   if (GpuBackends(support).empty()) {
     return Status::FailedPrecondition(
         "this nw has the CUDA kernels but no CUDA engine backend (engine backends: " + backends +
-        "), so it cannot run jobs on a GPU (the CUDA engine backends are not implemented yet); "
-        "use --cpu");
+        "), so it cannot run jobs on a GPU: no cuda or cuda-paged engine backend exists in this "
+        "version (docs/cuda.md); use --cpu");
   }
   if (devices.empty()) {
     return Status::FailedPrecondition("no GPU found (`" + std::string(kNvidiaSmiGpuQuery) +

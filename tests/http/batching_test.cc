@@ -25,34 +25,9 @@ namespace nw {
 namespace {
 
 using json = nlohmann::json;
+using testing_http::Gate;
 using testing_http::TempDir;
 using testing_http::WaitFor;
-
-// Blocks the scheduler in before_generate until opened.
-class Gate {
- public:
-  void Enter() {
-    std::unique_lock<std::mutex> lock(mu_);
-    ++entered_;
-    cv_.notify_all();
-    cv_.wait(lock, [&] { return open_; });
-  }
-  void Open() {
-    std::lock_guard<std::mutex> lock(mu_);
-    open_ = true;
-    cv_.notify_all();
-  }
-  int entered() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return entered_;
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool open_ = false;
-  int entered_ = 0;
-};
 
 class BatchingTest : public ::testing::Test {
  protected:

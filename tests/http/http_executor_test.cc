@@ -25,38 +25,13 @@ namespace {
 using json = nlohmann::json;
 using ::testing::HasSubstr;
 using testing_http::FreePort;
+using testing_http::Gate;
 using testing_http::JsonReply;
 using testing_http::RawReply;
 using testing_http::RawRequest;
 using testing_http::RawServer;
 using testing_http::TempDir;
 using testing_http::WaitFor;
-
-// Blocks the engine thread in before_generate until opened.
-class Gate {
- public:
-  void Enter() {
-    std::unique_lock<std::mutex> lock(mu_);
-    ++entered_;
-    cv_.notify_all();
-    cv_.wait(lock, [&] { return open_; });
-  }
-  void Open() {
-    std::lock_guard<std::mutex> lock(mu_);
-    open_ = true;
-    cv_.notify_all();
-  }
-  int entered() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return entered_;
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool open_ = false;
-  int entered_ = 0;
-};
 
 // What a job result says about the answer, as the job protocol carries it (invalid UTF-8 in the
 // generated text replaced, as JobResult::ToJson on the wire does).

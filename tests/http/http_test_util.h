@@ -18,6 +18,7 @@
 #include <boost/asio/write.hpp>
 #include <cctype>
 #include <chrono>
+#include <condition_variable>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -37,6 +38,33 @@
 #include "engine/text/tokenizer.h"
 
 namespace nw::testing_http {
+
+// Blocks the server's generation hook (before_generate) until opened; counts the generations
+// that entered it.
+class Gate {
+ public:
+  void Enter() {
+    std::unique_lock<std::mutex> lock(mu_);
+    ++entered_;
+    cv_.notify_all();
+    cv_.wait(lock, [&] { return open_; });
+  }
+  void Open() {
+    std::lock_guard<std::mutex> lock(mu_);
+    open_ = true;
+    cv_.notify_all();
+  }
+  int entered() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return entered_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool open_ = false;
+  int entered_ = 0;
+};
 
 /// A fresh folder under the temp dir, removed on destruction.
 class TempDir {

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "tests/protocol/sample_spec.h"
+
 namespace nw {
 namespace {
 
@@ -18,18 +20,10 @@ using json = nlohmann::json;
   EXPECT_NE((haystack).find(needle), std::string::npos) << "in: " << (haystack)
 
 JobSpec Spec(int trial) {
-  JobSpec s;
-  s.model_dir = "/models/tiny";
-  s.model_digest = "abc";
-  s.engine_version = "nw-engine-test";
-  s.task = "niah-single";
-  s.haystack = "noise";
-  s.context_length = 4096;
-  s.needle_position = 0.25;
-  s.topk = 16;
-  s.backend = "cpu";
-  s.seed = 42;
+  JobSpec s = testing_protocol::SampleSpec();
   s.trial = trial;
+  s.max_new_tokens = 16;
+  s.probe = false;
   return s;
 }
 

@@ -9,28 +9,14 @@
 #include <string>
 #include <vector>
 
+#include "tests/protocol/sample_spec.h"
+
 namespace nw {
 namespace {
 
 using json = nlohmann::json;
 
-JobSpec Spec() {
-  JobSpec s;
-  s.model_dir = "/models/tiny";
-  s.model_digest = "abc";
-  s.engine_version = "nw-engine-test";
-  s.task = "niah-single";
-  s.haystack = "noise";
-  s.context_length = 4096;
-  s.needle_position = 0.25;
-  s.topk = 16;
-  s.backend = "cpu";
-  s.seed = 42;
-  s.trial = 3;
-  s.max_new_tokens = 12;
-  s.probe = true;
-  return s;
-}
+JobSpec Spec() { return testing_protocol::SampleSpec(); }
 
 JobResult Res() {
   JobResult r;
