@@ -1,0 +1,68 @@
+// Engine value types shared by the façade (engine.h), the backend seam (backend.h) and every
+// backend: what a request asks for, what it returns, and what the indexer probes capture.
+// Backends include this header, never engine.h, so the façade can include backends without a
+// cycle. Thread-safety: plain values.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "engine/precision.h"
+
+namespace nw {
+
+enum class KvLayout {
+  kContiguous,  // one buffer per layer per request
+  kPaged,       // pages of 64 entries addressed through a block table
+};
+
+/// What to capture from the indexer for one request.
+struct ProbeRequest {
+  int64_t needle_begin = 0;  // token range of the needle in the prompt, [begin, end)
+  int64_t needle_end = 0;
+  int64_t query_begin = 0;      // probe every query position t in [query_begin, prompt_len) and
+                                // every decode step
+  bool keep_topk_sets = false;  // also return the selected entry ids per position
+};
+
+/// Probe output for one indexer layer (a ratio-4 layer). Entry i of a ratio-4 layer pools
+/// tokens 4(i-1) .. 4i+3 and is visible to query t iff i < (t+1)/4; it "covers the needle" when
+/// that token range overlaps [needle_begin, needle_end). Ranks order the visible entries by
+/// indexer score, higher first, ties to the lower entry id (the order top-k selects in).
+struct IndexerProbe {
+  int layer = 0;                     // layer id
+  std::vector<int64_t> positions;    // query positions probed (prompt positions, then the
+                                     // position of each decode step)
+  std::vector<int32_t> needle_rank;  // per position: best (0-based) rank among the visible
+                                     // compressed entries that cover the needle; -1 if none
+                                     // is visible yet
+  std::vector<uint8_t> in_topk;      // per position: 1 if any needle entry was selected
+  std::vector<int32_t> num_visible;  // per position: visible compressed entries
+  std::vector<float> needle_score;   // per position: indexer score of the best-ranked needle
+                                     // entry (NaN if none is visible)
+  std::vector<float> kth_score;      // per position: score of the k-th selected entry, the bar
+                                     // a needle entry must clear (NaN if fewer than k visible)
+  std::vector<int32_t> topk_sets;    // positions.size() * topk entry ids in rank order (-1
+                                     // padded), if asked
+  int topk = 0;                      // the request's effective top-k
+};
+
+struct GenerateRequest {
+  std::vector<int32_t> prompt;
+  int max_new_tokens = 16;
+  std::vector<int32_t> stop_tokens;  // generation ends after emitting one of these
+  int index_topk = 0;                // 0 = the model's index_topk
+  PrecisionProfile precision;
+  std::optional<ProbeRequest> probe;
+};
+
+struct GenerateResult {
+  std::vector<int32_t> tokens;  // generated tokens (the stop token included if hit)
+  bool stopped = false;         // ended on a stop token (else: max_new_tokens reached)
+  double prefill_ms = 0;
+  double decode_ms = 0;
+  std::vector<IndexerProbe> probes;
+};
+
+}  // namespace nw
