@@ -52,6 +52,10 @@ struct ModelConfig {
   double route_scale = 1;
   int n_hash_layers = 0;
   double swiglu_limit = 0;  // 0 = no clamp
+  // Whether the shared expert's SwiGLU is clamped to swiglu_limit like the routed experts'
+  // (DeepSeek's current V4 definition, HF transformers). false = the first release's unclamped
+  // shared expert (config.json "swiglu_clamp_shared_expert": false).
+  bool swiglu_clamp_shared_expert = true;
   double norm_eps = 1e-6;
   int max_position_embeddings = 0;  // longest context the model accepts
   int bos_token_id = -1;            // -1 when absent
