@@ -1,0 +1,142 @@
+#include "engine/cuda/cuda_backend.h"
+
+#include <cuda_runtime_api.h>
+
+#include <chrono>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engine/checkpoint/loader.h"
+#include "engine/cuda/cuda_sequence.h"
+#include "engine/cuda/device_model.h"
+#include "engine/generate.h"
+#include "engine/parallel/pd_transfer.h"
+#include "kernels/cuda/common.h"
+
+namespace nw::cuda {
+namespace {
+
+double MsSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend(const BackendInfo& info, const ModelConfig& config,
+              std::shared_ptr<const ModelWeights> weights, Stream stream, std::string device)
+      : info_(info),
+        config_(config),
+        weights_(std::move(weights)),
+        stream_(std::move(stream)),
+        device_(std::move(device)) {}
+
+  const BackendInfo& info() const override { return info_; }
+  std::string device() const override { return device_; }
+
+  Result<std::unique_ptr<BackendSequence>> NewSequence(const SequenceSpec& spec) override {
+    if (info_.disaggregated) {
+      return Status::Unsupported("backend " + std::string(info_.name) +
+                                 " runs whole requests (prefill and decode instances)");
+    }
+    NW_ASSIGN_OR_RETURN(std::unique_ptr<CudaSequence> seq,
+                        NewCudaSequence(spec, info_.layout, info_.prefill_chunk));
+    return std::unique_ptr<BackendSequence>(std::move(seq));
+  }
+
+  int64_t state_bytes_per_token(const PrecisionProfile& precision) const override {
+    (void)precision;  // stored as fp32 whatever the profile rounds to
+    return StateBytesPerToken(config_);
+  }
+
+  std::optional<Result<GenerateResult>> GenerateWhole(const GenerateRequest& request) override {
+    if (!info_.disaggregated) return std::nullopt;
+    return GeneratePd(request);
+  }
+
+ private:
+  Result<std::unique_ptr<CudaSequence>> NewCudaSequence(const SequenceSpec& spec, KvLayout layout,
+                                                        int64_t chunk) {
+    NW_RETURN_IF_ERROR(spec.precision.Validate());
+    NW_ASSIGN_OR_RETURN(const DeviceModel* model, ModelFor(spec.precision.weights));
+    return CudaSequence::Create(config_, *model, layout, chunk, spec, stream_.get());
+  }
+
+  Result<const DeviceModel*> ModelFor(NumFormat format) {
+    auto it = models_.find(format);
+    if (it == models_.end()) {
+      Result<DeviceModel> up = format == NumFormat::kFp32
+                                   ? DeviceModel::Upload(config_, *weights_)
+                                   : DeviceModel::Upload(config_, RequantizeWeights(*weights_, format));
+      if (!up.ok()) {
+        return Status::ResourceExhausted("uploading the weights to " + device_ +
+                                         " failed: " + up.status().message());
+      }
+      it = models_.emplace(format, std::make_unique<DeviceModel>(std::move(up).value())).first;
+    }
+    return it->second.get();
+  }
+
+  // Prefill instance -> PD transfer buffer -> fresh paged decode instance, on this GPU.
+  Result<GenerateResult> GeneratePd(const GenerateRequest& request) {
+    NW_ASSIGN_OR_RETURN(SequenceSpec spec, CheckRequest(config_, request));
+    GenerateResult result;
+    std::vector<float> logits;
+    const auto t0 = std::chrono::steady_clock::now();
+    std::vector<uint8_t> transfer;
+    std::vector<IndexerProbe> prefill_probes;
+    {
+      NW_ASSIGN_OR_RETURN(std::unique_ptr<CudaSequence> prefill,
+                          NewCudaSequence(spec, KvLayout::kContiguous, 0));
+      NW_RETURN_IF_ERROR(prefill->Prefill(request.prompt, &logits));
+      NW_ASSIGN_OR_RETURN(cpu::SequenceState state, prefill->ExportState());
+      transfer = parallel::SerializeDecodeState(config_, state);
+      prefill_probes = prefill->probes();
+    }
+    result.prefill_ms = MsSince(t0);
+    const auto t1 = std::chrono::steady_clock::now();
+    NW_ASSIGN_OR_RETURN(std::unique_ptr<CudaSequence> decode,
+                        NewCudaSequence(spec, KvLayout::kPaged, 0));
+    auto state = parallel::DeserializeDecodeState(config_, transfer);
+    if (!state.ok()) return state.status().WithContext("PD transfer");
+    NW_RETURN_IF_ERROR(decode->ImportState(*state).WithContext("PD transfer"));
+    decode->PrependProbes(prefill_probes);
+    NW_RETURN_IF_ERROR(DecodeGreedy(config_, request, decode.get(), &logits, &result));
+    result.decode_ms = MsSince(t1);
+    result.probes = decode->probes();
+    return result;
+  }
+
+  const BackendInfo& info_;
+  ModelConfig config_;
+  std::shared_ptr<const ModelWeights> weights_;
+  Stream stream_;
+  std::string device_;
+  std::map<NumFormat, std::unique_ptr<DeviceModel>> models_;
+};
+
+}  // namespace
+
+bool CudaBackendUsable() { return HasCudaDevice(); }
+
+Result<std::unique_ptr<Backend>> CreateCudaBackend(const BackendInfo& info,
+                                                   const ModelConfig& config,
+                                                   std::shared_ptr<const ModelWeights> weights) {
+  if (info.device != DeviceKind::kCuda) {
+    return Status::InvalidArgument("backend " + std::string(info.name) + " is not a CUDA backend");
+  }
+  if (!HasCudaDevice()) {
+    return Status::Unsupported("backend " + std::string(info.name) +
+                               " needs a GPU, and this machine has no usable CUDA device");
+  }
+  int dev = 0;
+  NW_CUDA_RETURN_IF_ERROR(cudaGetDevice(&dev));
+  cudaDeviceProp prop{};
+  NW_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, dev));
+  NW_ASSIGN_OR_RETURN(Stream stream, Stream::Create());
+  return std::unique_ptr<Backend>(std::make_unique<CudaBackend>(
+      info, config, std::move(weights), std::move(stream), std::string(prop.name)));
+}
+
+}  // namespace nw::cuda

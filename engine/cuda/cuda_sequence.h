@@ -1,0 +1,82 @@
+// CudaSequence: one request's forward pass on the GPU (the "cuda", "cuda-paged" and "cuda-pd"
+// backends). It is engine/cpu/sequence.h's forward pass, step for step and with the same
+// precision hooks (engine/cpu/numerics.h), run by the kernels of kernels/cuda on device buffers:
+// embedding; per layer hc_pre -> attn_norm -> attention -> hc_post and hc_pre -> ffn_norm -> MoE
+// -> hc_post; head collapse -> final norm -> head. Attention: q/kv projections and norms, RoPE
+// (YaRN tables uploaded from cpu::RopeTable), both compressors with their rolling state across
+// chunks, the indexer (Hadamard, exact fp32 logits, top-k), sparse attention over the window plus
+// the selected compressed entries with the sink, inverse RoPE, grouped wo_a, wo_b. MoE: gate,
+// hash or biased sqrt-softplus routing, gathered expert products, SwiGLU with the clamp, shared
+// expert. Probes (needle rank, in-top-k, k-th score, top-k sets) are computed on the device.
+//
+// Exactness: every linear layer, RoPE, the Hadamard transform, the indexer logits and top-k
+// compute the CPU's bits; RMSNorm's double sum and exp/log (evaluated in double and rounded)
+// can differ from the CPU by an ulp, and the sparse attention's fp32 summation order differs, so
+// results agree with the CPU to fp32 rounding (the tests state the tolerances) and are bitwise
+// identical run to run (no atomics, fixed reduction shapes).
+//
+// Layouts: contiguous (one buffer per layer for compressed KV and index keys; "cuda") or paged
+// (64-row pages from one per-sequence pool, addressed through per-layer page tables, read by the
+// paged indexer and the attention through mapped entry ids; "cuda-paged"). The sliding window is
+// a ring of window_size rows per layer in both. Stored values are fp32 (already rounded to the
+// profile's KV and index-key formats), as in the CPU simulation.
+// Thread-safety: one thread at a time; the DeviceModel must outlive the sequence.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "common/status.h"
+#include "engine/backend.h"
+#include "engine/checkpoint/config.h"
+#include "engine/cpu/sequence.h"
+#include "engine/cuda/device_model.h"
+
+namespace nw::cuda {
+
+class CudaSequence final : public BackendSequence {
+ public:
+  /// `prefill_chunk` 0 runs the prompt in one pass. Allocates the caches for spec.max_tokens.
+  static Result<std::unique_ptr<CudaSequence>> Create(const ModelConfig& cfg,
+                                                      const DeviceModel& model, KvLayout layout,
+                                                      int64_t prefill_chunk,
+                                                      const SequenceSpec& spec,
+                                                      cudaStream_t stream);
+  ~CudaSequence() override;
+
+  int64_t position() const override;
+  int index_topk() const override;
+  Status Prefill(std::span<const int32_t> tokens, std::vector<float>* logits) override;
+  Status Decode(int32_t token, std::vector<float>* logits) override;
+  const std::vector<IndexerProbe>& probes() const override;
+  int64_t state_bytes() const override;
+
+  /// Runs `tokens` as one chunk; `last_logits` / `all_logits` ([n, V]) as cpu::Sequence::Forward.
+  Status Forward(std::span<const int32_t> tokens, std::vector<float>* last_logits,
+                 std::vector<float>* all_logits);
+
+  /// The decode state in the CPU's layout (engine/cpu/sequence.h SequenceState), so the PD
+  /// transfer buffer (engine/parallel/pd_transfer.h) carries it unchanged.
+  Result<cpu::SequenceState> ExportState() const;
+  /// Loads a state into this fresh sequence (sizes checked against the config and capacity).
+  Status ImportState(const cpu::SequenceState& state);
+  /// Appends probe rows captured elsewhere (the PD prefill instance's) before this one's.
+  void PrependProbes(const std::vector<IndexerProbe>& earlier);
+
+  struct Impl;
+
+ private:
+  explicit CudaSequence(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+/// Bytes of KV / index state one token adds at this shape (fp32 storage): per compressed layer
+/// head_dim floats per `ratio` tokens, per indexer layer index_head_dim floats per 4 tokens; the
+/// window ring (window_size rows per layer) and compressor states are a fixed cost on top.
+int64_t StateBytesPerToken(const ModelConfig& cfg);
+
+}  // namespace nw::cuda

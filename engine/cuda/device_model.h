@@ -1,0 +1,59 @@
+// A model's weights on the GPU, uploaded once per (engine, weight format): every tensor the
+// forward pass reads, as fp32 device buffers. The checkpoint's formats (BF16, F8_E4M3 with F8_E8M0
+// block scales, FP4 experts) are dequantized at load (engine/checkpoint/loader.h) and a profile's
+// weight format is applied by RequantizeWeights before the upload, so the GPU reads exactly the
+// values the CPU reference reads. The routed experts of a layer sit in one buffer per matrix
+// ([E, I, D] and [E, D, I]) for the gathered expert products.
+// Thread-safety: immutable after Upload; read by one engine's sequences.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "common/status.h"
+#include "engine/checkpoint/config.h"
+#include "engine/checkpoint/weights.h"
+#include "kernels/cuda/common.h"
+
+namespace nw::cuda {
+
+using DevTensor = DeviceBuffer<float>;
+
+struct DevHc {
+  DevTensor fn, base, scale;
+};
+
+struct DevCompressor {
+  int ratio = 0;
+  int dim = 0;
+  DevTensor wkv, wgate, ape, norm;
+};
+
+struct DevLayer {
+  DevHc hc_attn, hc_ffn;
+  DevTensor attn_norm, ffn_norm;
+  // Attention.
+  DevTensor attn_sink, wq_a, q_norm, wq_b, wkv, kv_norm, wo_a, wo_b;
+  std::optional<DevCompressor> compressor;
+  // Indexer (ratio 4).
+  DevTensor ix_wq_b, ix_weights_proj;
+  std::optional<DevCompressor> ix_compressor;
+  // MoE.
+  DevTensor gate, gate_bias;         // gate_bias empty on hash layers
+  DeviceBuffer<int32_t> tid2eid;     // hash layers
+  DevTensor w1_all, w3_all, w2_all;  // routed experts, [E, I, D], [E, I, D], [E, D, I]
+  DevTensor sh_w1, sh_w3, sh_w2;     // shared expert
+};
+
+struct DeviceModel {
+  DevTensor embed, norm, head;
+  DevHc hc_head;
+  std::vector<DevLayer> layers;
+  int64_t bytes = 0;  // device bytes held by the weights
+
+  /// Uploads `w` (checked against `cfg` by the caller) to the current device.
+  static Result<DeviceModel> Upload(const ModelConfig& cfg, const ModelWeights& w);
+};
+
+}  // namespace nw::cuda

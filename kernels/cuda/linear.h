@@ -1,0 +1,55 @@
+// Exact fp32 linear layers on the GPU, bit-identical to the CPU reference's dot products
+// (kernels/cpu/ops.h Linear/LinearRows and kernels/cpu/vec.h Dot, which GroupedLinear uses):
+//   y[t, o] = sum_i x[t, i] * w[o, i]   (w row-major [out, in], like torch Linear)
+// accumulated in `lanes` interleaved partial sums (lane i % lanes for i below the largest multiple
+// of lanes, the rest into lane 0, in index order), every product and sum rounded separately (no
+// FMA), combined as (s0 + s1) + (s2 + s3) for 4 lanes and ((s0+s1)+(s2+s3)) + ((s4+s5)+(s6+s7))
+// for 8. So the fp32 engine on the GPU computes the CPU's bits for every linear layer.
+//
+// Three shapes share one tiled kernel (32 rows x 64 outputs a block, 32-wide k tiles in shared
+// memory):
+//   dense     every row against one weight matrix;
+//   batched   `batches` independent products at fixed strides (the grouped wo_a: group g reads
+//             x[:, g*in ...], w[g*out ...] and writes y[:, g*out ...]);
+//   gathered  a row list per weight matrix (the MoE experts): matrix e multiplies the x rows
+//             rows[offsets[e] .. offsets[e+1]) (indices into x) into y rows offsets[e] ...;
+//             tiles come from a device-built list (tile_expert, tile_row0), `max_tiles` bounds it.
+// Thread-safety: launchers are reentrant.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "common/status.h"
+
+namespace nw::cuda {
+
+inline constexpr int kLinearTileRows = 32;
+
+struct LinearParams {
+  const float* x = nullptr;  // [rows, x_stride] (batched: + b * x_batch_stride)
+  const float* w = nullptr;  // [out, in] (batched: + b * w_batch_stride; gathered: + e * out*in)
+  float* y = nullptr;        // [rows, y_stride] (batched: + b * y_batch_stride)
+  int64_t rows = 0;
+  int64_t in = 0;
+  int64_t out = 0;
+  int64_t x_stride = 0;  // 0: in
+  int64_t y_stride = 0;  // 0: out
+  int lanes = 4;         // 4 (Linear) or 8 (Dot)
+  // Batched.
+  int batches = 1;
+  int64_t x_batch_stride = 0;
+  int64_t w_batch_stride = 0;
+  int64_t y_batch_stride = 0;
+  // Gathered (row_index != null): rows = total gathered rows (y rows), x has x_rows rows.
+  const int32_t* row_index = nullptr;   // [rows] x row of each y row
+  const int32_t* tile_expert = nullptr;  // [max_tiles] weight matrix of each tile, -1 = none
+  const int32_t* tile_row0 = nullptr;    // [max_tiles] first y row of each tile
+  const int32_t* tile_rows = nullptr;    // [max_tiles] rows in the tile (<= kLinearTileRows)
+  int64_t max_tiles = 0;
+  int64_t x_rows = 0;
+};
+Status LaunchLinear(const LinearParams& p, cudaStream_t stream);
+
+}  // namespace nw::cuda

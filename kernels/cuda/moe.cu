@@ -1,0 +1,247 @@
+// MoE routing, dispatch, SwiGLU and combination; see moe.h.
+#include <string>
+
+#include "kernels/cuda/common.h"
+#include "kernels/cuda/device_util.cuh"
+#include "kernels/cuda/moe.h"
+
+namespace nw::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+__device__ __forceinline__ float ExpF(float x) {
+  return static_cast<float>(exp(static_cast<double>(x)));
+}
+
+unsigned GridFor(int64_t work) {
+  const int64_t blocks = (work + kThreads - 1) / kThreads;
+  const int64_t cap = 32LL * MultiprocessorCount();
+  return static_cast<unsigned>(blocks < 1 ? 1 : (blocks < cap ? blocks : cap));
+}
+
+// True when (va, a) ranks before (vb, b): larger first, ties to the lower index.
+__device__ __forceinline__ bool Before(float va, int a, float vb, int b) {
+  return va > vb || (va == vb && a < b);
+}
+
+__global__ void __launch_bounds__(kThreads) MoeRouteKernel(MoeRouteParams p) {
+  for (int64_t t = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; t < p.tokens;
+       t += static_cast<int64_t>(gridDim.x) * kThreads) {
+    float* s = p.logits + t * p.n_experts;
+    const int E = p.n_experts;
+    switch (p.score_func) {
+      case MoeScoreFunc::kSoftmax: {
+        float mx = s[0];
+        for (int e = 1; e < E; ++e) mx = fmaxf(mx, s[e]);
+        float sum = 0.0f;
+        for (int e = 0; e < E; ++e) {
+          s[e] = ExpF(detail::SubRn(s[e], mx));
+          sum = detail::AddRn(sum, s[e]);
+        }
+        for (int e = 0; e < E; ++e) s[e] = s[e] / sum;
+        break;
+      }
+      case MoeScoreFunc::kSigmoid:
+        for (int e = 0; e < E; ++e) s[e] = 1.0f / detail::AddRn(1.0f, ExpF(-s[e]));
+        break;
+      case MoeScoreFunc::kSqrtSoftplus:
+        for (int e = 0; e < E; ++e) {
+          const float v = s[e];
+          const float sp =
+              v > 20.0f ? v : static_cast<float>(log1p(static_cast<double>(ExpF(v))));
+          s[e] = sqrtf(sp);
+        }
+        break;
+    }
+    int32_t* ex = p.experts + t * p.k;
+    float* wt = p.weights + t * p.k;
+    if (p.tid2eid != nullptr) {
+      const int64_t row = static_cast<int64_t>(p.token_ids[t]) * p.k;
+      for (int j = 0; j < p.k; ++j) ex[j] = p.tid2eid[row + j];
+    } else {
+      // Successive maxima of scores + bias below the previous pick (no selection flags needed).
+      float prev_v = 0.0f;
+      int prev_i = -1;
+      for (int j = 0; j < p.k; ++j) {
+        float best_v = 0.0f;
+        int best_i = -1;
+        for (int e = 0; e < E; ++e) {
+          const float v = p.bias != nullptr ? detail::AddRn(s[e], p.bias[e]) : s[e];
+          if (prev_i >= 0 && !Before(prev_v, prev_i, v, e)) continue;
+          if (best_i < 0 || Before(v, e, best_v, best_i)) {
+            best_v = v;
+            best_i = e;
+          }
+        }
+        ex[j] = best_i;
+        prev_v = best_v;
+        prev_i = best_i;
+      }
+    }
+    for (int j = 0; j < p.k; ++j) wt[j] = s[ex[j]];
+    if (p.score_func != MoeScoreFunc::kSoftmax) {
+      float sum = 0.0f;
+      for (int j = 0; j < p.k; ++j) sum = detail::AddRn(sum, wt[j]);
+      for (int j = 0; j < p.k; ++j) wt[j] = wt[j] / sum;
+    }
+    for (int j = 0; j < p.k; ++j) wt[j] = detail::MulRn(wt[j], p.route_scale);
+    // Stable insertion sort of the k slots by expert id.
+    for (int j = 1; j < p.k; ++j) {
+      const int32_t e = ex[j];
+      const float w = wt[j];
+      int i = j - 1;
+      while (i >= 0 && ex[i] > e) {
+        ex[i + 1] = ex[i];
+        wt[i + 1] = wt[i];
+        --i;
+      }
+      ex[i + 1] = e;
+      wt[i + 1] = w;
+    }
+  }
+}
+
+// One block: thread e collects the slots of expert e (experts beyond the block loop); then a
+// serial prefix over experts and the tile list.
+__global__ void __launch_bounds__(kThreads) MoeDispatchKernel(MoeDispatchParams p) {
+  const int64_t slots = p.tokens * p.k;
+  for (int e = threadIdx.x; e < p.n_experts; e += kThreads) {
+    int32_t c = 0;
+    for (int64_t s = 0; s < slots; ++s) c += p.experts[s] == e ? 1 : 0;
+    p.offsets[e + 1] = c;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    p.offsets[0] = 0;
+    for (int e = 0; e < p.n_experts; ++e) p.offsets[e + 1] += p.offsets[e];
+    int64_t tile = 0;
+    for (int e = 0; e < p.n_experts; ++e) {
+      for (int32_t r = p.offsets[e]; r < p.offsets[e + 1]; r += p.tile_rows_max) {
+        if (tile < p.max_tiles) {
+          p.tile_expert[tile] = e;
+          p.tile_row0[tile] = r;
+          p.tile_rows[tile] = min(p.tile_rows_max, p.offsets[e + 1] - r);
+        }
+        ++tile;
+      }
+    }
+    for (; tile < p.max_tiles; ++tile) {
+      p.tile_expert[tile] = -1;
+      p.tile_row0[tile] = 0;
+      p.tile_rows[tile] = 0;
+    }
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < p.n_experts; e += kThreads) {
+    int32_t at = p.offsets[e];
+    for (int64_t s = 0; s < slots; ++s) {
+      if (p.experts[s] != e) continue;
+      p.list_token[at] = static_cast<int32_t>(s / p.k);
+      p.position[s] = at;
+      ++at;
+    }
+  }
+}
+
+__global__ void __launch_bounds__(kThreads) SwiGluKernel(SwiGluParams p) {
+  const int64_t total = p.rows * p.inter;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * kThreads) {
+    float g = p.gate[i];
+    float u = p.up[i];
+    if (p.limit > 0.0f) {
+      u = fminf(fmaxf(u, -p.limit), p.limit);
+      g = fminf(g, p.limit);
+    }
+    const float silu = g / detail::AddRn(1.0f, ExpF(-g));
+    const float w = p.weight != nullptr ? p.weight[i / p.inter] : 1.0f;
+    p.out[i] = detail::MulRn(w, detail::MulRn(silu, u));
+  }
+}
+
+__global__ void __launch_bounds__(kThreads) ListWeightKernel(MoeListWeightParams p) {
+  for (int64_t s = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; s < p.slots;
+       s += static_cast<int64_t>(gridDim.x) * kThreads) {
+    p.list_weight[p.position[s]] = p.weights[s];
+  }
+}
+
+__global__ void __launch_bounds__(kThreads) MoeCombineKernel(MoeCombineParams p) {
+  const int64_t total = p.tokens * p.dim;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * kThreads) {
+    const int64_t t = i / p.dim, d = i % p.dim;
+    float acc = 0.0f;
+    for (int j = 0; j < p.k; ++j) {
+      const int64_t row = p.position[t * p.k + j];
+      acc = detail::AddRn(acc, p.expert_out[row * p.dim + d]);
+    }
+    p.out[i] = detail::AddRn(acc, p.shared[i]);
+  }
+}
+
+}  // namespace
+
+Status LaunchMoeRoute(const MoeRouteParams& p, cudaStream_t stream) {
+  if (p.tokens < 0 || p.n_experts <= 0 || p.k <= 0 || p.k > p.n_experts) {
+    return Status::InvalidArgument("MoeRoute: need 0 < k <= experts");
+  }
+  if (p.tokens == 0) return Status::Ok();
+  if (p.logits == nullptr || p.experts == nullptr || p.weights == nullptr ||
+      (p.tid2eid != nullptr && p.token_ids == nullptr)) {
+    return Status::InvalidArgument("MoeRoute: null pointer");
+  }
+  MoeRouteKernel<<<GridFor(p.tokens), kThreads, 0, stream>>>(p);
+  return NW_CUDA_LAUNCH_STATUS("MoeRouteKernel");
+}
+
+Status LaunchMoeDispatch(const MoeDispatchParams& p, cudaStream_t stream) {
+  if (p.tokens < 0 || p.n_experts <= 0 || p.k <= 0 || p.tile_rows_max <= 0) {
+    return Status::InvalidArgument("MoeDispatch: bad sizes");
+  }
+  if (p.max_tiles < p.tokens * p.k / p.tile_rows_max + p.n_experts) {
+    return Status::InvalidArgument("MoeDispatch: max_tiles below tokens * k / tile_rows + experts");
+  }
+  if (p.tokens == 0) return Status::Ok();
+  if (p.experts == nullptr || p.offsets == nullptr || p.list_token == nullptr ||
+      p.position == nullptr || p.tile_expert == nullptr || p.tile_row0 == nullptr ||
+      p.tile_rows == nullptr) {
+    return Status::InvalidArgument("MoeDispatch: null pointer");
+  }
+  MoeDispatchKernel<<<1, kThreads, 0, stream>>>(p);
+  return NW_CUDA_LAUNCH_STATUS("MoeDispatchKernel");
+}
+
+Status LaunchSwiGlu(const SwiGluParams& p, cudaStream_t stream) {
+  if (p.rows < 0 || p.inter <= 0 || p.limit < 0) return Status::InvalidArgument("SwiGlu: bad sizes");
+  if (p.rows == 0) return Status::Ok();
+  if (p.gate == nullptr || p.up == nullptr || p.out == nullptr) {
+    return Status::InvalidArgument("SwiGlu: null pointer");
+  }
+  SwiGluKernel<<<GridFor(p.rows * p.inter), kThreads, 0, stream>>>(p);
+  return NW_CUDA_LAUNCH_STATUS("SwiGluKernel");
+}
+
+Status LaunchMoeListWeights(const MoeListWeightParams& p, cudaStream_t stream) {
+  if (p.slots < 0) return Status::InvalidArgument("MoeListWeights: negative slots");
+  if (p.slots == 0) return Status::Ok();
+  if (p.weights == nullptr || p.position == nullptr || p.list_weight == nullptr) {
+    return Status::InvalidArgument("MoeListWeights: null pointer");
+  }
+  ListWeightKernel<<<GridFor(p.slots), kThreads, 0, stream>>>(p);
+  return NW_CUDA_LAUNCH_STATUS("ListWeightKernel");
+}
+
+Status LaunchMoeCombine(const MoeCombineParams& p, cudaStream_t stream) {
+  if (p.tokens < 0 || p.k <= 0 || p.dim <= 0) return Status::InvalidArgument("MoeCombine: sizes");
+  if (p.tokens == 0) return Status::Ok();
+  if (p.expert_out == nullptr || p.position == nullptr || p.shared == nullptr ||
+      p.out == nullptr) {
+    return Status::InvalidArgument("MoeCombine: null pointer");
+  }
+  MoeCombineKernel<<<GridFor(p.tokens * p.dim), kThreads, 0, stream>>>(p);
+  return NW_CUDA_LAUNCH_STATUS("MoeCombineKernel");
+}
+
+}  // namespace nw::cuda
