@@ -21,4 +21,15 @@ struct LoadOptions {
 
 Result<LoadedCampaign> LoadCampaign(const std::string& path, const LoadOptions& options);
 
+/// Engine backends the campaign's jobs name that this build and machine cannot run (a cuda* one
+/// without a CUDA build or a GPU), in catalog order; the http backend is not an engine backend.
+std::vector<std::string> UnavailableBackends(const LoadedCampaign& loaded);
+
+/// Why `backend` cannot run here, in a few words ("this nw was built without CUDA").
+std::string UnavailableReason(const std::string& backend);
+
+/// The plain note `nw validate` and `nw plan` print for such a backend: the jobs are valid, and
+/// need a GPU worker elsewhere.
+std::string UnavailableBackendNote(const std::string& backend);
+
 }  // namespace nw::cli

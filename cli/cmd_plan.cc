@@ -30,6 +30,8 @@ Status Plan(const Globals& g, const std::string& path, int64_t max_jobs) {
                  "counts and costs below are the whole grid's, an upper bound\n";
   }
 
+  for (const auto& b : UnavailableBackends(*loaded)) std::cout << UnavailableBackendNote(b) << "\n";
+
   std::vector<std::string> done;
   std::map<std::string, std::pair<double, int64_t>> ms_per_token;  // backend -> (sum, n)
   if (std::filesystem::exists(g.db_path)) {

@@ -104,6 +104,18 @@ int Run(const RunArgs& a, const Globals& g) {
   }
   const Campaign& c = loaded->resolved.campaign;
   for (const auto& w : c.warnings) std::cerr << "warning: " << w << "\n";
+  // Local workers run the engine backends of this build and machine only: refuse up front rather
+  // than leave jobs queued that no local worker can take.
+  if (const auto missing = UnavailableBackends(*loaded); !missing.empty()) {
+    for (const auto& b : missing) {
+      std::cerr << "nw run: backend " << b << " is not available here (" << UnavailableReason(b)
+                << "), so the local workers cannot run its jobs; run this campaign with `nw "
+                   "coordinator` and a GPU worker (`nw worker --gpu N`) on a machine with one, or "
+                   "leave "
+                << b << " out of the campaign\n";
+    }
+    return 2;
+  }
   std::optional<search::SearchDriver> driver;
   if (c.search) {
     if (a.rerun) {

@@ -74,7 +74,8 @@ void RegisterServe(CLI::App& app, Globals& g) {
   cmd->add_option("--model", a->model, "Model folder (config.json, tokenizer.json, weights)")
       ->required()
       ->check(CLI::ExistingDirectory);
-  cmd->add_option("--backend", a->backend, "cpu or cpu-paged")
+  cmd->add_option("--backend", a->backend,
+                  "Engine backend (cpu, cpu-paged, cpu-pd; cuda* with a CUDA build and a GPU)")
       ->capture_default_str()
       ->check(CLI::IsMember({"cpu", "cpu-paged"}));
   cmd->add_option("--listen", a->listen, "host:port to listen on (port 0: any free port)")

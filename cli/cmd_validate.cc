@@ -24,6 +24,8 @@ void RegisterValidate(CLI::App& app, Globals& g) {
     }
     const Campaign& c = loaded->resolved.campaign;
     for (const auto& w : c.warnings) std::cerr << "warning: " << w << "\n";
+    for (const auto& b : UnavailableBackends(*loaded))
+      std::cerr << UnavailableBackendNote(b) << "\n";
     std::cout << *path << ": ok: campaign '" << c.name << "', " << loaded->jobs.size() << " jobs ("
               << c.cells.size() << " cells x " << c.trial_seeds.size() << " trials), model "
               << loaded->resolved.model_dir.string() << "\n";

@@ -6,8 +6,8 @@
 //
 // --gpu N / --gpus all|0,2 need a build with CUDA, an engine with a CUDA backend to run the jobs
 // with, and the GPUs (worker/gpu_plan.h); otherwise the worker refuses with the reason (exit 2)
-// and never falls back to the CPU. Today the engine has no CUDA backend, so every GPU request is
-// refused. `--gpus` starts one `nw worker --gpu i` process per GPU and waits for them.
+// and never falls back to the CPU. A build without the CUDA engine backend refuses every GPU
+// request. `--gpus` starts one `nw worker --gpu i` process per GPU and waits for them.
 //
 // TEST DOUBLE: the hidden option --test-executor sleep:MS replaces the engine with an executor
 // that sleeps MS milliseconds per job and answers "pass" or "miss" from the job key without
@@ -33,6 +33,7 @@
 #include "common/clock.h"
 #include "coordinator/curve.h"
 #include "coordinator/process_util.h"
+#include "engine/backend_catalog.h"
 #include "engine/checkpoint/model_files.h"
 #include "engine/engine.h"
 #include "worker/engine_executor.h"
@@ -296,7 +297,8 @@ int RunWorker(const WorkerArgs& a, const Globals& g) {
       backends = GpuBackends(ThisBuildGpuSupport());
     } else {
       for (const auto& b : AvailableBackends()) {
-        if (b.rfind("cuda", 0) != 0) backends.push_back(b);
+        const BackendInfo* info = FindBackend(b);
+        if (info != nullptr && info->device == DeviceKind::kCpu) backends.push_back(b);
       }
     }
     for (int i = 0; i < a.slots; ++i) {

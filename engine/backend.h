@@ -57,6 +57,8 @@ class Backend {
  public:
   virtual ~Backend() = default;
   virtual const BackendInfo& info() const = 0;
+  /// The model config this backend was created with (its sequences run it).
+  virtual const ModelConfig& config() const = 0;
   /// Device description for result rows ("cpu", "NVIDIA H200").
   virtual std::string device() const = 0;
   /// A fresh sequence for one request. The weights are the request's precision.weights format

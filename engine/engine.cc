@@ -1,120 +1,118 @@
 #include "engine/engine.h"
 
-#include <map>
 #include <utility>
 
+#include "engine/backend_catalog.h"
 #include "engine/checkpoint/loader.h"
 #include "engine/checkpoint/model_files.h"
 #include "engine/checkpoint/safetensors.h"
-#include "engine/cpu/batch.h"
-#include "engine/cpu/generate.h"
-#include "engine/cpu/sequence.h"
-#include "engine/parallel/pd_generate.h"
+#include "engine/cpu/cpu_backend.h"
+#include "engine/generate.h"
+#include "engine/parallel/pd_backend.h"
 #include "engine/text/tokenizer.h"
+#ifdef NW_HAVE_CUDA_BACKEND
+#include "engine/cuda/cuda_backend.h"
+#endif
 
 namespace nw {
 
 namespace {
 
-// The CPU reference engine: fp32 weights as loaded, plus one requantized copy per weight format
-// that a request has asked for (made on first use, then reused). "cpu-pd" runs each request
-// through a prefill and a decode instance (engine/parallel/pd_generate.h).
-class CpuEngine final : public Engine {
- public:
-  CpuEngine(ModelConfig config, Tokenizer tokenizer, ModelWeights weights, std::string digest,
-            std::string backend, cpu::BackendOptions options)
-      : config_(std::move(config)),
-        tokenizer_(std::move(tokenizer)),
-        weights_(std::move(weights)),
-        digest_(std::move(digest)),
-        backend_(std::move(backend)),
-        options_(options),
-        pd_(backend_ == parallel::kCpuPdBackend) {}
+std::string Join(const std::vector<std::string>& names) {
+  std::string out;
+  for (const std::string& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out;
+}
 
-  const ModelConfig& config() const override { return config_; }
-  const Tokenizer& tokenizer() const override { return tokenizer_; }
-  std::string backend() const override { return backend_; }
-  std::string device() const override { return "cpu"; }
-  const std::string& model_digest() const override { return digest_; }
+// Whether this build and machine can run `info`; Ok, or Unsupported saying why not.
+Status Runnable(const BackendInfo& info) {
+  if (info.device == DeviceKind::kCpu) return Status::Ok();
+  const std::string name(info.name);
+#ifdef NW_HAVE_CUDA_BACKEND
+  if (cuda::CudaBackendUsable()) return Status::Ok();
+  return Status::Unsupported("backend '" + name +
+                             "' needs a usable NVIDIA GPU, and this machine has none (available "
+                             "here: " +
+                             Join(AvailableBackends()) + ")");
+#else
+  return Status::Unsupported("backend '" + name +
+                             "' needs a CUDA build (-DNW_CUDA=ON) with the CUDA engine backend; "
+                             "this nw was built without it (available here: " +
+                             Join(AvailableBackends()) + ")");
+#endif
+}
 
-  Result<GenerateResult> Generate(const GenerateRequest& request) override {
-    NW_RETURN_IF_ERROR(request.precision.Validate());
-    const ModelWeights& weights = WeightsFor(request.precision.weights);
-    if (pd_) return parallel::GeneratePd(config_, weights, request);
-    return cpu::Generate(config_, weights, request, options_);
+// The catalog entry of `name` if this build and machine can run it.
+Result<const BackendInfo*> Lookup(const std::string& name) {
+  const BackendInfo* info = FindBackend(name);
+  if (info == nullptr) {
+    return Status::InvalidArgument("unknown backend '" + name + "' (expected one of " +
+                                   Join(BackendNames()) + ")");
   }
-
-  Result<std::vector<GenerateResult>> GenerateBatch(
-      std::span<const GenerateRequest> requests) override {
-    if (pd_) return Engine::GenerateBatch(requests);  // one request at a time through the PD pair
-    std::vector<const ModelWeights*> weights;
-    for (const GenerateRequest& r : requests) {
-      NW_RETURN_IF_ERROR(r.precision.Validate());
-      weights.push_back(&WeightsFor(r.precision.weights));
-    }
-    return cpu::GenerateBatch(config_, weights, requests, options_);
-  }
-
- private:
-  const ModelWeights& WeightsFor(NumFormat format) {
-    if (format == NumFormat::kFp32) return weights_;
-    auto it = requantized_.find(format);
-    if (it == requantized_.end()) {
-      it = requantized_
-               .emplace(format, std::make_unique<ModelWeights>(RequantizeWeights(weights_, format)))
-               .first;
-    }
-    return *it->second;
-  }
-
-  ModelConfig config_;
-  Tokenizer tokenizer_;
-  ModelWeights weights_;
-  std::string digest_;
-  std::string backend_;
-  cpu::BackendOptions options_;
-  bool pd_ = false;
-  std::map<NumFormat, std::unique_ptr<ModelWeights>> requantized_;
-};
-
-Result<cpu::BackendOptions> BackendFor(const std::string& name) {
-  if (name == parallel::kCpuPdBackend) return cpu::BackendOptions{};  // both sides in GeneratePd
-  auto options = cpu::CpuBackendOptions(name);
-  if (!options.ok()) {
-    std::string names;
-    for (const std::string& b : AvailableBackends()) names += (names.empty() ? "" : ", ") + b;
-    return Status::Unsupported("backend '" + name + "' is not available in this build (have " +
-                               names + ")");
-  }
-  return options;
+  NW_RETURN_IF_ERROR(Runnable(*info));
+  return info;
 }
 
 }  // namespace
 
-Result<std::vector<GenerateResult>> Engine::GenerateBatch(
-    std::span<const GenerateRequest> requests) {
-  std::vector<GenerateResult> results;
-  for (const GenerateRequest& r : requests) {
-    NW_ASSIGN_OR_RETURN(GenerateResult one, Generate(r));
-    results.push_back(std::move(one));
+Status BackendAvailableHere(const std::string& name) { return Lookup(name).status(); }
+
+Result<std::unique_ptr<Backend>> CreateBackend(const std::string& name, const ModelConfig& config,
+                                               std::shared_ptr<const ModelWeights> weights) {
+  NW_ASSIGN_OR_RETURN(const BackendInfo* info, Lookup(name));
+  if (info->device == DeviceKind::kCuda) {
+#ifdef NW_HAVE_CUDA_BACKEND
+    return cuda::CreateCudaBackend(*info, config, std::move(weights));
+#else
+    return Status::Internal("backend '" + name + "' passed the build check without CUDA");
+#endif
   }
-  return results;
+  if (info->disaggregated) {
+    NW_ASSIGN_OR_RETURN(std::unique_ptr<parallel::PdBackend> pd,
+                        parallel::PdBackend::Create(*info, config, std::move(weights)));
+    return std::unique_ptr<Backend>(std::move(pd));
+  }
+  NW_ASSIGN_OR_RETURN(std::unique_ptr<cpu::CpuBackend> cpu,
+                      cpu::CpuBackend::Create(*info, config, std::move(weights)));
+  return std::unique_ptr<Backend>(std::move(cpu));
 }
 
 std::vector<std::string> AvailableBackends() {
-  return {"cpu", "cpu-paged", parallel::kCpuPdBackend};
+  std::vector<std::string> names;
+  for (const BackendInfo& b : BackendCatalog()) {
+    if (b.device == DeviceKind::kCpu) {
+      names.emplace_back(b.name);
+      continue;
+    }
+#ifdef NW_HAVE_CUDA_BACKEND
+    if (cuda::CudaBackendUsable()) names.emplace_back(b.name);
+#endif
+  }
+  return names;
+}
+
+Engine::Engine(Tokenizer tokenizer, std::string model_digest, std::unique_ptr<Backend> backend)
+    : tokenizer_(std::move(tokenizer)),
+      digest_(std::move(model_digest)),
+      backend_(std::move(backend)) {}
+
+Result<GenerateResult> Engine::Generate(const GenerateRequest& request) {
+  return nw::Generate(*backend_, request);
+}
+
+Result<std::vector<GenerateResult>> Engine::GenerateBatch(
+    std::span<const GenerateRequest> requests) {
+  return nw::GenerateBatch(*backend_, requests);
 }
 
 Result<std::unique_ptr<Engine>> CreateEngine(ModelConfig config, Tokenizer tokenizer,
                                              ModelWeights weights, std::string model_digest,
                                              const EngineOptions& options) {
-  NW_ASSIGN_OR_RETURN(cpu::BackendOptions backend, BackendFor(options.backend));
-  NW_RETURN_IF_ERROR(config.Validate());
-  NW_RETURN_IF_ERROR(cpu::ValidateWeights(config, weights));
-  std::unique_ptr<Engine> engine =
-      std::make_unique<CpuEngine>(std::move(config), std::move(tokenizer), std::move(weights),
-                                  std::move(model_digest), options.backend, backend);
-  return engine;
+  NW_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend,
+                      CreateBackend(options.backend, config,
+                                    std::make_shared<const ModelWeights>(std::move(weights))));
+  return std::make_unique<Engine>(std::move(tokenizer), std::move(model_digest),
+                                  std::move(backend));
 }
 
 Result<LoadedModel> LoadModelFolder(const std::filesystem::path& model_dir) {
@@ -140,7 +138,7 @@ Result<LoadedModel> LoadModelFolder(const std::filesystem::path& model_dir) {
 
 Result<std::unique_ptr<Engine>> LoadEngine(const std::filesystem::path& model_dir,
                                            const EngineOptions& options) {
-  NW_RETURN_IF_ERROR(BackendFor(options.backend).status());
+  NW_RETURN_IF_ERROR(BackendAvailableHere(options.backend));  // before reading any file
   NW_ASSIGN_OR_RETURN(LoadedModel m, LoadModelFolder(model_dir));
   auto engine = CreateEngine(std::move(m.config), std::move(m.tokenizer), std::move(m.weights),
                              m.files.digest, options);

@@ -5,13 +5,8 @@
 #include <cmath>
 #include <numeric>
 
-#include "engine/checkpoint/loader.h"
-#include "engine/checkpoint/model_files.h"
-#include "engine/checkpoint/safetensors.h"
-#include "engine/cpu/batch.h"
-#include "engine/cpu/generate.h"
-#include "engine/cpu/sequence.h"
 #include "engine/engine.h"
+#include "engine/generate.h"
 
 namespace nw {
 namespace {
@@ -81,75 +76,57 @@ ServeModel::~ServeModel() = default;
 
 Result<std::unique_ptr<ServeModel>> ServeModel::Load(const std::filesystem::path& dir,
                                                      const std::string& backend) {
-  auto options = cpu::CpuBackendOptions(backend);
-  if (!options.ok()) {
-    return Status::Unsupported("nw serve runs the CPU backends (cpu, cpu-paged), not '" + backend +
-                               "'");
+  if (Status s = BackendAvailableHere(backend); !s.ok()) {
+    return s.WithContext("nw serve --backend " + backend);
   }
   NW_ASSIGN_OR_RETURN(LoadedModel loaded, LoadModelFolder(dir));
-  NW_RETURN_IF_ERROR(loaded.config.Validate());
-  NW_RETURN_IF_ERROR(
-      cpu::ValidateWeights(loaded.config, loaded.weights).WithContext(loaded.files.dir.string()));
+  auto impl = CreateBackend(backend, loaded.config,
+                            std::make_shared<const ModelWeights>(std::move(loaded.weights)));
+  if (!impl.ok()) return impl.status().WithContext(loaded.files.dir.string());
   auto m = std::make_unique<ServeModel>(Private{});
-  m->config_ = std::move(loaded.config);
   m->tokenizer_ = std::move(loaded.tokenizer);
-  m->weights_ = std::move(loaded.weights);
   m->digest_ = loaded.files.digest;
   m->backend_ = backend;
-  m->layout_ = options->layout;
-  m->prefill_chunk_ = options->prefill_chunk;
+  m->backend_impl_ = *std::move(impl);
   return m;
-}
-
-const ModelWeights& ServeModel::WeightsFor(NumFormat format) {
-  if (format == NumFormat::kFp32) return weights_;
-  auto it = requantized_.find(format);
-  if (it == requantized_.end()) {
-    it = requantized_
-             .emplace(format, std::make_unique<ModelWeights>(RequantizeWeights(weights_, format)))
-             .first;
-  }
-  return *it->second;
 }
 
 Result<std::unique_ptr<ServeGeneration>> ServeModel::Start(const ServeRequest& request) {
   if (request.prompt.empty()) return Status::InvalidArgument("the prompt is empty");
   if (request.max_tokens < 1) return Status::InvalidArgument("max_tokens must be >= 1");
   for (int32_t id : request.prompt) {
-    if (id < 0 || id >= config_.vocab_size) {
+    if (id < 0 || id >= config().vocab_size) {
       return Status::InvalidArgument("prompt token id " + std::to_string(id) +
                                      " is outside the vocabulary [0, " +
-                                     std::to_string(config_.vocab_size) + ")");
+                                     std::to_string(config().vocab_size) + ")");
     }
   }
   if (request.index_topk < 0) return Status::InvalidArgument("index_topk must be >= 0");
   NW_RETURN_IF_ERROR(request.precision.Validate());
+  const ModelConfig& cfg = config();
   const int64_t total = static_cast<int64_t>(request.prompt.size()) + request.max_tokens;
-  if (config_.max_position_embeddings > 0 && total > config_.max_position_embeddings) {
+  if (cfg.max_position_embeddings > 0 && total > cfg.max_position_embeddings) {
     return Status::OutOfRange("the prompt (" + std::to_string(request.prompt.size()) +
                               " tokens) plus max_tokens (" + std::to_string(request.max_tokens) +
                               ") exceeds the model's context of " +
-                              std::to_string(config_.max_position_embeddings) + " tokens");
+                              std::to_string(cfg.max_position_embeddings) + " tokens");
   }
-  cpu::SequenceOptions so;
-  so.layout = layout_;
-  so.prefill_chunk = prefill_chunk_;
-  so.index_topk = request.index_topk;
-  so.precision = request.precision;
+  SequenceSpec spec;
+  spec.index_topk = request.index_topk;
+  spec.precision = request.precision;
   if (request.return_indexer_topk) {
     ProbeRequest probe;  // every position, no needle: only the top-k sets are wanted
     probe.keep_topk_sets = true;
-    so.probe = probe;
+    spec.probe = probe;
   }
-  so.max_tokens = total;
-  NW_ASSIGN_OR_RETURN(cpu::Sequence seq,
-                      cpu::Sequence::Create(config_, WeightsFor(request.precision.weights), so));
+  spec.max_tokens = total;
+  NW_ASSIGN_OR_RETURN(std::unique_ptr<BackendSequence> seq, backend_impl_->NewSequence(spec));
   return std::make_unique<ServeGeneration>(ServeGeneration::Private{}, *this, request,
                                            std::move(seq));
 }
 
 Status ServeModel::DecodeStep(std::span<ServeGeneration* const> gens) {
-  std::vector<cpu::Sequence*> seqs;
+  std::vector<BackendSequence*> seqs;
   std::vector<int32_t> tokens;
   for (ServeGeneration* g : gens) {
     if (!g->decoding())
@@ -158,8 +135,8 @@ Status ServeModel::DecodeStep(std::span<ServeGeneration* const> gens) {
     tokens.push_back(g->result_.tokens.back());
   }
   std::vector<float> logits;
-  NW_RETURN_IF_ERROR(cpu::DecodeBatch(seqs, tokens, &logits));
-  const int64_t V = config_.vocab_size;
+  NW_RETURN_IF_ERROR(backend_impl_->DecodeBatch(seqs, tokens, &logits));
+  const int64_t V = config().vocab_size;
   for (size_t i = 0; i < gens.size(); ++i)
     gens[i]->Next(logits.data() + static_cast<int64_t>(i) * V);
   return Status::Ok();
@@ -170,8 +147,8 @@ Result<ServeResult> ServeModel::Generate(const ServeRequest& request) {
   if (request.cancel != nullptr && request.cancel->load()) {
     return Status::Cancelled("the request was cancelled");
   }
-  // The whole prompt as the backend chunks it (one pass on "cpu", 256-token chunks on
-  // "cpu-paged"); the Sequence does the chunking.
+  // The whole prompt as the backend chunks it (BackendInfo::prefill_chunk: one pass on "cpu",
+  // 256-token chunks on "cpu-paged"); the sequence does the chunking.
   NW_RETURN_IF_ERROR(gen->PrefillChunk(gen->prompt_left()));
   while (gen->decoding()) {
     if (request.cancel != nullptr && request.cancel->load()) {
@@ -184,11 +161,8 @@ Result<ServeResult> ServeModel::Generate(const ServeRequest& request) {
 }
 
 ServeGeneration::ServeGeneration(Private, const ServeModel& model, ServeRequest request,
-                                 cpu::Sequence seq)
-    : model_(model),
-      request_(std::move(request)),
-      seq_(std::make_unique<cpu::Sequence>(std::move(seq))),
-      rng_(request_.seed) {
+                                 std::unique_ptr<BackendSequence> seq)
+    : model_(model), request_(std::move(request)), seq_(std::move(seq)), rng_(request_.seed) {
   stop_ids_ = request_.stop_token_ids;
   const int eos = model_.config().eos_token_id;
   if (!request_.ignore_eos && eos >= 0) stop_ids_.push_back(eos);
@@ -223,7 +197,7 @@ void ServeGeneration::Next(const float* logits) {
   const int32_t next = request_.temperature > 0
                            ? SampleToken(std::vector<float>(logits, logits + V),
                                          request_.temperature, request_.top_p, &rng_)
-                           : cpu::Argmax(logits, V);
+                           : Argmax(logits, V);
   result_.tokens.push_back(next);
   if (std::find(stop_ids_.begin(), stop_ids_.end(), next) != stop_ids_.end()) {
     result_.finish_reason = "stop";

@@ -1,12 +1,14 @@
-// ServeModel: the model behind `nw serve`. It loads a model folder once and runs requests on the
-// CPU reference backend, with what a server needs beyond Engine::Generate: temperature/top-p
+// ServeModel: the model behind `nw serve`. It loads a model folder once and runs requests on one
+// engine backend (engine/backend.h; any catalog backend CreateBackend can create here), with what
+// a server needs beyond Engine::Generate: temperature/top-p
 // sampling with a seed, stop strings, a cancel flag checked between decode steps, and the indexer
 // top-k sets of every position (sglang's return_indexer_topk).
 //
 // A request runs either whole (Generate) or step by step as a ServeGeneration (Start): prompt
-// chunks (PrefillChunk) and decode steps shared with other requests (DecodeStep, one batched
-// pass over the weights for all of them; engine/cpu/batch.h). Chunking and batching change no
-// value: greedy requests (temperature 0) get tokens bit-identical to the in-process engine's.
+// chunks (PrefillChunk) and decode steps shared with other requests (DecodeStep through
+// Backend::DecodeBatch: on the CPU backends one batched pass over the weights for all of them,
+// engine/cpu/batch.h). Chunking and batching change no value: greedy requests (temperature 0) get
+// tokens bit-identical to the in-process engine's.
 // Thread-safety: Generate, Start, DecodeStep and a ServeGeneration's methods are called by one
 // thread at a time (the server's scheduler thread); the accessors are safe from any thread.
 #pragma once
@@ -15,7 +17,6 @@
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
-#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -24,9 +25,9 @@
 #include <vector>
 
 #include "common/status.h"
+#include "engine/backend.h"
 #include "engine/checkpoint/config.h"
 #include "engine/checkpoint/weights.h"
-#include "engine/cpu/sequence.h"
 #include "engine/engine.h"
 #include "engine/precision.h"
 #include "engine/text/tokenizer.h"
@@ -66,8 +67,8 @@ struct ServeResult {
 
 class ServeModel;
 
-/// One request in flight: its Sequence (KV caches), the tokens generated so far and its sampler.
-/// Made by ServeModel::Start; it reads the model's weights, so the model must outlive it.
+/// One request in flight: its BackendSequence (KV caches), the tokens generated so far and its
+/// sampler. Made by ServeModel::Start; the model must outlive it.
 class ServeGeneration {
  public:
   ~ServeGeneration();
@@ -95,7 +96,8 @@ class ServeGeneration {
   };
 
  public:
-  ServeGeneration(Private, const ServeModel& model, ServeRequest request, cpu::Sequence seq);
+  ServeGeneration(Private, const ServeModel& model, ServeRequest request,
+                  std::unique_ptr<BackendSequence> seq);
 
  private:
   // Takes the logits of the last token run: picks the next token and checks the stop conditions.
@@ -103,7 +105,7 @@ class ServeGeneration {
 
   const ServeModel& model_;
   ServeRequest request_;
-  std::unique_ptr<cpu::Sequence> seq_;
+  std::unique_ptr<BackendSequence> seq_;
   std::vector<int32_t> stop_ids_;
   uint64_t rng_ = 0;
   int64_t prefilled_ = 0;
@@ -115,13 +117,14 @@ class ServeGeneration {
 
 class ServeModel {
  public:
-  /// Loads DIR like LoadEngine does (config.json, tokenizer.json, weights) for backend "cpu" or
-  /// "cpu-paged". Errors name the file at fault.
+  /// Loads DIR like LoadEngine does (config.json, tokenizer.json, weights) on a catalog backend
+  /// (CreateBackend). Errors name the file at fault; a backend this build or machine cannot run
+  /// (a cuda* one without a CUDA build or a GPU) is Unsupported, before any file is read.
   static Result<std::unique_ptr<ServeModel>> Load(const std::filesystem::path& dir,
                                                   const std::string& backend);
   ~ServeModel();
 
-  const ModelConfig& config() const { return config_; }
+  const ModelConfig& config() const { return backend_impl_->config(); }
   const Tokenizer& tokenizer() const { return tokenizer_; }
   const std::string& backend() const { return backend_; }
   const std::string& model_digest() const { return digest_; }
@@ -134,8 +137,9 @@ class ServeModel {
   /// Checks a request (the errors of Generate) and sets up its generation, before any token runs.
   Result<std::unique_ptr<ServeGeneration>> Start(const ServeRequest& request);
   /// One decode step for every generation in `gens` (each decoding(), distinct): their last
-  /// tokens run as one batched pass, then each picks its next token. On an error no generation
-  /// has advanced.
+  /// tokens run through Backend::DecodeBatch (one batched pass on the CPU backends), then each
+  /// picks its next token. On an error no generation has advanced (where the backend promises
+  /// it: the CPU ones check everything first).
   Status DecodeStep(std::span<ServeGeneration* const> gens);
 
  private:
@@ -147,16 +151,10 @@ class ServeModel {
   explicit ServeModel(Private) {}
 
  private:
-  const ModelWeights& WeightsFor(NumFormat format);
-
-  ModelConfig config_;
   Tokenizer tokenizer_;
-  ModelWeights weights_;
-  std::map<NumFormat, std::unique_ptr<ModelWeights>> requantized_;
   std::string digest_;
   std::string backend_;
-  KvLayout layout_ = KvLayout::kContiguous;
-  int64_t prefill_chunk_ = 0;  // tokens per prefill chunk, 0 = one pass
+  std::unique_ptr<Backend> backend_impl_;  // owns the weights (and their requantized copies)
 };
 
 /// Samples a token from `logits` at `temperature` (> 0) with nucleus `top_p`, drawing from a

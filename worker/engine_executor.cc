@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "engine/backend_catalog.h"
 #include "engine/text/niah.h"
 #include "engine/text/tokenizer.h"
 #include "worker/scoring.h"
@@ -22,8 +23,21 @@ EngineExecutor::EngineExecutor(EngineExecutorOptions options) : options_(std::mo
 }
 
 nlohmann::json EngineExecutor::Capabilities() const {
+  // The device kind of what it advertises (a GPU worker's registration names the GPU itself).
+  std::string device = "cpu";
+  for (const std::string& b : options_.backends) {
+    const BackendInfo* info = FindBackend(b);
+    if (info != nullptr && info->device != DeviceKind::kCpu) device = DeviceKindName(info->device);
+  }
   return nlohmann::json{
-      {"backends", options_.backends}, {"device", "cpu"}, {"engine_version", kEngineVersion}};
+      {"backends", options_.backends}, {"device", device}, {"engine_version", kEngineVersion}};
+}
+
+std::string EngineExecutor::DeviceFor(const JobSpec& spec) const {
+  auto it = engines_.find(std::make_pair(spec.model_dir, spec.backend));
+  if (it != engines_.end()) return it->second.first->device();
+  const BackendInfo* info = FindBackend(spec.backend);
+  return std::string(DeviceKindName(info != nullptr ? info->device : DeviceKind::kCpu));
 }
 
 Result<Engine*> EngineExecutor::EngineFor(const JobSpec& spec) {
@@ -146,7 +160,7 @@ JobResult EngineExecutor::Execute(const JobSpec& spec, const std::string& key, i
   err.error_message = r.status().message();
   err.retryable = IsRetryable(r.status().code());
   err.worker_id = options_.worker_id;
-  err.device = "cpu";
+  err.device = DeviceFor(spec);
   err.engine_version = kEngineVersion;
   err.total_ms = MsSince(t0);
   return err;

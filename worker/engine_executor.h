@@ -30,6 +30,8 @@ class EngineExecutor final : public JobExecutor {
  private:
   Result<Engine*> EngineFor(const JobSpec& spec);
   Result<JobResult> Run(const JobSpec& spec, const std::string& key, int attempt);
+  // The device of the job's engine (Engine::device()) if loaded, else its catalog device kind.
+  std::string DeviceFor(const JobSpec& spec) const;
 
   EngineExecutorOptions options_;
   // (model_dir, backend) -> engine, with a use counter for eviction.

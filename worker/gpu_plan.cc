@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 
+#include "engine/backend_catalog.h"
 #include "engine/engine.h"
 
 namespace nw {
@@ -69,7 +70,8 @@ GpuSupport ThisBuildGpuSupport() {
 std::vector<std::string> GpuBackends(const GpuSupport& support) {
   std::vector<std::string> out;
   for (const auto& b : support.engine_backends) {
-    if (b.rfind("cuda", 0) == 0) out.push_back(b);
+    const BackendInfo* info = FindBackend(b);
+    if (info != nullptr && info->device == DeviceKind::kCuda) out.push_back(b);
   }
   return out;
 }
@@ -86,8 +88,8 @@ Status CheckGpuWorkerSupport(const GpuSupport& support, const std::vector<GpuDev
   if (GpuBackends(support).empty()) {
     return Status::FailedPrecondition(
         "this nw has the CUDA kernels but no CUDA engine backend (engine backends: " + backends +
-        "), so it cannot run jobs on a GPU: no cuda or cuda-paged engine backend exists in this "
-        "version (docs/cuda.md); use --cpu");
+        "), so it cannot run jobs on a GPU: this build has no cuda* engine backend, or it found "
+        "no usable GPU (docs/cuda.md); use --cpu");
   }
   if (devices.empty()) {
     return Status::FailedPrecondition("no GPU found (`" + std::string(kNvidiaSmiGpuQuery) +

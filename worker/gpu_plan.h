@@ -6,8 +6,9 @@
 //
 // Honesty rule: a GPU worker is refused (never silently run on the CPU, never faked) unless the
 // build has CUDA, the engine has a CUDA backend to run jobs with, and the requested GPUs exist.
-// Today the engine has no CUDA backend (issue 5), so every GPU request ends in a clear refusal;
-// the selection and fan-out below are what will run once it has one.
+// The engine's cuda* backends (catalog device kCuda) exist only in a CUDA build with the CUDA
+// engine backend, and AvailableBackends() lists them only where a usable GPU is found; until
+// then every GPU request ends in a clear refusal.
 //
 // Thread-safety: values and free functions; no shared state.
 #pragma once
@@ -48,7 +49,7 @@ struct GpuSupport {
 /// This build's GpuSupport (NW_CUDA and the engine's AvailableBackends()).
 GpuSupport ThisBuildGpuSupport();
 
-/// The engine backends a GPU worker runs (the cuda* ones).
+/// The engine backends a GPU worker runs (those of the catalog's device kCuda).
 std::vector<std::string> GpuBackends(const GpuSupport& support);
 
 /// Whether a GPU worker can run here. FailedPrecondition with the reason, checked in this order:

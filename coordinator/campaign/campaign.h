@@ -165,8 +165,9 @@ struct Campaign {
   }
 };
 
-/// Backends a campaign may name unless ParseOptions says otherwise.
-std::vector<std::string> KnownBackends();  // cpu, cpu-paged, cpu-pd, cuda, cuda-paged
+/// Backends a campaign may name unless ParseOptions says otherwise: every name of the engine's
+/// backend catalog (engine/backend_catalog.h), whether or not this build can run it.
+std::vector<std::string> KnownBackends();
 
 struct ParseOptions {
   std::vector<std::string> backends = KnownBackends();

@@ -15,6 +15,7 @@
 #include "common/sha256.h"
 #include "coordinator/campaign/campaign.h"
 #include "coordinator/campaign/yaml_guard.h"
+#include "engine/backend_catalog.h"
 #include "engine/text/niah.h"
 
 namespace nw {
@@ -63,9 +64,7 @@ std::string AxisValue::ToString() const {
   return FormatDouble(std::get<double>(value));
 }
 
-std::vector<std::string> KnownBackends() {
-  return {"cpu", "cpu-paged", "cpu-pd", "cuda", "cuda-paged"};
-}
+std::vector<std::string> KnownBackends() { return BackendNames(); }
 
 int64_t DeriveTrialSeed(int64_t campaign_seed, int trial) {
   const std::string hex =

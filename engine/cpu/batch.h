@@ -6,6 +6,8 @@
 // Results are bit-identical to running each sequence alone: every output value is computed by the
 // same code with the same summation order (sequence_impl.h, kernels/cpu/ops.h LinearRows), so a
 // row never depends on the other rows of the batch.
+// Greedy generation over batched steps is backend-agnostic (engine/generate.h GenerateBatch); the
+// CPU backends (cpu_backend.h) run its steps through DecodeBatch.
 // Thread-safety: the sequences of one call are used by the calling thread only.
 #pragma once
 
@@ -16,9 +18,8 @@
 #include "common/status.h"
 #include "engine/checkpoint/config.h"
 #include "engine/checkpoint/weights.h"
-#include "engine/cpu/generate.h"
 #include "engine/cpu/sequence.h"
-#include "engine/engine.h"
+#include "engine/types.h"
 
 namespace nw::cpu {
 
@@ -29,16 +30,5 @@ namespace nw::cpu {
 /// on an error no sequence has advanced.
 Status DecodeBatch(std::span<Sequence* const> seqs, std::span<const int32_t> tokens,
                    std::vector<float>* logits);
-
-/// Greedy generation of several requests together: each request is prefilled alone, then the
-/// unfinished ones decode in batched steps (DecodeBatch) until each reaches a stop token or its
-/// max_new_tokens. weights[i] is request i's weights (already in its format). Tokens, stop flags
-/// and probes are bit-identical to Generate() of each request; prefill_ms is the request's own
-/// prefill, decode_ms the time from the first batched step to its last token. Errors: as
-/// Generate() for any request (nothing is returned then).
-Result<std::vector<GenerateResult>> GenerateBatch(const ModelConfig& cfg,
-                                                  std::span<const ModelWeights* const> weights,
-                                                  std::span<const GenerateRequest> requests,
-                                                  const BackendOptions& backend);
 
 }  // namespace nw::cpu

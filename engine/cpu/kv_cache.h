@@ -75,6 +75,8 @@ class RowStore {
       begin += count;
     }
   }
+  /// Bytes of the contiguous buffer (0 for a paged store: its pages belong to the pool).
+  int64_t contiguous_bytes() const { return static_cast<int64_t>(data_.size() * sizeof(float)); }
   /// Pages held in the block table (paged layout).
   int64_t pages() const { return static_cast<int64_t>(block_table_.size()); }
 

@@ -794,6 +794,22 @@ int64_t Sequence::pages_in_use() const {
   return impl_->kv_pool->pages_in_use() + impl_->index_pool->pages_in_use();
 }
 
+int64_t Sequence::state_bytes() const {
+  const Impl& im = *impl_;
+  const auto pool_bytes = [](const PagePool& p) {
+    return p.pages_in_use() * kPageSize * p.width() * static_cast<int64_t>(sizeof(float));
+  };
+  int64_t bytes = pool_bytes(*im.kv_pool) + pool_bytes(*im.index_pool);
+  for (const LayerCache& c : im.layers) {
+    bytes += c.window.contiguous_bytes() + c.compressed.contiguous_bytes() +
+             c.index_keys.contiguous_bytes();
+    for (const CompressorState* st : {&c.kv_state, &c.index_state}) {
+      bytes += static_cast<int64_t>((st->kv.size() + st->score.size()) * sizeof(float));
+    }
+  }
+  return bytes;
+}
+
 SequenceState Sequence::ExportState() const {
   const Impl& im = *impl_;
   const ModelConfig& cfg = im.cfg;

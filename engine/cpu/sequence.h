@@ -40,8 +40,8 @@
 #include "common/status.h"
 #include "engine/checkpoint/config.h"
 #include "engine/checkpoint/weights.h"
-#include "engine/engine.h"
 #include "engine/precision.h"
+#include "engine/types.h"
 
 namespace nw::cpu {
 
@@ -110,6 +110,10 @@ class Sequence {
 
   /// Pages currently held in the request's page pools (paged layout; 0 for contiguous).
   int64_t pages_in_use() const;
+
+  /// Bytes of KV / index / compressor state held now: contiguous buffers as allocated, pool
+  /// pages in use, compressor rings (fp32).
+  int64_t state_bytes() const;
 
   /// The request's decode state (KV caches, compressor states, position).
   SequenceState ExportState() const;

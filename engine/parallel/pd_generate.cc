@@ -2,10 +2,13 @@
 
 #include <chrono>
 #include <cstdint>
+#include <string>
+#include <utility>
 #include <vector>
 
-#include "engine/cpu/generate.h"
-#include "engine/cpu/sequence.h"
+#include "engine/backend_catalog.h"
+#include "engine/cpu/cpu_backend.h"
+#include "engine/generate.h"
 #include "engine/parallel/pd_transfer.h"
 
 namespace nw::parallel {
@@ -45,34 +48,98 @@ Status MergeProbes(const std::vector<IndexerProbe>& decode, std::vector<IndexerP
   return Status::Ok();
 }
 
+// The catalog entries whose layouts the two instances use.
+const BackendInfo& Entry(const char* name) { return *FindBackend(name); }
+
 }  // namespace
 
-Result<GenerateResult> GeneratePd(const ModelConfig& cfg, const ModelWeights& weights,
-                                  const GenerateRequest& request) {
-  const cpu::BackendOptions prefill_side{KvLayout::kContiguous, 0};
-  const cpu::BackendOptions decode_side{KvLayout::kPaged, cpu::kPagedPrefillChunk};
-  GenerateResult result;
-  std::vector<float> logits;
-  std::vector<uint8_t> transfer;
-  {
-    NW_ASSIGN_OR_RETURN(cpu::Sequence prefill,
-                        cpu::SequenceForRequest(cfg, weights, request, prefill_side));
-    const auto t0 = std::chrono::steady_clock::now();
-    NW_RETURN_IF_ERROR(prefill.Prefill(request.prompt, &logits));
-    transfer = ExportTransfer(cfg, prefill);
-    result.prefill_ms = MsSince(t0);
-    result.probes = prefill.probes();
-  }  // the prefill instance's caches are gone: the decode side has only the transfer buffer
+Result<std::unique_ptr<PdSequence>> PdSequence::Create(std::shared_ptr<const ModelConfig> config,
+                                                       std::shared_ptr<const ModelWeights> weights,
+                                                       const SequenceSpec& spec) {
+  std::unique_ptr<PdSequence> s(new PdSequence());
+  s->config_ = std::move(config);
+  s->weights_ = std::move(weights);
+  s->decode_options_ = cpu::SequenceOptionsFor(Entry("cpu-paged"), spec);
+  NW_ASSIGN_OR_RETURN(cpu::Sequence prefill,
+                      cpu::Sequence::Create(*s->config_, *s->weights_,
+                                            cpu::SequenceOptionsFor(Entry("cpu"), spec)));
+  s->topk_ = prefill.index_topk();
+  s->prefill_.emplace(std::move(prefill));
+  return s;
+}
 
+int64_t PdSequence::position() const {
+  if (prefill_) return prefill_->position();
+  if (decode_) return decode_->position();
+  return position_;
+}
+
+Status PdSequence::Prefill(std::span<const int32_t> tokens, std::vector<float>* logits) {
+  if (prefill_) return prefill_->Prefill(tokens, logits);
+  NW_RETURN_IF_ERROR(Import());
+  return decode_->Prefill(tokens, logits);
+}
+
+Status PdSequence::Decode(int32_t token, std::vector<float>* logits) {
+  NW_RETURN_IF_ERROR(Import());
+  return decode_->Decode(token, logits);
+}
+
+Status PdSequence::Export() {
+  if (!prefill_) return Status::Ok();
+  transfer_ = ExportTransfer(*config_, *prefill_);
+  position_ = prefill_->position();
+  prefill_probes_ = prefill_->probes();
+  prefill_.reset();  // the prefill instance's caches are gone: only the transfer buffer is left
+  return Status::Ok();
+}
+
+Status PdSequence::Import() {
+  if (decode_) return Status::Ok();
+  NW_RETURN_IF_ERROR(Export());
   NW_ASSIGN_OR_RETURN(cpu::Sequence decode,
-                      cpu::SequenceForRequest(cfg, weights, request, decode_side));
-  const auto t1 = std::chrono::steady_clock::now();
-  if (Status s = ImportTransfer(cfg, transfer, &decode); !s.ok()) {
+                      cpu::Sequence::Create(*config_, *weights_, decode_options_));
+  if (Status s = ImportTransfer(*config_, transfer_, &decode); !s.ok()) {
     return s.WithContext("PD transfer");
   }
-  NW_RETURN_IF_ERROR(cpu::DecodeGreedy(cfg, request, &decode, &logits, &result));
+  decode_.emplace(std::move(decode));
+  transfer_.clear();
+  transfer_.shrink_to_fit();
+  return Status::Ok();
+}
+
+const std::vector<IndexerProbe>& PdSequence::probes() const {
+  if (prefill_) return prefill_->probes();
+  merged_ = prefill_probes_;
+  if (decode_ && !MergeProbes(decode_->probes(), &merged_).ok()) merged_ = prefill_probes_;
+  return merged_;
+}
+
+int64_t PdSequence::state_bytes() const {
+  if (prefill_) return prefill_->state_bytes();
+  if (decode_) return decode_->state_bytes();
+  return static_cast<int64_t>(transfer_.size());
+}
+
+Result<GenerateResult> GeneratePd(std::shared_ptr<const ModelConfig> config,
+                                  std::shared_ptr<const ModelWeights> weights,
+                                  const GenerateRequest& request) {
+  const ModelConfig& cfg = *config;
+  NW_ASSIGN_OR_RETURN(SequenceSpec spec, CheckRequest(cfg, request));
+  NW_ASSIGN_OR_RETURN(std::unique_ptr<PdSequence> seq,
+                      PdSequence::Create(std::move(config), std::move(weights), spec));
+  GenerateResult result;
+  std::vector<float> logits;
+  const auto t0 = std::chrono::steady_clock::now();
+  NW_RETURN_IF_ERROR(seq->Prefill(request.prompt, &logits));
+  NW_RETURN_IF_ERROR(seq->Export());
+  result.prefill_ms = MsSince(t0);
+
+  const auto t1 = std::chrono::steady_clock::now();
+  NW_RETURN_IF_ERROR(seq->Import());
+  NW_RETURN_IF_ERROR(DecodeGreedy(cfg, request, seq.get(), &logits, &result));
   result.decode_ms = MsSince(t1);
-  NW_RETURN_IF_ERROR(MergeProbes(decode.probes(), &result.probes));
+  result.probes = seq->probes();
   return result;
 }
 

@@ -184,9 +184,9 @@ TEST_F(CampaignHttpTest, HttpNeedsItsSettingsAndThereIsOnlyOneServer) {
                       ", {http: {url: 'http://127.0.0.1:8001', model: tiny}}]")),
       HasSubstr("a campaign evaluates one http backend; this one differs from matrix.backend[0]"));
   // The old errors are unchanged.
-  EXPECT_THAT(
-      ParseError(Yaml("[cpu, tpu]")),
-      HasSubstr("unknown backend 'tpu' (expected cpu, cpu-paged, cpu-pd, cuda, cuda-paged)"));
+  EXPECT_THAT(ParseError(Yaml("[cpu, tpu]")),
+              HasSubstr("unknown backend 'tpu' (expected cpu, cpu-paged, cpu-pd, cuda, cuda-paged, "
+                        "cuda-pd)"));
   EXPECT_THAT(ParseError(Yaml("{linear: {from: 1, to: 2, step: 1}}")),
               HasSubstr("matrix.backend: must be a name or a list of names, got a map"));
   ParseOptions no_http;

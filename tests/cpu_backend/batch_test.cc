@@ -10,10 +10,10 @@
 #include <vector>
 
 #include "engine/checkpoint/loader.h"
-#include "engine/cpu/generate.h"
 #include "engine/cpu/moe.h"
 #include "engine/cpu/random_weights.h"
 #include "engine/engine.h"
+#include "engine/generate.h"
 #include "engine/text/tokenizer.h"
 #include "tests/cpu_backend/test_model.h"
 
@@ -172,10 +172,11 @@ TEST_F(BatchTest, AnInvalidBatchChangesNoSequence) {
 }
 
 TEST_F(BatchTest, BatchedGenerationGivesGeneratesTokensAndProbes) {
-  for (const char* backend : {"cpu", "cpu-paged"}) {
-    SCOPED_TRACE(backend);
-    auto bo = CpuBackendOptions(backend);
-    ASSERT_TRUE(bo.ok());
+  for (const char* name : {"cpu", "cpu-paged"}) {
+    SCOPED_TRACE(name);
+    auto backend = CreateBackend(name, cfg_, std::make_shared<const ModelWeights>(w_));
+    ASSERT_TRUE(backend.ok()) << backend.status().ToString();
+    Backend& be = **backend;
     std::vector<GenerateRequest> reqs(5);
     for (size_t i = 0; i < reqs.size(); ++i) {
       reqs[i].prompt = RandomTokens(20 + 45 * static_cast<int64_t>(i),
@@ -184,19 +185,17 @@ TEST_F(BatchTest, BatchedGenerationGivesGeneratesTokensAndProbes) {
     }
     reqs[1].index_topk = 1;
     reqs[2].probe = ProbeRequest{5, 9, 3, true};
-    reqs[3].precision.weights = NumFormat::kBf16;
+    reqs[3].precision.weights = NumFormat::kBf16;  // its own pass over the requantized copy
     reqs[4].max_new_tokens = 0;
-    std::vector<const ModelWeights*> ws(reqs.size(), &w_);
-    ws[3] = &w_bf16_;
     // Request 0 stops early: on the third token it generates alone.
-    auto probe = Generate(cfg_, w_, reqs[0], *bo);
+    auto probe = nw::Generate(be, reqs[0]);
     ASSERT_TRUE(probe.ok());
     reqs[0].stop_tokens = {probe->tokens[2]};
-    auto batched = GenerateBatch(cfg_, ws, reqs, *bo);
+    auto batched = nw::GenerateBatch(be, reqs);
     ASSERT_TRUE(batched.ok()) << batched.status().ToString();
     ASSERT_EQ(batched->size(), reqs.size());
     for (size_t i = 0; i < reqs.size(); ++i) {
-      auto alone = Generate(cfg_, *ws[i], reqs[i], *bo);
+      auto alone = nw::Generate(be, reqs[i]);
       ASSERT_TRUE(alone.ok());
       EXPECT_EQ((*batched)[i].tokens, alone->tokens) << "request " << i;
       EXPECT_EQ((*batched)[i].stopped, alone->stopped) << "request " << i;

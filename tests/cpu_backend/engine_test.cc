@@ -15,8 +15,9 @@
 
 #include "engine/checkpoint/loader.h"
 #include "engine/checkpoint/random_checkpoint.h"
-#include "engine/cpu/generate.h"
 #include "engine/cpu/random_weights.h"
+#include "engine/cpu/sequence.h"
+#include "engine/generate.h"
 #include "engine/text/tokenizer.h"
 #include "tests/cpu_backend/test_model.h"
 
@@ -133,7 +134,7 @@ TEST_F(EngineTest, GreedyDecodeFollowsArgmaxOfFullPrefill) {
     ASSERT_TRUE(s.ok());
     std::vector<float> logits;
     ASSERT_TRUE(s->Prefill(seq, &logits).ok());
-    EXPECT_EQ(cpu::Argmax(logits.data(), cfg_.vocab_size), tok);
+    EXPECT_EQ(Argmax(logits.data(), cfg_.vocab_size), tok);
     seq.push_back(tok);
   }
 }
@@ -141,9 +142,9 @@ TEST_F(EngineTest, GreedyDecodeFollowsArgmaxOfFullPrefill) {
 TEST(ArgmaxTest, TiesGoToLowestIdAndNanLoses) {
   const float nan = std::numeric_limits<float>::quiet_NaN();
   std::vector<float> v = {1, 3, 3, 2};
-  EXPECT_EQ(cpu::Argmax(v.data(), 4), 1);
+  EXPECT_EQ(Argmax(v.data(), 4), 1);
   v = {nan, -5, nan, -5};
-  EXPECT_EQ(cpu::Argmax(v.data(), 4), 1);
+  EXPECT_EQ(Argmax(v.data(), 4), 1);
 }
 
 TEST_F(EngineTest, WeightFormatsUseRequantizedWeights) {
@@ -161,8 +162,13 @@ TEST_F(EngineTest, WeightFormatsUseRequantizedWeights) {
     req.precision.weights = f;
     auto got = e->Generate(req);
     ASSERT_TRUE(got.ok()) << got.status().ToString();
-    const ModelWeights rq = RequantizeWeights(w_, f);
-    auto want = cpu::Generate(cfg_, rq, req, cpu::BackendOptions{});
+    // The same request on a backend holding an explicitly requantized copy, asked for as is.
+    auto direct =
+        CreateBackend("cpu", cfg_, std::make_shared<const ModelWeights>(RequantizeWeights(w_, f)));
+    ASSERT_TRUE(direct.ok());
+    GenerateRequest as_is = req;
+    as_is.precision.weights = NumFormat::kFp32;
+    auto want = Generate(**direct, as_is);
     ASSERT_TRUE(want.ok());
     EXPECT_EQ(got->tokens, want->tokens);
     EXPECT_EQ(got->probes[0].topk_sets, want->probes[0].topk_sets);

@@ -30,9 +30,9 @@
 #include "engine/checkpoint/loader.h"
 #include "engine/checkpoint/random_checkpoint.h"
 #include "engine/checkpoint/safetensors.h"
-#include "engine/cpu/generate.h"
 #include "engine/cpu/sequence.h"
 #include "engine/engine.h"
+#include "engine/generate.h"
 
 namespace nw {
 namespace {
@@ -141,7 +141,7 @@ void CheckPrompt(const ModelConfig& cfg, const ModelWeights& weights, const Gold
   std::vector<int32_t> greedy;
   std::vector<float> last(all.end() - vocab, all.end());
   for (size_t step = 0; step < g.greedy.size(); ++step) {
-    const int32_t next = cpu::Argmax(last.data(), vocab);
+    const int32_t next = Argmax(last.data(), vocab);
     greedy.push_back(next);
     if (step + 1 < g.greedy.size()) {
       ASSERT_TRUE(seq->Decode(next, &last).ok());

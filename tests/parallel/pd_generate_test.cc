@@ -72,8 +72,8 @@ void ExpectSame(const GenerateResult& pd, const GenerateResult& ref) {
 
 TEST(CpuPdBackend, IsAvailableAndNamedInResults) {
   const auto names = AvailableBackends();
-  EXPECT_NE(std::find(names.begin(), names.end(), kCpuPdBackend), names.end());
-  auto pd = Load(kCpuPdBackend);
+  EXPECT_NE(std::find(names.begin(), names.end(), "cpu-pd"), names.end());
+  auto pd = Load("cpu-pd");
   ASSERT_NE(pd, nullptr);
   EXPECT_EQ(pd->backend(), "cpu-pd");
   EngineOptions bad;
@@ -83,7 +83,7 @@ TEST(CpuPdBackend, IsAvailableAndNamedInResults) {
 
 TEST(CpuPdBackend, SameAnswersAndProbesAsCpu) {
   auto ref = Load("cpu");
-  auto pd = Load(kCpuPdBackend);
+  auto pd = Load("cpu-pd");
   ASSERT_NE(ref, nullptr);
   ASSERT_NE(pd, nullptr);
   // Lengths: inside the window, just past it, mid ratio-4 block, a ratio-128 block boundary.
@@ -102,7 +102,7 @@ TEST(CpuPdBackend, SameAnswersAndProbesAsCpu) {
 
 TEST(CpuPdBackend, BatchesRunEachRequestThroughThePair) {
   auto ref = Load("cpu");
-  auto pd = Load(kCpuPdBackend);
+  auto pd = Load("cpu-pd");
   ASSERT_NE(ref, nullptr);
   ASSERT_NE(pd, nullptr);
   const std::vector<GenerateRequest> rs = {Request(200, 1, "fp32"), Request(140, 2, "fp32")};
@@ -117,7 +117,7 @@ TEST(CpuPdBackend, BatchesRunEachRequestThroughThePair) {
 }
 
 TEST(CpuPdBackend, BadRequestsFailAsOnCpu) {
-  auto pd = Load(kCpuPdBackend);
+  auto pd = Load("cpu-pd");
   ASSERT_NE(pd, nullptr);
   GenerateRequest empty;
   EXPECT_EQ(pd->Generate(empty).status().code(), StatusCode::kInvalidArgument);
