@@ -33,6 +33,7 @@ class CudaBackend final : public Backend {
         device_(std::move(device)) {}
 
   const BackendInfo& info() const override { return info_; }
+  const ModelConfig& config() const override { return config_; }
   std::string device() const override { return device_; }
 
   Result<std::unique_ptr<BackendSequence>> NewSequence(const SequenceSpec& spec) override {

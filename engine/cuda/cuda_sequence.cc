@@ -203,12 +203,12 @@ struct CudaSequence::Impl {
                   CompState& state, RowStore& store);
   Status Select(int l, int64_t n, int64_t s);
   Status Moe(int l, int64_t n);
-  Status Lin(const float* x, int64_t rows, int64_t in, const DevTensor& w, int64_t out, float* y,
-             int lanes = 4) {
+  Status Lin(const float* in_rows, int64_t rows, int64_t in, const DevTensor& w, int64_t out,
+             float* out_rows, int lanes = 4) {
     LinearParams p;
-    p.x = x;
+    p.x = in_rows;
     p.w = w.data();
-    p.y = y;
+    p.y = out_rows;
     p.rows = rows;
     p.in = in;
     p.out = out;
@@ -419,7 +419,6 @@ Status CudaSequence::Impl::EnsureScratch(int64_t n) {
   NW_RETURN_IF_ERROR(Grow(hmix, n * hc));
   NW_RETURN_IF_ERROR(Grow(hu, n * D));
   NW_RETURN_IF_ERROR(Grow(hn, n * D));
-  NW_RETURN_IF_ERROR(Grow(logits, n * V));
   NW_RETURN_IF_ERROR(Grow(pr_rank, n));
   NW_RETURN_IF_ERROR(Grow(pr_hit, n));
   NW_RETURN_IF_ERROR(Grow(pr_score, n));
@@ -961,6 +960,7 @@ Status CudaSequence::Impl::Forward(std::span<const int32_t> toks, std::vector<fl
   NW_RETURN_IF_ERROR(LaunchMhcPre(hp, stream));
   NW_RETURN_IF_ERROR(Act(prof, hu.data(), rows, D, stream));
   NW_RETURN_IF_ERROR(Norm(hu.data(), m.norm.data(), rows, D));
+  NW_RETURN_IF_ERROR(Grow(logits, rows * V));
   NW_RETURN_IF_ERROR(Lin(hu.data(), rows, D, m.head, V, logits.data()));
   std::vector<float> out;
   NW_RETURN_IF_ERROR(Download(logits.data(), static_cast<size_t>(rows * V), &out, stream));
