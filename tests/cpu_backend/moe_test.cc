@@ -445,8 +445,9 @@ TEST(MoeForwardTest, SharedExpertClampedByDefault) {
     ExpectCloseRel(out, ref, 1e-5);
     MoeForwardRows(cfg, w, 1, x.data(), std::vector<int32_t>{0}.data(), 1, out.data());
     ExpectCloseRel(out, ref, 1e-5);
-    EXPECT_GT(MaxAbsDiff(ref, RefForward(cfg, w, 1, x.data(), 0, {Clamp::kReference, Clamp::kNone})),
-              0.1 * MaxAbs(ref));
+    EXPECT_GT(
+        MaxAbsDiff(ref, RefForward(cfg, w, 1, x.data(), 0, {Clamp::kReference, Clamp::kNone})),
+        0.1 * MaxAbs(ref));
   }
 }
 
@@ -530,9 +531,9 @@ TEST(MoeForwardTest, RowsEqualsRowByRowWithTheSharedClamp) {
                    alone.data() + t * cfg.dim);
         const std::vector<double> ref =
             RefForward(cfg, w, layer, x.data() + t * cfg.dim, tokens[static_cast<size_t>(t)]);
-        ExpectCloseRel(std::vector<float>(alone.begin() + t * cfg.dim,
-                                          alone.begin() + (t + 1) * cfg.dim),
-                       ref, 1e-5);
+        ExpectCloseRel(
+            std::vector<float>(alone.begin() + t * cfg.dim, alone.begin() + (t + 1) * cfg.dim), ref,
+            1e-5);
       }
       EXPECT_EQ(together, alone);
     }
