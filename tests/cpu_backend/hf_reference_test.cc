@@ -229,7 +229,9 @@ void CheckPrompt(const Loaded& m, const HfPrompt& g, Counts* counts) {
     }
     ++counts->greedy_compared;
     ASSERT_EQ(next, g.greedy[step]) << "greedy step " << step;
-    if (step + 1 < g.greedy.size()) ASSERT_TRUE(seq->Decode(next, &last).ok());
+    if (step + 1 < g.greedy.size()) {
+      ASSERT_TRUE(seq->Decode(next, &last).ok());
+    }
   }
 }
 
