@@ -151,8 +151,8 @@ def load_model(model_dir: str, device: str):
         try:
             model, info = DeepseekV4ForCausalLM.from_pretrained(model_dir, **kwargs, **extra)
             break
-        except (TypeError, ValueError) as e:
-            errors.append(f"{sorted(extra)}: {e}")
+        except Exception as e:  # noqa: BLE001 - try the next spelling, report all at the end
+            errors.append(f"{sorted(extra)}: {type(e).__name__}: {e}")
     else:
         fail(f"cannot load {model_dir} with transformers: " + " | ".join(errors))
     missing = list(info.get("missing_keys", []))

@@ -8,7 +8,7 @@
 // 128x128 F8_E8M0 scales, FP4 e2m1 routed experts with per-32 F8_E8M0 scales), but writes one
 // layer, no MTP block, a 1,024-token vocabulary and 6 routed experts (= num_experts_per_tok): about
 // 200 MB on disk and a few seconds per token. A real-size layer (256 experts, 129,280-token
-// vocabulary) holds about 6.6G parameters, about 27 GB once the CPU engine expands them to fp32, so
+// vocabulary) holds about 6.6G parameters, about 26 GB once the CPU engine expands them to fp32, so
 // it is opt-in: NW_V4_FLASH_LAYERS=N runs the first N layers with the full vocabulary and every
 // expert (NW_V4_FLASH_EXPERTS=E to reduce the experts, NW_V4_FLASH_VOCAB=V the vocabulary).
 #include <gtest/gtest.h>
@@ -162,7 +162,7 @@ TEST(V4FlashTest, FullSizeLayersOptIn) {
   const int layers = EnvInt("NW_V4_FLASH_LAYERS", 0);
   if (layers <= 0) {
     GTEST_SKIP() << "set NW_V4_FLASH_LAYERS=N to write, load and run the first N real-size "
-                    "V4-Flash layers (about 27 GB of fp32 weights per layer with all 256 experts; "
+                    "V4-Flash layers (about 26 GB of fp32 weights per layer with all 256 experts; "
                     "NW_V4_FLASH_EXPERTS / NW_V4_FLASH_VOCAB reduce them)";
   }
   WriteLoadRun({.layers = layers,
