@@ -1,6 +1,9 @@
 // nw model init: writes a random-weight checkpoint of any V4 config (BF16 or the real FP8+FP4
 // layout) with a byte-level BPE tokenizer trained on needlework's own NIAH text, for tests,
-// benchmarks and plumbing runs.
+// benchmarks and plumbing runs. --layers/--mtp-layers/--vocab/--routed-experts reduce the config
+// (ReduceConfig) while keeping every per-layer shape, e.g. a 2-layer DeepSeek-V4-Flash in the
+// real tensor formats:
+//   nw model init --config models/configs/v4-flash.json --layers 2 --layout real --seed 1 DIR
 #include <fstream>
 #include <iostream>
 
@@ -20,17 +23,19 @@ struct ModelInitArgs {
   std::string layout = "bf16";
   int64_t max_shard_mb = 0;
   int64_t corpus_kb = 1024;
+  ConfigReduction reduce;
 };
 
 Status ModelInit(const ModelInitArgs& a) {
-  NW_ASSIGN_OR_RETURN(ModelConfig cfg, LoadModelConfig(a.config));
+  NW_ASSIGN_OR_RETURN(ModelConfig full, LoadModelConfig(a.config));
+  NW_ASSIGN_OR_RETURN(ModelConfig cfg, ReduceConfig(full, a.reduce));
   CheckpointLayout layout;
   if (a.layout == "bf16") {
     layout = CheckpointLayout::kBf16;
-  } else if (a.layout == "fp8") {
+  } else if (a.layout == "fp8" || a.layout == "real") {
     layout = CheckpointLayout::kFp8Fp4;
   } else {
-    return Status::InvalidArgument("--layout must be bf16 or fp8, not '" + a.layout + "'");
+    return Status::InvalidArgument("--layout must be bf16, fp8 or real, not '" + a.layout + "'");
   }
   // The tokenizer is trained on text from the same generators the prompts use, with the
   // special tokens at the end of the vocabulary; the config's BOS/EOS point at them.
@@ -66,7 +71,21 @@ void RegisterModel(CLI::App& app, Globals& g) {
       ->check(CLI::ExistingFile);
   init->add_option("--seed", args->seed, "Seed for weights and tokenizer corpus")
       ->capture_default_str();
-  init->add_option("--layout", args->layout, "bf16, or fp8 (FP8 linears + FP4 experts)")
+  init->add_option("--layout,--formats", args->layout,
+                   "bf16, or fp8 = real (the real V4 formats: F8_E4M3 linears with 128x128 F8_E8M0 "
+                   "scales, FP4 e2m1 routed experts with per-32 F8_E8M0 scales)")
+      ->capture_default_str();
+  init->add_option("--layers", args->reduce.layers,
+                   "Keep only the first N main layers (0: all); per-layer shapes stay")
+      ->capture_default_str();
+  init->add_option("--mtp-layers", args->reduce.mtp_layers,
+                   "Keep only the first N MTP blocks (-1: all)")
+      ->capture_default_str();
+  init->add_option("--vocab", args->reduce.vocab_size,
+                   "Reduce vocab_size (embed, head, tid2eid rows; 0: the config's)")
+      ->capture_default_str();
+  init->add_option("--routed-experts", args->reduce.routed_experts,
+                   "Reduce n_routed_experts (>= num_experts_per_tok; 0: the config's)")
       ->capture_default_str();
   init->add_option("--max-shard-mb", args->max_shard_mb,
                    "Shard weights above this size (0: one file)")

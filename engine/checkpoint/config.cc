@@ -93,6 +93,17 @@ class FieldReader {
     return ToDouble(*v, key, out);
   }
 
+  // Boolean field (same key in both styles); absent keeps *out (the documented default).
+  Status Bool(const std::string& key, bool* out) {
+    const json* v = Lookup(key);
+    if (!v) return Status::Ok();
+    if (!v->is_boolean()) {
+      return BadValue(key, "must be true or false, got " + JsonSnippet(*v));
+    }
+    *out = v->get<bool>();
+    return Status::Ok();
+  }
+
   Status ToDouble(const json& v, const std::string& key, double* out) const {
     if (!v.is_number()) return BadValue(key, "must be a number, got " + JsonSnippet(v));
     *out = v.get<double>();
@@ -348,6 +359,7 @@ nlohmann::json ModelConfig::ToHfJson() const {
   j["routed_scaling_factor"] = route_scale;
   j["num_hash_layers"] = n_hash_layers;
   j["swiglu_limit"] = swiglu_limit;
+  j["swiglu_clamp_shared_expert"] = swiglu_clamp_shared_expert;
   j["rms_norm_eps"] = norm_eps;
   j["max_position_embeddings"] = max_position_embeddings;
   if (bos_token_id >= 0) j["bos_token_id"] = bos_token_id;
@@ -448,6 +460,7 @@ Result<ModelConfig> ParseModelConfig(const nlohmann::json& j, const std::string&
   NW_RETURN_IF_ERROR(r.Double("routed_scaling_factor", "route_scale", true, &c.route_scale));
   NW_RETURN_IF_ERROR(r.Int("num_hash_layers", "n_hash_layers", true, &c.n_hash_layers));
   NW_RETURN_IF_ERROR(r.Double("swiglu_limit", "swiglu_limit", true, &c.swiglu_limit));
+  NW_RETURN_IF_ERROR(r.Bool("swiglu_clamp_shared_expert", &c.swiglu_clamp_shared_expert));
   NW_RETURN_IF_ERROR(r.Double("rms_norm_eps", "norm_eps", false, &c.norm_eps));
   if (hf) {
     const json* mpe = r.Lookup("max_position_embeddings");

@@ -54,7 +54,9 @@ struct ModelConfig {
   double swiglu_limit = 0;  // 0 = no clamp
   // Whether the shared expert's SwiGLU is clamped to swiglu_limit like the routed experts'
   // (DeepSeek's current V4 definition, HF transformers). false = the first release's unclamped
-  // shared expert (config.json "swiglu_clamp_shared_expert": false).
+  // shared expert. config.json key "swiglu_clamp_shared_expert" (a JSON bool, both key styles),
+  // optional, default true; always written by ToHfJson. It is part of the model digest through
+  // the digested bytes of config.json (model_files.h). See docs/engine-reference.md.
   bool swiglu_clamp_shared_expert = true;
   double norm_eps = 1e-6;
   int max_position_embeddings = 0;  // longest context the model accepts

@@ -232,4 +232,56 @@ Status WriteRandomCheckpoint(const ModelConfig& cfg, uint64_t seed, CheckpointLa
   return written.status();
 }
 
+Result<ModelConfig> ReduceConfig(ModelConfig cfg, const ConfigReduction& r) {
+  auto bad = [](const std::string& what) {
+    return Status::InvalidArgument("config reduction: " + what);
+  };
+  const std::vector<int> main_ratios(cfg.compress_ratios.begin(),
+                                     cfg.compress_ratios.begin() + cfg.n_layers);
+  const std::vector<int> mtp_ratios(cfg.compress_ratios.begin() + cfg.n_layers,
+                                    cfg.compress_ratios.end());
+  int layers = cfg.n_layers;
+  if (r.layers != 0) {
+    if (r.layers < 1 || r.layers > cfg.n_layers) {
+      return bad("layers must be in [1, " + std::to_string(cfg.n_layers) + "], got " +
+                 std::to_string(r.layers));
+    }
+    layers = r.layers;
+  }
+  int mtp = cfg.n_mtp_layers;
+  if (r.mtp_layers >= 0) {
+    if (r.mtp_layers > cfg.n_mtp_layers) {
+      return bad("mtp_layers must be in [0, " + std::to_string(cfg.n_mtp_layers) + "], got " +
+                 std::to_string(r.mtp_layers));
+    }
+    mtp = r.mtp_layers;
+  }
+  cfg.n_layers = layers;
+  cfg.n_mtp_layers = mtp;
+  cfg.compress_ratios.assign(main_ratios.begin(), main_ratios.begin() + layers);
+  cfg.compress_ratios.insert(cfg.compress_ratios.end(), mtp_ratios.begin(),
+                             mtp_ratios.begin() + mtp);
+  cfg.n_hash_layers = std::min(cfg.n_hash_layers, layers - 1);
+  if (r.vocab_size != 0) {
+    if (r.vocab_size < 1 || r.vocab_size > cfg.vocab_size) {
+      return bad("vocab_size must be in [1, " + std::to_string(cfg.vocab_size) + "], got " +
+                 std::to_string(r.vocab_size));
+    }
+    cfg.vocab_size = r.vocab_size;
+    if (cfg.bos_token_id >= cfg.vocab_size) cfg.bos_token_id = -1;
+    if (cfg.eos_token_id >= cfg.vocab_size) cfg.eos_token_id = -1;
+  }
+  if (r.routed_experts != 0) {
+    if (r.routed_experts < cfg.n_activated_experts || r.routed_experts > cfg.n_routed_experts) {
+      return bad("routed_experts must be in [n_activated_experts=" +
+                 std::to_string(cfg.n_activated_experts) + ", " +
+                 std::to_string(cfg.n_routed_experts) + "], got " +
+                 std::to_string(r.routed_experts));
+    }
+    cfg.n_routed_experts = r.routed_experts;
+  }
+  NW_RETURN_IF_ERROR(cfg.Validate());
+  return cfg;
+}
+
 }  // namespace nw

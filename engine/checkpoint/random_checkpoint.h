@@ -33,6 +33,22 @@ namespace nw {
 
 enum class CheckpointLayout { kBf16, kFp8Fp4 };
 
+/// Reductions of a config for random checkpoints at real per-layer shapes (`nw model init
+/// --layers/--vocab/--routed-experts/--mtp-layers`); 0 (or -1 for mtp_layers) keeps the value.
+struct ConfigReduction {
+  int layers = 0;          // keep the first `layers` main blocks (their compress_ratios)
+  int mtp_layers = -1;     // keep the first `mtp_layers` MTP blocks
+  int vocab_size = 0;      // embed/head/tid2eid rows
+  int routed_experts = 0;  // n_routed_experts (>= n_activated_experts)
+};
+
+/// `cfg` with the reductions applied: compress_ratios becomes the first `layers` main entries
+/// followed by the first `mtp_layers` MTP entries; n_hash_layers is capped at layers - 1 (the
+/// config rule n_hash_layers < n_layers); bos/eos ids outside a reduced vocabulary are dropped.
+/// Every other field (all per-layer shapes) is kept. InvalidArgument for a reduction that grows
+/// the config or breaks Validate().
+Result<ModelConfig> ReduceConfig(ModelConfig cfg, const ConfigReduction& r);
+
 /// Writes config.json and the weights into `dir` (created if needed).
 Status WriteRandomCheckpoint(const ModelConfig& cfg, uint64_t seed, CheckpointLayout layout,
                              const std::filesystem::path& dir, int64_t max_shard_bytes = 0);

@@ -104,6 +104,12 @@ void AddExpertRows(const ModelConfig& cfg, const ExpertWeights& e, const float* 
   }
 }
 
+// The shared expert's clamp: swiglu_limit when the config clamps it (the current definition),
+// else none (the first release).
+float SharedLimit(const ModelConfig& cfg) {
+  return cfg.swiglu_clamp_shared_expert ? static_cast<float>(cfg.swiglu_limit) : 0.0f;
+}
+
 }  // namespace
 
 namespace {
@@ -159,7 +165,7 @@ void MoeForward(const ModelConfig& cfg, const FfnWeights& w, int layer_id, const
     const ExpertWeights& e = w.experts.at(static_cast<size_t>(r.experts[s]));
     AddExpert(cfg, e, x, r.weights[s], limit, out);
   }
-  AddExpert(cfg, w.shared, x, 1.0f, /*swiglu_limit=*/0.0f, out);
+  AddExpert(cfg, w.shared, x, 1.0f, SharedLimit(cfg), out);
 }
 
 void MoeForwardRows(const ModelConfig& cfg, const FfnWeights& w, int layer_id, const float* x,
@@ -206,7 +212,7 @@ void MoeForwardRows(const ModelConfig& cfg, const FfnWeights& w, int layer_id, c
   std::vector<float> ones(static_cast<size_t>(rows), 1.0f);
   dst.clear();
   for (int64_t t = 0; t < rows; ++t) dst.push_back(out + t * D);
-  AddExpertRows(cfg, w.shared, x, rows, ones.data(), /*swiglu_limit=*/0.0f, dst.data());
+  AddExpertRows(cfg, w.shared, x, rows, ones.data(), SharedLimit(cfg), dst.data());
 }
 
 void MoeForwardRanks(const ModelConfig& cfg, const FfnWeights& w, int layer_id, const float* x,
@@ -235,7 +241,7 @@ void MoeForwardRanks(const ModelConfig& cfg, const FfnWeights& w, int layer_id, 
     for (int64_t d = 0; d < cfg.dim; ++d) out[d] += partial[static_cast<size_t>(d)];
   }
   // The shared expert is replicated and added after the all-reduce (DeepSeek's MoE.forward).
-  AddExpert(cfg, w.shared, x, 1.0f, /*swiglu_limit=*/0.0f, out);
+  AddExpert(cfg, w.shared, x, 1.0f, SharedLimit(cfg), out);
 }
 
 }  // namespace nw::cpu

@@ -1,7 +1,8 @@
 // MoE feed-forward for one token, CPU reference: sqrt-softplus (or softmax / sigmoid) scores,
 // selection bias (for selection only), hash routing through tid2eid on the first n_hash_layers,
 // top-k renormalisation (non-softmax), route_scale, SwiGLU experts with swiglu_limit on routed
-// experts (gate <= lim, |up| <= lim), plus the unclamped shared expert.
+// experts (gate <= lim, |up| <= lim), plus the shared expert, clamped the same way unless
+// cfg.swiglu_clamp_shared_expert is false (DeepSeek's first release; docs/engine-reference.md).
 // Spec: deepseek-v4-attention.md §2.8, checkpoint.md §2.5; DeepSeek's reference Gate / Expert /
 // MoE. Thread-safety: pure functions.
 //
@@ -16,7 +17,7 @@
 //   routed experts first clamp u to [-lim, lim] and g to at most lim (lim = swiglu_limit > 0; g has
 //   no lower bound); the routing weight multiplies silu(g) * u before w2, as the reference does.
 //   out = sum over routed experts in ascending expert id of weight * expert(x), then + shared(x)
-//   (the shared expert is never clamped).
+//   (shared(x) clamped as the routed experts when cfg.swiglu_clamp_shared_expert, else not).
 #pragma once
 
 #include <cstdint>

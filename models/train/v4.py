@@ -73,6 +73,10 @@ class V4Config:
     n_hash_layers: int
     swiglu_limit: float
     max_position_embeddings: int
+    # The shared expert's SwiGLU clamped like the routed experts' (DeepSeek's current definition,
+    # HF transformers; the C++ default). config.json "swiglu_clamp_shared_expert", default true;
+    # models/tiny-v4 was trained with it false (the first release's unclamped shared expert).
+    swiglu_clamp_shared_expert: bool = True
     n_mtp_layers: int = 1
     n_shared_experts: int = 1
     original_seq_len: int = 0
@@ -115,6 +119,7 @@ class V4Config:
             n_hash_layers=j["num_hash_layers"],
             swiglu_limit=j["swiglu_limit"],
             max_position_embeddings=j["max_position_embeddings"],
+            swiglu_clamp_shared_expert=j.get("swiglu_clamp_shared_expert", True),
             n_mtp_layers=j.get("num_nextn_predict_layers", 1),
             n_shared_experts=j.get("n_shared_experts", 1),
             original_seq_len=rs.get("original_max_position_embeddings", 0),
@@ -130,6 +135,9 @@ class V4Config:
         assert all(r in (0, 4, 128) for r in cfg.compress_ratios)
         assert cfg.n_heads % cfg.o_groups == 0 and cfg.n_shared_experts == 1
         assert cfg.score_func in ("softmax", "sigmoid", "sqrtsoftplus")
+        assert isinstance(cfg.swiglu_clamp_shared_expert, bool), (
+            "config key 'swiglu_clamp_shared_expert' must be true or false"
+        )
         return cfg
 
     @staticmethod
@@ -504,7 +512,8 @@ class MoE(nn.Module):
                 y = y + expert(x, we, lim)
         if ctl.loads is not None and not self.gate.hash:
             ctl.loads.append((self.gate, F.one_hot(idx, self.cfg.n_routed_experts).sum(-2)))
-        return y + self.shared_experts(x, None, 0.0)
+        shared_lim = lim if self.cfg.swiglu_clamp_shared_expert else 0.0
+        return y + self.shared_experts(x, None, shared_lim)
 
 
 def hc_split_sinkhorn(mix, scale, base, n: int, iters: int, eps: float):

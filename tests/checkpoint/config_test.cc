@@ -62,6 +62,7 @@ TEST(ConfigTest, ParsesTinyAHfKeys) {
   EXPECT_EQ(c.route_scale, 1.5);
   EXPECT_EQ(c.n_hash_layers, 1);
   EXPECT_EQ(c.swiglu_limit, 10.0);
+  EXPECT_FALSE(c.swiglu_clamp_shared_expert);  // tiny-a.json asks for the first release's
   EXPECT_EQ(c.norm_eps, 1e-6);
   EXPECT_EQ(c.max_position_embeddings, 65536);
   EXPECT_EQ(c.bos_token_id, 0);
@@ -148,6 +149,60 @@ TEST(ConfigTest, DocumentedDefaults) {
   EXPECT_EQ(r->norm_eps, 1e-6);
   EXPECT_EQ(r->bos_token_id, -1);
   EXPECT_EQ(r->eos_token_id, -1);
+}
+
+// swiglu_clamp_shared_expert: optional, default true (DeepSeek's current definition), read in
+// both key styles, written back by ToHfJson, and a JSON bool or an error naming file and key.
+TEST(ConfigTest, SwigluClampSharedExpertKey) {
+  json j = ReadJson("tiny-a.json");
+  ASSERT_EQ(j.at("swiglu_clamp_shared_expert"), json(false));
+  j.erase("swiglu_clamp_shared_expert");
+  Result<ModelConfig> r = ParseModelConfig(j, "cfg.json");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(r->swiglu_clamp_shared_expert);
+  EXPECT_EQ(r->ToHfJson().at("swiglu_clamp_shared_expert"), json(true));
+
+  for (bool v : {false, true}) {
+    j["swiglu_clamp_shared_expert"] = v;
+    r = ParseModelConfig(j, "cfg.json");
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r->swiglu_clamp_shared_expert, v);
+    const json written = r->ToHfJson();
+    EXPECT_EQ(written.at("swiglu_clamp_shared_expert"), json(v));
+    Result<ModelConfig> back = ParseModelConfig(json::parse(written.dump()), "rt");
+    ASSERT_TRUE(back.ok()) << back.status().ToString();
+    EXPECT_EQ(*back, *r);
+  }
+  for (const json& bad : {json(1), json(0), json("true"), json(nullptr), json::array({true})}) {
+    j["swiglu_clamp_shared_expert"] = bad;
+    EXPECT_THAT(ParseError(j, "m/config.json"),
+                HasSubstr("m/config.json: key 'swiglu_clamp_shared_expert' must be true or false"))
+        << bad.dump();
+  }
+
+  json ma = ReadJson("tiny-a.modelargs.json");
+  ma["swiglu_clamp_shared_expert"] = true;
+  r = ParseModelConfig(ma, "inference/config.json");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(r->swiglu_clamp_shared_expert);
+  ma["swiglu_clamp_shared_expert"] = "no";
+  EXPECT_THAT(ParseError(ma, "inference/config.json"),
+              HasSubstr("inference/config.json: key 'swiglu_clamp_shared_expert'"));
+}
+
+// Every config whose golden outputs or trained weights come from the unclamped shared expert
+// says so explicitly (a missing key would mean the clamp).
+TEST(ConfigTest, ShippedConfigsKeepTheUnclampedSharedExpert) {
+  const std::filesystem::path root(NW_SOURCE_DIR);
+  for (const std::filesystem::path& p :
+       {root / "models/configs/tiny-a.json", root / "models/configs/tiny-a.modelargs.json",
+        root / "models/configs/tiny-b.json", root / "models/tiny-v4/config.json",
+        root / "models/train/tiny-v4.json", root / "tests/data/golden/random-seed0.config.json",
+        root / "tests/cpu_backend/data/deepseek_ref/config.json"}) {
+    Result<ModelConfig> r = LoadModelConfig(p);
+    ASSERT_TRUE(r.ok()) << p << ": " << r.status().ToString();
+    EXPECT_FALSE(r->swiglu_clamp_shared_expert) << p;
+  }
 }
 
 TEST(ConfigTest, EosListTakesTheFirst) {

@@ -183,8 +183,14 @@ struct RefOptions {
   Clamp shared = Clamp::kNone;
 };
 
+// The clamps the config asks for: routed experts always, the shared expert when
+// swiglu_clamp_shared_expert (the default).
+RefOptions ConfigClamps(const ModelConfig& cfg) {
+  return {Clamp::kReference, cfg.swiglu_clamp_shared_expert ? Clamp::kReference : Clamp::kNone};
+}
+
 std::vector<double> RefForward(const ModelConfig& cfg, const FfnWeights& w, int layer,
-                               const float* x, int32_t token, RefOptions opt = {}) {
+                               const float* x, int32_t token, RefOptions opt) {
   const RefRouting r = RefRoute(cfg, w, layer, x, token);
   std::vector<double> out(static_cast<size_t>(cfg.dim), 0.0);
   auto add = [&out](const std::vector<double>& y) {
@@ -195,6 +201,11 @@ std::vector<double> RefForward(const ModelConfig& cfg, const FfnWeights& w, int 
   }
   add(RefExpert(cfg, w.shared, x, 1.0, cfg.swiglu_limit, opt.shared));
   return out;
+}
+
+std::vector<double> RefForward(const ModelConfig& cfg, const FfnWeights& w, int layer,
+                               const float* x, int32_t token) {
+  return RefForward(cfg, w, layer, x, token, ConfigClamps(cfg));
 }
 
 double MaxAbs(const std::vector<double>& v) {
@@ -380,12 +391,14 @@ TEST(MoeForwardTest, MatchesDoubleReference) {
   }
 }
 
-// swiglu_limit = 1 with large w1/w3: most gates and ups exceed the limit. The clamp applies to
-// the routed experts only, as min(g, lim) and clamp(u, -lim, lim).
-TEST(MoeForwardTest, ClampOnRoutedExpertsOnly) {
+// swiglu_limit = 1 with large w1/w3: most gates and ups exceed the limit. With
+// swiglu_clamp_shared_expert false (DeepSeek's first release) the clamp applies to the routed
+// experts only, as min(g, lim) and clamp(u, -lim, lim).
+TEST(MoeForwardTest, ClampOnRoutedExpertsOnlyWhenTheSharedClampIsOff) {
   for (ScoreFunc f : {ScoreFunc::kSqrtSoftplus, ScoreFunc::kSoftmax}) {
     ModelConfig cfg = SmallConfig(32, 8, 16, f);
     cfg.swiglu_limit = 1.0;
+    cfg.swiglu_clamp_shared_expert = false;
     Rng rng(300 + static_cast<uint64_t>(f));
     const FfnWeights w = RandomFfn(cfg, false, rng, 1.0f);
     const std::vector<float> x = RandomVector(cfg.dim, rng, 1.0f);
@@ -406,6 +419,124 @@ TEST(MoeForwardTest, ClampOnRoutedExpertsOnly) {
     EXPECT_GT(
         MaxAbsDiff(ref, RefForward(cfg, w, 1, x.data(), 0, {Clamp::kReference, Clamp::kReference})),
         0.1 * scale);
+  }
+}
+
+// The current definition (the default): the shared expert is clamped exactly as the routed
+// experts. Checked against the double reference on every entry point, and against the unclamped
+// variant, which must differ.
+TEST(MoeForwardTest, SharedExpertClampedByDefault) {
+  for (ScoreFunc f : {ScoreFunc::kSqrtSoftplus, ScoreFunc::kSoftmax}) {
+    ModelConfig cfg = SmallConfig(32, 8, 16, f);
+    cfg.swiglu_limit = 1.0;
+    ASSERT_TRUE(cfg.swiglu_clamp_shared_expert);
+    Rng rng(700 + static_cast<uint64_t>(f));
+    const FfnWeights w = RandomFfn(cfg, false, rng, 1.0f);
+    const std::vector<float> x = RandomVector(cfg.dim, rng, 1.0f);
+
+    const std::vector<double> ref = RefForward(cfg, w, 1, x.data(), 0);
+    const std::vector<double> both =
+        RefForward(cfg, w, 1, x.data(), 0, {Clamp::kReference, Clamp::kReference});
+    EXPECT_EQ(ref, both);
+    std::vector<float> out(static_cast<size_t>(cfg.dim));
+    MoeForward(cfg, w, 1, x.data(), 0, out.data());
+    ExpectCloseRel(out, ref, 1e-5);
+    MoeForwardRanks(cfg, w, 1, x.data(), 0, 4, out.data());
+    ExpectCloseRel(out, ref, 1e-5);
+    MoeForwardRows(cfg, w, 1, x.data(), std::vector<int32_t>{0}.data(), 1, out.data());
+    ExpectCloseRel(out, ref, 1e-5);
+    EXPECT_GT(
+        MaxAbsDiff(ref, RefForward(cfg, w, 1, x.data(), 0, {Clamp::kReference, Clamp::kNone})),
+        0.1 * MaxAbs(ref));
+  }
+}
+
+// A constructed input: only the shared expert is non-zero (routed w2 zeroed), and its gate and
+// up pre-activations are exactly g = u = a for x = e_0. With a above the limit the two settings
+// differ by exactly silu(a) a - silu(lim) lim; with a below they are bit-identical.
+TEST(MoeForwardTest, SharedClampOnAndOffDifferOnlyAboveTheLimit) {
+  ModelConfig cfg = SmallConfig(16, 4, 8, ScoreFunc::kSqrtSoftplus);
+  cfg.swiglu_limit = 2.0;
+  FfnWeights w = UnitGate(cfg, {0.5f, 0.25f, 0, -0.25f});
+  for (int e = 0; e < cfg.n_routed_experts; ++e) {
+    ExpertWeights ex;
+    ex.w1 = Tensor({cfg.moe_inter_dim, cfg.dim});
+    ex.w3 = Tensor({cfg.moe_inter_dim, cfg.dim});
+    ex.w2 = Tensor({cfg.dim, cfg.moe_inter_dim});
+    w.experts.push_back(ex);
+  }
+  const std::vector<float> x = UnitX(cfg);
+  const std::vector<int32_t> token = {0};
+  for (float a : {0.5f, 1.5f, 1.999f, 2.5f, 7.0f}) {
+    SCOPED_TRACE(a);
+    w.shared.w1 = Tensor({cfg.moe_inter_dim, cfg.dim});
+    w.shared.w3 = Tensor({cfg.moe_inter_dim, cfg.dim});
+    w.shared.w2 = Tensor({cfg.dim, cfg.moe_inter_dim});
+    for (int i = 0; i < cfg.moe_inter_dim; ++i) {
+      w.shared.w1.data[static_cast<size_t>(i * cfg.dim)] = a;
+      w.shared.w3.data[static_cast<size_t>(i * cfg.dim)] = a;
+    }
+    w.shared.w2.data[0] = 1.0f;  // out[0] = h[0]
+    std::vector<float> on(static_cast<size_t>(cfg.dim)), off(on.size()), rows(on.size()),
+        ranks(on.size());
+    cfg.swiglu_clamp_shared_expert = true;
+    MoeForward(cfg, w, 1, x.data(), 0, on.data());
+    MoeForwardRows(cfg, w, 1, x.data(), token.data(), 1, rows.data());
+    MoeForwardRanks(cfg, w, 1, x.data(), 0, 2, ranks.data());
+    EXPECT_EQ(rows, on);
+    EXPECT_EQ(ranks, on);
+    cfg.swiglu_clamp_shared_expert = false;
+    MoeForward(cfg, w, 1, x.data(), 0, off.data());
+    MoeForwardRows(cfg, w, 1, x.data(), token.data(), 1, rows.data());
+    MoeForwardRanks(cfg, w, 1, x.data(), 0, 2, ranks.data());
+    EXPECT_EQ(rows, off);
+    EXPECT_EQ(ranks, off);
+
+    const double lim = cfg.swiglu_limit;
+    auto swiglu = [](double g, double u) { return g / (1.0 + std::exp(-g)) * u; };
+    EXPECT_NEAR(off[0], swiglu(a, a), 1e-5 * swiglu(a, a));
+    if (a < lim) {
+      EXPECT_EQ(on, off);
+    } else {
+      EXPECT_NEAR(on[0], swiglu(lim, lim), 1e-5 * swiglu(lim, lim));
+      EXPECT_GT(off[0] - on[0], 0.1);
+    }
+    for (int d = 1; d < cfg.dim; ++d) EXPECT_EQ(on[static_cast<size_t>(d)], 0.0f);
+  }
+}
+
+// MoeForwardRows is bit-identical to MoeForward row by row with the shared clamp on and off, on
+// inputs where the clamp bites, including a hash layer with a token routed twice to one expert.
+TEST(MoeForwardTest, RowsEqualsRowByRowWithTheSharedClamp) {
+  for (bool clamp_shared : {true, false}) {
+    for (bool hash : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << "clamp_shared " << clamp_shared << " hash " << hash);
+      ModelConfig cfg = SmallConfig(32, 8, 16, ScoreFunc::kSqrtSoftplus);
+      cfg.swiglu_limit = 1.0;
+      cfg.swiglu_clamp_shared_expert = clamp_shared;
+      Rng rng(800 + static_cast<uint64_t>(hash));
+      FfnWeights w = RandomFfn(cfg, hash, rng, 1.0f);
+      if (hash) {
+        w.tid2eid[2 * 2] = 3;  // token 2: expert 3 twice
+        w.tid2eid[2 * 2 + 1] = 3;
+      }
+      const int layer = hash ? 0 : 1;
+      const std::vector<int32_t> tokens = {2, 0, 2, 5, 6, 1};
+      const auto rows = static_cast<int64_t>(tokens.size());
+      const std::vector<float> x = RandomVector(rows * cfg.dim, rng, 1.0f);
+      std::vector<float> together(x.size()), alone(x.size());
+      MoeForwardRows(cfg, w, layer, x.data(), tokens.data(), rows, together.data());
+      for (int64_t t = 0; t < rows; ++t) {
+        MoeForward(cfg, w, layer, x.data() + t * cfg.dim, tokens[static_cast<size_t>(t)],
+                   alone.data() + t * cfg.dim);
+        const std::vector<double> ref =
+            RefForward(cfg, w, layer, x.data() + t * cfg.dim, tokens[static_cast<size_t>(t)]);
+        ExpectCloseRel(
+            std::vector<float>(alone.begin() + t * cfg.dim, alone.begin() + (t + 1) * cfg.dim), ref,
+            1e-5);
+      }
+      EXPECT_EQ(together, alone);
+    }
   }
 }
 
