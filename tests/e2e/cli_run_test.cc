@@ -182,6 +182,62 @@ trials: 2
       << search.out;
 }
 
+TEST_F(CliRunTest, CudaBackendsWithoutAGpuAreNotedAndRefusedByRun) {
+  // This build has no usable cuda backend unless it is a CUDA build on a GPU machine.
+  const std::string available = Sh(std::string(NW_BIN) + " version").out;
+  CommandResult v0 = Sh(Nw("validate " + WriteCampaign("gpu-probe", R"(task: niah-single
+haystack: noise
+matrix:
+  context_length: [256]
+  needle_position: [0.5]
+  topk: 16
+  precision: fp32
+  backend: [cpu, cuda]
+trials: 1
+)")
+                                             .string()));
+  ASSERT_EQ(v0.exit_code, 0) << v0.out;
+  if (v0.out.find("note: backend cuda is not available here") == std::string::npos) {
+    GTEST_SKIP() << "this build and machine run the cuda backend: " << available;
+  }
+  EXPECT_NE(v0.out.find("these jobs need a GPU worker (nw worker --gpu N) on a machine with one"),
+            std::string::npos)
+      << v0.out;
+  EXPECT_EQ(v0.out.find("note: backend cpu "), std::string::npos) << v0.out;
+  fs::path c = *dir_ / "gpu-probe.yaml";
+  CommandResult plan = Sh(Nw("plan " + c.string()));
+  ASSERT_EQ(plan.exit_code, 0) << plan.out;
+  EXPECT_NE(plan.out.find("note: backend cuda is not available here"), std::string::npos)
+      << plan.out;
+  EXPECT_NE(plan.out.find("2 jobs = 2 cells x 1 trials"), std::string::npos) << plan.out;
+  CommandResult run = Sh(Nw("run " + c.string()));
+  EXPECT_EQ(run.exit_code, 2) << run.out;
+  EXPECT_NE(run.out.find("nw run: backend cuda is not available here"), std::string::npos)
+      << run.out;
+  EXPECT_NE(run.out.find("nw worker --gpu N"), std::string::npos) << run.out;
+  // Refused up front: nothing was written for the campaign.
+  auto store = Store::Open(*dir_ / "nw.db", Store::Mode::kReadOnly);
+  if (store.ok()) {
+    auto campaign = (*store)->FindCampaign("gpu-probe");
+    ASSERT_TRUE(campaign.ok());
+    EXPECT_FALSE(campaign->has_value());
+  }
+  // A CPU-only campaign gets no note.
+  CommandResult cpu = Sh(Nw("validate " + WriteCampaign("cpu-only", R"(task: niah-single
+haystack: noise
+matrix:
+  context_length: [256]
+  needle_position: [0.5]
+  topk: 16
+  precision: fp32
+  backend: [cpu, cpu-pd]
+trials: 1
+)")
+                                              .string()));
+  ASSERT_EQ(cpu.exit_code, 0) << cpu.out;
+  EXPECT_EQ(cpu.out.find("note:"), std::string::npos) << cpu.out;
+}
+
 TEST_F(CliRunTest, BadCampaignsAreRejectedWithFileLineAndColumn) {
   fs::path c = WriteCampaign("bad", R"(task: niah-single
 haystack: noise

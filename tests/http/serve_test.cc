@@ -130,13 +130,13 @@ TEST_F(ServeTest, HealthModelsAndUnknownRoutes) {
   EXPECT_EQ(server->stats().connections, 1);  // one keep-alive connection for all of it
 }
 
-TEST_F(ServeTest, GreedyCompletionsEqualTheInProcessEngineOnBothBackends) {
+TEST_F(ServeTest, GreedyCompletionsEqualTheInProcessEngineOnEveryCpuBackend) {
   const std::vector<int32_t> prompt = Prompt(300);
   const GenerateResult ref = Reference(prompt, 8);
   std::vector<int32_t> text_tokens = ref.tokens;
   if (ref.stopped) text_tokens.pop_back();
   const std::string ref_text = ReplaceInvalidUtf8(engine_->tokenizer().Decode(text_tokens));
-  for (const std::string backend : {"cpu", "cpu-paged"}) {
+  for (const std::string backend : {"cpu", "cpu-paged", "cpu-pd"}) {
     auto server = Start({}, backend);
     ASSERT_NE(server, nullptr);
     auto client = Client(*server);
@@ -489,6 +489,25 @@ TEST_F(ServeTest, StopClosesConnectionsAndTheSamePortServesAgain) {
   EXPECT_EQ(client->stats().connections_opened, 2);
 }
 
+TEST_F(ServeTest, CpuPdServesTheSameTokensAndTopkSetsAsCpu) {
+  // cpu-pd step by step: prefill instance, the state transferred at the first decode step.
+  auto cpu = ServeModel::Load(model_dir(), "cpu");
+  auto pd = ServeModel::Load(model_dir(), "cpu-pd");
+  ASSERT_TRUE(cpu.ok() && pd.ok());
+  EXPECT_EQ((*pd)->backend(), "cpu-pd");
+  ServeRequest req;
+  req.prompt = Prompt(200);
+  req.max_tokens = 6;
+  req.ignore_eos = true;
+  req.return_indexer_topk = true;
+  auto a = (*cpu)->Generate(req);
+  auto b = (*pd)->Generate(req);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->tokens, b->tokens);
+  EXPECT_EQ(a->indexer_topk, b->indexer_topk);
+  EXPECT_EQ(a->indexer_rows, b->indexer_rows);
+}
+
 TEST_F(ServeTest, BadOptionsAreRejected) {
   auto model = ServeModel::Load(model_dir(), "cpu");
   ASSERT_TRUE(model.ok());
@@ -500,6 +519,7 @@ TEST_F(ServeTest, BadOptionsAreRejected) {
   auto cuda = ServeModel::Load(model_dir(), "cuda");
   ASSERT_FALSE(cuda.ok());
   EXPECT_EQ(cuda.status().code(), StatusCode::kUnsupported);
+  EXPECT_THAT(cuda.status().message(), HasSubstr("backend 'cuda'"));
   auto busy = Start();
   ASSERT_NE(busy, nullptr);
   auto model2 = ServeModel::Load(model_dir(), "cpu");
