@@ -30,6 +30,14 @@ std::vector<std::string> UnavailableBackends(const LoadedCampaign& loaded) {
   return out;
 }
 
+bool CampaignUsesDevice(const LoadedCampaign& loaded, DeviceKind device) {
+  for (const JobSpec& j : loaded.jobs) {
+    const BackendInfo* info = FindBackend(j.backend);
+    if (info != nullptr && info->device == device) return true;
+  }
+  return false;
+}
+
 std::string UnavailableReason(const std::string& backend) {
   const BackendInfo* info = FindBackend(backend);
   if (info == nullptr) return "not an engine backend";

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "coordinator/campaign/campaign.h"
+#include "engine/backend_catalog.h"
 
 namespace nw::cli {
 
@@ -24,6 +25,9 @@ Result<LoadedCampaign> LoadCampaign(const std::string& path, const LoadOptions& 
 /// Engine backends the campaign's jobs name that this build and machine cannot run (a cuda* one
 /// without a CUDA build or a GPU), in catalog order; the http backend is not an engine backend.
 std::vector<std::string> UnavailableBackends(const LoadedCampaign& loaded);
+
+/// True when any job of the campaign runs on a backend of `device` (e.g. the GPU).
+bool CampaignUsesDevice(const LoadedCampaign& loaded, DeviceKind device);
 
 /// Why `backend` cannot run here, in a few words ("this nw was built without CUDA").
 std::string UnavailableReason(const std::string& backend);

@@ -29,6 +29,8 @@ using nw::report::RenderJson;
 using nw::report::RenderMarkdown;
 using nw::report::RenderText;
 using nw::report::TextOptions;
+#include "engine/backend_catalog.h"
+#include "engine/engine.h"
 #include "http/http_executor.h"
 #include "worker/engine_executor.h"
 
@@ -179,8 +181,28 @@ int Run(const RunArgs& a, const Globals& g) {
   if (workers <= 0) workers = c.http ? std::max(2, c.http->spec.concurrency) : 2;
   auto http_pool = std::make_shared<HttpBackendPool>();
   std::vector<std::unique_ptr<JobExecutor>> executors;
+  // The CPU slots advertise the CPU backends only; the cuda* jobs go to one slot per GPU, each
+  // running its engines on its own device.
+  std::vector<std::string> cpu_backends, gpu_backends;
+  for (const std::string& b : AvailableBackends()) {
+    const BackendInfo* info = FindBackend(b);
+    (info != nullptr && info->device == DeviceKind::kCuda ? gpu_backends : cpu_backends)
+        .push_back(b);
+  }
+  int gpus = 0;
+  if (CampaignUsesDevice(*loaded, DeviceKind::kCuda)) {
+    gpus = CudaDeviceCount();
+    for (int i = 0; i < gpus; ++i) {
+      EngineExecutorOptions eo;
+      eo.worker_id = "embedded-gpu" + std::to_string(i);
+      eo.backends = gpu_backends;
+      eo.gpu = i;
+      executors.push_back(std::make_unique<EngineExecutor>(eo));
+    }
+  }
   for (int i = 0; i < workers; ++i) {
     EngineExecutorOptions eo;
+    eo.backends = cpu_backends;
     eo.worker_id = "embedded-" + std::to_string(i);
     HttpExecutorOptions ho;
     ho.worker_id = eo.worker_id;
@@ -192,7 +214,8 @@ int Run(const RunArgs& a, const Globals& g) {
               << (driver ? " (boundary search so far, of " + std::to_string(loaded->jobs.size()) +
                                " in the grid)"
                          : std::string())
-              << ", " << already << " already done, " << workers << " workers, database "
+              << ", " << already << " already done, " << workers << " workers"
+              << (gpus > 0 ? " + " + std::to_string(gpus) + " GPU" : std::string()) << ", database "
               << g.db_path << "\n";
   }
 

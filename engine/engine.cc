@@ -77,6 +77,23 @@ Result<std::unique_ptr<Backend>> CreateBackend(const std::string& name, const Mo
   return std::unique_ptr<Backend>(std::move(cpu));
 }
 
+int CudaDeviceCount() {
+#ifdef NW_HAVE_CUDA_BACKEND
+  return cuda::DeviceCount();
+#else
+  return 0;
+#endif
+}
+
+Status UseCudaDevice(int index) {
+#ifdef NW_HAVE_CUDA_BACKEND
+  return cuda::UseDevice(index);
+#else
+  (void)index;
+  return Status::Unsupported("this build has no CUDA backend (-DNW_CUDA=ON)");
+#endif
+}
+
 std::vector<std::string> AvailableBackends() {
   std::vector<std::string> names;
   for (const BackendInfo& b : BackendCatalog()) {

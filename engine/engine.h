@@ -107,6 +107,12 @@ Result<std::unique_ptr<Engine>> CreateEngine(ModelConfig config, Tokenizer token
 /// (NW_HAVE_CUDA_BACKEND) on a machine where it finds a usable GPU.
 std::vector<std::string> AvailableBackends();
 
+/// CUDA devices this process can run the cuda* backends on (0 without a CUDA build or a GPU).
+int CudaDeviceCount();
+/// Makes `index` the calling thread's CUDA device: cuda* engines created and run on this thread
+/// afterwards use it. Unsupported without the CUDA backend; InvalidArgument for a bad index.
+Status UseCudaDevice(int index);
+
 /// Ok when this build and machine can run backend `name`; InvalidArgument (listing the catalog)
 /// for a name the catalog lacks; Unsupported saying why not for a catalog backend that cannot run
 /// here (a cuda* one without a CUDA build or without a usable GPU).

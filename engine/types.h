@@ -43,6 +43,10 @@ struct IndexerProbe {
                                      // entry (NaN if none is visible)
   std::vector<float> kth_score;      // per position: score of the k-th selected entry, the bar
                                      // a needle entry must clear (NaN if fewer than k visible)
+  std::vector<float> next_score;     // per position: score of the best entry left out (the
+                                     // (k+1)-th in rank order; NaN if every visible entry is
+                                     // selected). kth - next is the selection's margin: a near-
+                                     // tie there is where fp32 rounding can swap an entry.
   std::vector<int32_t> topk_sets;    // positions.size() * topk entry ids in rank order (-1
                                      // padded), if asked
   int topk = 0;                      // the request's effective top-k

@@ -191,6 +191,7 @@ std::vector<IndexerProbe> ProbesFromIndexerTopk(std::span<const int32_t> topk, i
       p.num_visible.push_back(static_cast<int32_t>(visible));
       p.needle_score.push_back(nan);
       p.kth_score.push_back(nan);
+      p.next_score.push_back(nan);
       p.topk_sets.insert(p.topk_sets.end(), set, set + K);
     }
     out.push_back(std::move(p));

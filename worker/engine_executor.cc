@@ -91,6 +91,12 @@ ProbeSummary SummarizeProbe(const IndexerProbe& probe, int64_t last_prompt_posit
 
 Result<JobResult> EngineExecutor::Run(const JobSpec& spec, const std::string& key, int attempt) {
   const auto t0 = std::chrono::steady_clock::now();
+  if (options_.gpu >= 0) {
+    const BackendInfo* info = FindBackend(spec.backend);
+    if (info != nullptr && info->device == DeviceKind::kCuda) {
+      NW_RETURN_IF_ERROR(UseCudaDevice(options_.gpu));
+    }
+  }
   NW_ASSIGN_OR_RETURN(Engine * engine, EngineFor(spec));
   if (engine->model_digest() != spec.model_digest) {
     return Status::FailedPrecondition(

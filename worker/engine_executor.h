@@ -19,6 +19,8 @@ struct EngineExecutorOptions {
   std::string worker_id = "worker";
   std::vector<std::string> backends;  // what this worker advertises (default: AvailableBackends)
   int max_loaded_engines = 2;         // engines kept loaded (model x backend), least recent evicted
+  int gpu = -1;  // CUDA device the cuda* backends run on (set on the calling thread before each
+                 // job); -1 = the thread's current device
 };
 
 class EngineExecutor final : public JobExecutor {

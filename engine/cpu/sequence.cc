@@ -304,6 +304,19 @@ void Sequence::Impl::RecordProbe(int layer, int64_t p, int64_t visible, const fl
   pr.needle_score.push_back(best_score);
   pr.kth_score.push_back(n_selected == topk && topk > 0 ? scores[topk_out[topk - 1]]
                                                         : std::numeric_limits<float>::quiet_NaN());
+  // The best entry left out of the selection (the (k+1)-th in rank order).
+  int64_t next = -1;
+  if (visible > n_selected) {
+    std::vector<uint8_t> chosen(static_cast<size_t>(visible), 0);
+    for (int j = 0; j < n_selected; ++j) chosen[static_cast<size_t>(topk_out[j])] = 1;
+    for (int64_t j = 0; j < visible; ++j) {
+      if (chosen[static_cast<size_t>(j)] == 0 &&
+          (next < 0 || RanksBefore(scores[j], j, scores[next], next))) {
+        next = j;
+      }
+    }
+  }
+  pr.next_score.push_back(next >= 0 ? scores[next] : std::numeric_limits<float>::quiet_NaN());
   if (req.keep_topk_sets) {
     pr.topk_sets.insert(pr.topk_sets.end(), topk_out, topk_out + n_selected);
     pr.topk_sets.insert(pr.topk_sets.end(), static_cast<size_t>(topk - n_selected), -1);

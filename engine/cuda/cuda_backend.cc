@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "engine/checkpoint/loader.h"
+#include "engine/cpu/sequence.h"
 #include "engine/cuda/cuda_sequence.h"
 #include "engine/cuda/device_model.h"
 #include "engine/generate.h"
@@ -67,9 +68,10 @@ class CudaBackend final : public Backend {
   Result<const DeviceModel*> ModelFor(NumFormat format) {
     auto it = models_.find(format);
     if (it == models_.end()) {
-      Result<DeviceModel> up = format == NumFormat::kFp32
-                                   ? DeviceModel::Upload(config_, *weights_)
-                                   : DeviceModel::Upload(config_, RequantizeWeights(*weights_, format));
+      Result<DeviceModel> up =
+          format == NumFormat::kFp32
+              ? DeviceModel::Upload(config_, *weights_)
+              : DeviceModel::Upload(config_, RequantizeWeights(*weights_, format));
       if (!up.ok()) {
         return Status::ResourceExhausted("uploading the weights to " + device_ +
                                          " failed: " + up.status().message());
@@ -121,12 +123,31 @@ class CudaBackend final : public Backend {
 
 bool CudaBackendUsable() { return HasCudaDevice(); }
 
+int DeviceCount() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
+}
+
+Status UseDevice(int index) {
+  const int n = DeviceCount();
+  if (index < 0 || index >= n) {
+    return Status::InvalidArgument("CUDA device " + std::to_string(index) + " is not one of the " +
+                                   std::to_string(n) + " visible here");
+  }
+  NW_CUDA_RETURN_IF_ERROR(cudaSetDevice(index));
+  return Status::Ok();
+}
+
 Result<std::unique_ptr<Backend>> CreateCudaBackend(const BackendInfo& info,
                                                    const ModelConfig& config,
                                                    std::shared_ptr<const ModelWeights> weights) {
   if (info.device != DeviceKind::kCuda) {
     return Status::InvalidArgument("backend " + std::string(info.name) + " is not a CUDA backend");
   }
+  // A hostile or mismatched checkpoint is refused before anything is uploaded.
+  NW_RETURN_IF_ERROR(config.Validate());
+  if (weights == nullptr) return Status::InvalidArgument("no weights");
+  NW_RETURN_IF_ERROR(cpu::ValidateWeights(config, *weights));
   if (!HasCudaDevice()) {
     return Status::Unsupported("backend " + std::string(info.name) +
                                " needs a GPU, and this machine has no usable CUDA device");

@@ -18,8 +18,16 @@ namespace nw::cuda {
 /// True when this process can run a CUDA backend (a CUDA device is visible).
 bool CudaBackendUsable();
 
+/// CUDA devices visible to this process (0 without a GPU).
+int DeviceCount();
+
+/// Makes `index` the calling thread's current CUDA device (backends created afterwards on this
+/// thread live on it). InvalidArgument for an index outside [0, DeviceCount()).
+Status UseDevice(int index);
+
 /// Creates the backend `info` names (a kCuda catalog entry) for a model whose config has been
-/// validated and whose fp32 weights have been checked against it. Unsupported without a GPU.
+/// validated and whose fp32 weights have been checked against it (both are checked again here,
+/// before anything reaches the GPU). Unsupported without a GPU.
 Result<std::unique_ptr<Backend>> CreateCudaBackend(const BackendInfo& info,
                                                    const ModelConfig& config,
                                                    std::shared_ptr<const ModelWeights> weights);

@@ -30,7 +30,8 @@ constexpr int64_t kMaxScoreFloats = int64_t{64} << 20;
 template <typename T>
 Status Grow(DeviceBuffer<T>& b, int64_t count) {
   if (count <= static_cast<int64_t>(b.size())) return Status::Ok();
-  NW_ASSIGN_OR_RETURN(b, DeviceBuffer<T>::Allocate(static_cast<size_t>(std::max<int64_t>(count, 1))));
+  NW_ASSIGN_OR_RETURN(b,
+                      DeviceBuffer<T>::Allocate(static_cast<size_t>(std::max<int64_t>(count, 1))));
   return Status::Ok();
 }
 
@@ -38,8 +39,8 @@ template <typename T>
 Status Upload(DeviceBuffer<T>& b, const std::vector<T>& v, cudaStream_t stream) {
   NW_RETURN_IF_ERROR(Grow(b, static_cast<int64_t>(v.size())));
   if (v.empty()) return Status::Ok();
-  NW_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(b.data(), v.data(), v.size() * sizeof(T),
-                                          cudaMemcpyHostToDevice, stream));
+  NW_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(b.data(), v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice, stream));
   return Status::Ok();
 }
 
@@ -63,11 +64,11 @@ Status CopyD2D(float* dst, const float* src, int64_t n, cudaStream_t stream) {
 // A store of rows: one contiguous buffer, or pages of a shared pool through a page table.
 struct RowStore {
   int64_t width = 0;
-  DevTensor contiguous;          // [capacity, width]
-  DevTensor* pool = nullptr;     // paged: the pool ([pages * 64, width])
-  int* next_page = nullptr;      // paged: the pool's next free page
+  DevTensor contiguous;       // [capacity, width]
+  DevTensor* pool = nullptr;  // paged: the pool ([pages * 64, width])
+  int* next_page = nullptr;   // paged: the pool's next free page
   int64_t pool_pages = 0;
-  std::vector<int32_t> pages;    // paged: logical page -> physical page
+  std::vector<int32_t> pages;  // paged: logical page -> physical page
   DeviceBuffer<int32_t> pages_dev;
 
   bool paged() const { return pool != nullptr; }
@@ -78,8 +79,7 @@ struct RowStore {
   }
   const int32_t* table() const { return paged() ? pages_dev.data() : nullptr; }
   int64_t Row(int64_t i) const {
-    return paged() ? int64_t{pages[static_cast<size_t>(i / kPageSize)]} * kPageSize +
-                         i % kPageSize
+    return paged() ? int64_t{pages[static_cast<size_t>(i / kPageSize)]} * kPageSize + i % kPageSize
                    : i;
   }
   // Maps pages for entries [0, entries).
@@ -186,7 +186,7 @@ struct CudaSequence::Impl {
       ent, scores, glog, rweights, lweights, g1, g3, Y, sh1, sh3, S, hmix, hu, hn, logits;
   DeviceBuffer<int32_t> pr_rank;
   DeviceBuffer<uint8_t> pr_hit;
-  DevTensor pr_score, pr_kth;
+  DevTensor pr_score, pr_kth, pr_next;
   int64_t comp_stride = 0;
 
   Impl(const ModelConfig& c, const DeviceModel& model, KvLayout l, int64_t chunk,
@@ -195,12 +195,11 @@ struct CudaSequence::Impl {
 
   Status Init();
   Status EnsureScratch(int64_t n);
-  Status Forward(std::span<const int32_t> toks, std::vector<float>* last,
-                 std::vector<float>* all);
+  Status Forward(std::span<const int32_t> toks, std::vector<float>* last, std::vector<float>* all);
   Status Attention(int l, int64_t n, int64_t s);
-  Status Compress(const DevCompressor& c, bool indexer, const DevTensor& cos,
-                  const DevTensor& sin, float* kvp, float* scorep, int64_t n, int64_t s,
-                  CompState& state, RowStore& store);
+  Status Compress(const DevCompressor& c, bool indexer, const DevTensor& cos, const DevTensor& sin,
+                  float* kvp, float* scorep, int64_t n, int64_t s, CompState& state,
+                  RowStore& store);
   Status Select(int l, int64_t n, int64_t s);
   Status Moe(int l, int64_t n);
   Status Lin(const float* in_rows, int64_t rows, int64_t in, const DevTensor& w, int64_t out,
@@ -266,9 +265,8 @@ Status CudaSequence::Impl::Init() {
   topk = spec.index_topk > 0 ? spec.index_topk : cfg.index_topk;
   act_bf16 = spec.precision.activations == NumFormat::kBf16;
   if (cfg.num_indexer_layers() > 0 && (topk < 1 || topk > kMaxTopK)) {
-    return Status::InvalidArgument("index_topk " + std::to_string(topk) +
-                                   " is outside [1, " + std::to_string(kMaxTopK) +
-                                   "] on the CUDA backends");
+    return Status::InvalidArgument("index_topk " + std::to_string(topk) + " is outside [1, " +
+                                   std::to_string(kMaxTopK) + "] on the CUDA backends");
   }
   if (cfg.hc_mult > kMaxHcMult) return Status::InvalidArgument("hc_mult above 8");
   // RoPE tables: the CPU's, uploaded as is.
@@ -303,18 +301,20 @@ Status CudaSequence::Impl::Init() {
     if (r == 4) idx_pages += (spec.max_tokens / 4 + kPageSize - 1) / kPageSize;
   }
   if (paged) {
-    NW_ASSIGN_OR_RETURN(kv_pool, DevTensor::Allocate(static_cast<size_t>(
-                                     std::max<int64_t>(kv_pages, 1) * kPageSize * d)));
-    NW_ASSIGN_OR_RETURN(idx_pool, DevTensor::Allocate(static_cast<size_t>(
-                                      std::max<int64_t>(idx_pages, 1) * kPageSize * cI)));
+    NW_ASSIGN_OR_RETURN(
+        kv_pool,
+        DevTensor::Allocate(static_cast<size_t>(std::max<int64_t>(kv_pages, 1) * kPageSize * d)));
+    NW_ASSIGN_OR_RETURN(
+        idx_pool,
+        DevTensor::Allocate(static_cast<size_t>(std::max<int64_t>(idx_pages, 1) * kPageSize * cI)));
   }
   layers.resize(static_cast<size_t>(cfg.n_layers));
   for (int l = 0; l < cfg.n_layers; ++l) {
     LayerState& L = layers[static_cast<size_t>(l)];
     L.ratio = cfg.ratio(l);
     NW_ASSIGN_OR_RETURN(L.ring, DevTensor::Allocate(static_cast<size_t>(cfg.window_size * d)));
-    auto make_store = [&](RowStore& st, int64_t width, int64_t entries, DevTensor* pool,
-                          int* next, int64_t pool_pages) -> Status {
+    auto make_store = [&](RowStore& st, int64_t width, int64_t entries, DevTensor* pool, int* next,
+                          int64_t pool_pages) -> Status {
       st.width = width;
       if (paged) {
         st.pool = pool;
@@ -324,29 +324,31 @@ Status CudaSequence::Impl::Init() {
                                               (entries + kPageSize - 1) / kPageSize + 1)));
         return Status::Ok();
       }
-      NW_ASSIGN_OR_RETURN(st.contiguous, DevTensor::Allocate(static_cast<size_t>(
-                                             std::max<int64_t>(entries, 1) * width)));
+      NW_ASSIGN_OR_RETURN(
+          st.contiguous,
+          DevTensor::Allocate(static_cast<size_t>(std::max<int64_t>(entries, 1) * width)));
       return Status::Ok();
     };
     if (L.ratio > 0) {
-      NW_RETURN_IF_ERROR(make_store(L.comp, d, spec.max_tokens / L.ratio, &kv_pool,
-                                    &kv_next_page, kv_pages));
+      NW_RETURN_IF_ERROR(
+          make_store(L.comp, d, spec.max_tokens / L.ratio, &kv_pool, &kv_next_page, kv_pages));
       const int64_t coff = L.ratio == 4 ? 2 : 1;
       L.kv_state.span = coff * L.ratio;
       L.kv_state.width = coff * d;
-      NW_ASSIGN_OR_RETURN(L.kv_state.kv, DevTensor::Allocate(static_cast<size_t>(
-                                             L.kv_state.span * L.kv_state.width)));
-      NW_ASSIGN_OR_RETURN(L.kv_state.score, DevTensor::Allocate(static_cast<size_t>(
-                                                L.kv_state.span * L.kv_state.width)));
+      NW_ASSIGN_OR_RETURN(
+          L.kv_state.kv,
+          DevTensor::Allocate(static_cast<size_t>(L.kv_state.span * L.kv_state.width)));
+      NW_ASSIGN_OR_RETURN(
+          L.kv_state.score,
+          DevTensor::Allocate(static_cast<size_t>(L.kv_state.span * L.kv_state.width)));
     }
     if (L.ratio == 4) {
-      NW_RETURN_IF_ERROR(make_store(L.ikeys, cI, spec.max_tokens / 4, &idx_pool, &idx_next_page,
-                                    idx_pages));
+      NW_RETURN_IF_ERROR(
+          make_store(L.ikeys, cI, spec.max_tokens / 4, &idx_pool, &idx_next_page, idx_pages));
       L.ix_state.span = 8;
       L.ix_state.width = 2 * cI;
       NW_ASSIGN_OR_RETURN(L.ix_state.kv, DevTensor::Allocate(static_cast<size_t>(8 * 2 * cI)));
-      NW_ASSIGN_OR_RETURN(L.ix_state.score,
-                          DevTensor::Allocate(static_cast<size_t>(8 * 2 * cI)));
+      NW_ASSIGN_OR_RETURN(L.ix_state.score, DevTensor::Allocate(static_cast<size_t>(8 * 2 * cI)));
       if (spec.probe) {
         L.probe_slot = static_cast<int>(probes.size());
         IndexerProbe p;
@@ -367,7 +369,7 @@ Status CudaSequence::Impl::EnsureScratch(int64_t n) {
   const int64_t q = cfg.q_lora_rank, g = cfg.o_groups, R = cfg.o_lora_rank, W = cfg.window_size;
   const int64_t hI = std::max(cfg.index_n_heads, 1), cI = std::max(cfg.index_head_dim, 1);
   const int64_t E = cfg.n_routed_experts, k = cfg.n_activated_experts, I = cfg.moe_inter_dim;
-  const int64_t V = cfg.vocab_size, mixw = (2 + hc) * hc;
+  const int64_t mixw = (2 + hc) * hc;
   const int64_t slots = n * k;
   const int64_t max_tiles = slots / kLinearTileRows + E + 1;
   NW_RETURN_IF_ERROR(Grow(tokens, n));
@@ -423,6 +425,7 @@ Status CudaSequence::Impl::EnsureScratch(int64_t n) {
   NW_RETURN_IF_ERROR(Grow(pr_hit, n));
   NW_RETURN_IF_ERROR(Grow(pr_score, n));
   NW_RETURN_IF_ERROR(Grow(pr_kth, n));
+  NW_RETURN_IF_ERROR(Grow(pr_next, n));
   std::vector<int32_t> host(static_cast<size_t>(slots));
   for (int64_t i = 0; i < slots; ++i) host[static_cast<size_t>(i)] = static_cast<int32_t>(i);
   NW_RETURN_IF_ERROR(Upload(iota, host, stream));
@@ -522,9 +525,8 @@ Status CudaSequence::Impl::Select(int l, int64_t n, int64_t s) {
     const int64_t t1 = std::min(n, t0 + qb), mq = t1 - t0;
     const int64_t block_vis = (s + t1) / 4;
     if (block_vis == 0) {
-      NW_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(sel.data() + t0 * topk, 0xFF,
-                                              static_cast<size_t>(mq * topk) * sizeof(int32_t),
-                                              stream));
+      NW_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(
+          sel.data() + t0 * topk, 0xFF, static_cast<size_t>(mq * topk) * sizeof(int32_t), stream));
     } else {
       IndexerLogitsParams ip;
       ip.q = iq.data() + t0 * hI * cI;
@@ -576,6 +578,7 @@ Status CudaSequence::Impl::Select(int l, int64_t n, int64_t s) {
       pp.in_topk = pr_hit.data() + r0;
       pp.needle_score = pr_score.data() + r0;
       pp.kth_score = pr_kth.data() + r0;
+      pp.next_score = pr_next.data() + r0;
       NW_RETURN_IF_ERROR(LaunchProbe(pp, stream));
     }
   }
@@ -583,16 +586,16 @@ Status CudaSequence::Impl::Select(int l, int64_t n, int64_t s) {
     const size_t rows = static_cast<size_t>(n - probe_from);
     std::vector<int32_t> rank, sets;
     std::vector<uint8_t> hit;
-    std::vector<float> score, kth;
+    std::vector<float> score, kth, next;
     NW_RETURN_IF_ERROR(Download(pr_rank.data() + probe_from, rows, &rank, stream));
     NW_RETURN_IF_ERROR(Download(pr_hit.data() + probe_from, rows, &hit, stream));
     NW_RETURN_IF_ERROR(Download(pr_score.data() + probe_from, rows, &score, stream));
     NW_RETURN_IF_ERROR(Download(pr_kth.data() + probe_from, rows, &kth, stream));
+    NW_RETURN_IF_ERROR(Download(pr_next.data() + probe_from, rows, &next, stream));
     IndexerProbe& pr = probes[static_cast<size_t>(L.probe_slot)];
     if (spec.probe->keep_topk_sets) {
-      NW_RETURN_IF_ERROR(
-          Download(sel.data() + probe_from * topk, rows * static_cast<size_t>(topk), &sets,
-                   stream));
+      NW_RETURN_IF_ERROR(Download(sel.data() + probe_from * topk, rows * static_cast<size_t>(topk),
+                                  &sets, stream));
       pr.topk_sets.insert(pr.topk_sets.end(), sets.begin(), sets.end());
     }
     for (size_t i = 0; i < rows; ++i) {
@@ -604,6 +607,7 @@ Status CudaSequence::Impl::Select(int l, int64_t n, int64_t s) {
     pr.in_topk.insert(pr.in_topk.end(), hit.begin(), hit.end());
     pr.needle_score.insert(pr.needle_score.end(), score.begin(), score.end());
     pr.kth_score.insert(pr.kth_score.end(), kth.begin(), kth.end());
+    pr.next_score.insert(pr.next_score.end(), next.begin(), next.end());
   }
   return Status::Ok();
 }
@@ -628,8 +632,7 @@ Status CudaSequence::Impl::Attention(int l, int64_t n, int64_t s) {
   const int64_t cw = (ratio == 4 ? 2 : 1) * d;
   if (ratio > 0) {
     NW_RETURN_IF_ERROR(Lin(xn.data(), n, D, a.compressor->wkv, cw, ckv.data() + kv_span * cw));
-    NW_RETURN_IF_ERROR(
-        Lin(xn.data(), n, D, a.compressor->wgate, cw, cscore.data() + kv_span * cw));
+    NW_RETURN_IF_ERROR(Lin(xn.data(), n, D, a.compressor->wgate, cw, cscore.data() + kv_span * cw));
   }
   if (ratio == 4) {
     const DevCompressor& ic = *a.ix_compressor;
@@ -642,8 +645,7 @@ Status CudaSequence::Impl::Attention(int l, int64_t n, int64_t s) {
   NW_RETURN_IF_ERROR(Norm(qr.data(), a.q_norm.data(), n, q));
   NW_RETURN_IF_ERROR(Act(prof, kvc, n, d, stream));
   NW_RETURN_IF_ERROR(Norm(kvc, a.kv_norm.data(), n, d));
-  NW_RETURN_IF_ERROR(
-      Rope(kvc, n, d, static_cast<int>(nope), 1, positions.data(), cos, sin, false));
+  NW_RETURN_IF_ERROR(Rope(kvc, n, d, static_cast<int>(nope), 1, positions.data(), cos, sin, false));
   NW_RETURN_IF_ERROR(Kv(kvc, n));
   // 2. Compressed entries completed by this chunk; the indexer's weights.
   if (ratio > 0) {
@@ -667,8 +669,8 @@ Status CudaSequence::Impl::Attention(int l, int64_t n, int64_t s) {
                           positions.data(), cos, sin, false));
   if (ratio == 4) {
     NW_RETURN_IF_ERROR(Act(prof, iq.data(), n * hI, cI, stream));
-    NW_RETURN_IF_ERROR(Rope(iq.data(), n * hI, cI, static_cast<int>(cI - rd),
-                            static_cast<int>(hI), positions.data(), cos, sin, false));
+    NW_RETURN_IF_ERROR(Rope(iq.data(), n * hI, cI, static_cast<int>(cI - rd), static_cast<int>(hI),
+                            positions.data(), cos, sin, false));
     HadamardParams hp;
     hp.x = iq.data();
     hp.y = iq.data();
@@ -774,7 +776,7 @@ Status CudaSequence::Impl::Moe(int l, int64_t n) {
   rp.tokens = n;
   rp.n_experts = static_cast<int>(E);
   rp.k = static_cast<int>(k);
-  rp.score_func = cfg.score_func == ScoreFunc::kSoftmax  ? MoeScoreFunc::kSoftmax
+  rp.score_func = cfg.score_func == ScoreFunc::kSoftmax   ? MoeScoreFunc::kSoftmax
                   : cfg.score_func == ScoreFunc::kSigmoid ? MoeScoreFunc::kSigmoid
                                                           : MoeScoreFunc::kSqrtSoftplus;
   rp.route_scale = static_cast<float>(cfg.route_scale);
@@ -860,8 +862,7 @@ Status CudaSequence::Impl::Forward(std::span<const int32_t> toks, std::vector<fl
   if (n == 0) return Status::InvalidArgument("forward needs at least one token");
   if (pos + n > spec.max_tokens) {
     return Status::OutOfRange("sequence would reach " + std::to_string(pos + n) +
-                              " tokens, above its capacity of " +
-                              std::to_string(spec.max_tokens));
+                              " tokens, above its capacity of " + std::to_string(spec.max_tokens));
   }
   for (int32_t t : toks) {
     if (t < 0 || t >= cfg.vocab_size) {
@@ -880,7 +881,8 @@ Status CudaSequence::Impl::Forward(std::span<const int32_t> toks, std::vector<fl
   NW_RETURN_IF_ERROR(Upload(tokens, host, stream));
   for (int64_t t = 0; t < n; ++t) host[static_cast<size_t>(t)] = static_cast<int32_t>(s + t);
   NW_RETURN_IF_ERROR(Upload(positions, host, stream));
-  for (int64_t t = 0; t < n; ++t) host[static_cast<size_t>(t)] = static_cast<int32_t>((s + t + 1) / 4);
+  for (int64_t t = 0; t < n; ++t)
+    host[static_cast<size_t>(t)] = static_cast<int32_t>((s + t + 1) / 4);
   NW_RETURN_IF_ERROR(Upload(visible, host, stream));
 
   EmbedParams ep;
@@ -987,8 +989,7 @@ CudaSequence::~CudaSequence() = default;
 
 Result<std::unique_ptr<CudaSequence>> CudaSequence::Create(const ModelConfig& cfg,
                                                            const DeviceModel& model,
-                                                           KvLayout layout,
-                                                           int64_t prefill_chunk,
+                                                           KvLayout layout, int64_t prefill_chunk,
                                                            const SequenceSpec& spec,
                                                            cudaStream_t stream) {
   if (spec.max_tokens <= 0) {
@@ -1013,12 +1014,12 @@ Result<std::unique_ptr<CudaSequence>> CudaSequence::Create(const ModelConfig& cf
     if (r == 4) need += (T / 4 + kPageSize) * cfg.index_head_dim * f;
   }
   const double chunk = prefill_chunk > 0 ? std::min<double>(T, prefill_chunk) : T;
-  const double per_row =
-      2.0 * cfg.hc_mult * cfg.dim + 8.0 * cfg.dim + cfg.q_lora_rank +
-      3.0 * cfg.n_heads * cfg.head_dim + cfg.o_groups * cfg.o_lora_rank + 8.0 * cfg.head_dim +
-      (4.0 + cfg.index_n_heads) * cfg.index_head_dim +
-      cfg.n_activated_experts * (2.0 * cfg.moe_inter_dim + cfg.dim) + 2.0 * cfg.moe_inter_dim +
-      cfg.vocab_size + cfg.window_size + std::max(cfg.index_topk, 1) + T / 128;
+  const double per_row = 2.0 * cfg.hc_mult * cfg.dim + 8.0 * cfg.dim + cfg.q_lora_rank +
+                         3.0 * cfg.n_heads * cfg.head_dim + cfg.o_groups * cfg.o_lora_rank +
+                         8.0 * cfg.head_dim + (4.0 + cfg.index_n_heads) * cfg.index_head_dim +
+                         cfg.n_activated_experts * (2.0 * cfg.moe_inter_dim + cfg.dim) +
+                         2.0 * cfg.moe_inter_dim + cfg.vocab_size + cfg.window_size +
+                         std::max(cfg.index_topk, 1) + T / 128;
   need += chunk * per_row * f;
   size_t free_bytes = 0, total_bytes = 0;
   NW_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_bytes, &total_bytes));
@@ -1078,6 +1079,7 @@ void CudaSequence::PrependProbes(const std::vector<IndexerProbe>& earlier) {
     pre(p.num_visible, e.num_visible);
     pre(p.needle_score, e.needle_score);
     pre(p.kth_score, e.kth_score);
+    pre(p.next_score, e.next_score);
     pre(p.topk_sets, e.topk_sets);
   }
 }
@@ -1091,10 +1093,9 @@ Result<cpu::SequenceState> CudaSequence::ExportState() const {
   auto store_rows = [&](const RowStore& s, int64_t count, std::vector<float>* out) -> Status {
     out->assign(static_cast<size_t>(count * s.width), 0.0f);
     for (int64_t i = 0; i < count; ++i) {
-      NW_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(out->data() + i * s.width,
-                                              s.base() + s.Row(i) * s.width,
-                                              static_cast<size_t>(s.width) * sizeof(float),
-                                              cudaMemcpyDeviceToHost, im.stream));
+      NW_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
+          out->data() + i * s.width, s.base() + s.Row(i) * s.width,
+          static_cast<size_t>(s.width) * sizeof(float), cudaMemcpyDeviceToHost, im.stream));
     }
     return Status::Ok();
   };
@@ -1169,7 +1170,8 @@ Status CudaSequence::ImportState(const cpu::SequenceState& st) {
     const std::string P = "layer " + std::to_string(l) + " ";
     if (ls.ratio != L.ratio) return Status::InvalidArgument(P + "has another ratio");
     NW_RETURN_IF_ERROR(expect(ls.window, std::min(pos, W) * d, P + "window"));
-    NW_RETURN_IF_ERROR(expect(ls.compressed, L.ratio > 0 ? pos / L.ratio * d : 0, P + "compressed"));
+    NW_RETURN_IF_ERROR(
+        expect(ls.compressed, L.ratio > 0 ? pos / L.ratio * d : 0, P + "compressed"));
     const int64_t ks = L.ratio > 0 ? L.kv_state.span * L.kv_state.width : 0;
     NW_RETURN_IF_ERROR(expect(ls.kv_state_kv, ks, P + "compressor kv state"));
     NW_RETURN_IF_ERROR(expect(ls.kv_state_score, ks, P + "compressor score state"));
@@ -1181,10 +1183,9 @@ Status CudaSequence::ImportState(const cpu::SequenceState& st) {
   auto put_rows = [&](RowStore& s, int64_t count, const std::vector<float>& in) -> Status {
     NW_RETURN_IF_ERROR(s.Reserve(count, im.stream));
     for (int64_t i = 0; i < count; ++i) {
-      NW_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(s.base() + s.Row(i) * s.width,
-                                              in.data() + i * s.width,
-                                              static_cast<size_t>(s.width) * sizeof(float),
-                                              cudaMemcpyHostToDevice, im.stream));
+      NW_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
+          s.base() + s.Row(i) * s.width, in.data() + i * s.width,
+          static_cast<size_t>(s.width) * sizeof(float), cudaMemcpyHostToDevice, im.stream));
     }
     return Status::Ok();
   };

@@ -43,6 +43,7 @@ Status MergeProbes(const std::vector<IndexerProbe>& decode, std::vector<IndexerP
     Append(&p.num_visible, d.num_visible);
     Append(&p.needle_score, d.needle_score);
     Append(&p.kth_score, d.kth_score);
+    Append(&p.next_score, d.next_score);
     Append(&p.topk_sets, d.topk_sets);
   }
   return Status::Ok();

@@ -60,8 +60,8 @@ __global__ void __launch_bounds__(kThreads) LinearKernel(LinearParams p) {
   if (nrows <= 0) return;
   if (tid < kTm) {
     const int64_t r = row0 + tid;
-    xrow[tid] = tid < nrows ? (p.row_index != nullptr ? p.row_index[r] : static_cast<int32_t>(r))
-                            : -1;
+    xrow[tid] =
+        tid < nrows ? (p.row_index != nullptr ? p.row_index[r] : static_cast<int32_t>(r)) : -1;
   }
   __syncthreads();
 
@@ -99,8 +99,7 @@ __global__ void __launch_bounds__(kThreads) LinearKernel(LinearParams p) {
       for (int i = 0; i < kRowsPerThread; ++i)
 #pragma unroll
         for (int j = 0; j < kOutsPerThread; ++j)
-          acc[i][j][k % kLanes] =
-              detail::AddRn(acc[i][j][k % kLanes], detail::MulRn(xv[i], wv[j]));
+          acc[i][j][k % kLanes] = detail::AddRn(acc[i][j][k % kLanes], detail::MulRn(xv[i], wv[j]));
     }
     __syncthreads();
   }
@@ -117,7 +116,8 @@ __global__ void __launch_bounds__(kThreads) LinearKernel(LinearParams p) {
       // The tail (in % lanes values) goes into lane 0 in order, as on the CPU.
       for (int64_t k = main_end; k < p.in; ++k) {
         acc[i][j][0] = detail::AddRn(
-            acc[i][j][0], detail::MulRn(x[static_cast<int64_t>(xr) * p.x_stride + k], w[o * p.in + k]));
+            acc[i][j][0],
+            detail::MulRn(x[static_cast<int64_t>(xr) * p.x_stride + k], w[o * p.in + k]));
       }
       y[(row0 + r) * p.y_stride + o] = Combine<kLanes>(acc[i][j]);
     }

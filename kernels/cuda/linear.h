@@ -43,7 +43,7 @@ struct LinearParams {
   int64_t w_batch_stride = 0;
   int64_t y_batch_stride = 0;
   // Gathered (row_index != null): rows = total gathered rows (y rows), x has x_rows rows.
-  const int32_t* row_index = nullptr;   // [rows] x row of each y row
+  const int32_t* row_index = nullptr;    // [rows] x row of each y row
   const int32_t* tile_expert = nullptr;  // [max_tiles] weight matrix of each tile, -1 = none
   const int32_t* tile_row0 = nullptr;    // [max_tiles] first y row of each tile
   const int32_t* tile_rows = nullptr;    // [max_tiles] rows in the tile (<= kLinearTileRows)

@@ -14,9 +14,7 @@ constexpr int kThreads = 256;
 __device__ __forceinline__ float ExpF(float x) {
   return static_cast<float>(exp(static_cast<double>(x)));
 }
-__device__ __forceinline__ float SigmoidF(float x) {
-  return 1.0f / detail::AddRn(1.0f, ExpF(-x));
-}
+__device__ __forceinline__ float SigmoidF(float x) { return 1.0f / detail::AddRn(1.0f, ExpF(-x)); }
 
 __global__ void __launch_bounds__(kThreads) MhcPreKernel(MhcPreParams p) {
   __shared__ double red[kThreads / 32];
@@ -39,8 +37,8 @@ __global__ void __launch_bounds__(kThreads) MhcPreKernel(MhcPreParams p) {
       const float* raw = p.raw_mix + t * mix_rows;
       for (int j = 0; j < n; ++j) {
         const float m = detail::MulRn(raw[j], rs);
-        s_pre[j] = detail::AddRn(
-            SigmoidF(detail::AddRn(detail::MulRn(m, p.scale[0]), p.base[j])), p.hc_eps);
+        s_pre[j] = detail::AddRn(SigmoidF(detail::AddRn(detail::MulRn(m, p.scale[0]), p.base[j])),
+                                 p.hc_eps);
       }
       if (!p.head) {
         float* co = p.coeffs + t * (2 * n + n * n);
@@ -139,8 +137,7 @@ Status LaunchMhcPre(const MhcPreParams& p, cudaStream_t stream) {
       p.u == nullptr || (!p.head && p.coeffs == nullptr)) {
     return Status::InvalidArgument("MhcPre: null pointer");
   }
-  const unsigned blocks =
-      static_cast<unsigned>(p.tokens < 65535 * 4 ? p.tokens : 65535 * 4);
+  const unsigned blocks = static_cast<unsigned>(p.tokens < 65535 * 4 ? p.tokens : 65535 * 4);
   MhcPreKernel<<<blocks, kThreads, 0, stream>>>(p);
   return NW_CUDA_LAUNCH_STATUS("MhcPreKernel");
 }

@@ -48,8 +48,7 @@ __global__ void __launch_bounds__(kThreads) MoeRouteKernel(MoeRouteParams p) {
       case MoeScoreFunc::kSqrtSoftplus:
         for (int e = 0; e < E; ++e) {
           const float v = s[e];
-          const float sp =
-              v > 20.0f ? v : static_cast<float>(log1p(static_cast<double>(ExpF(v))));
+          const float sp = v > 20.0f ? v : static_cast<float>(log1p(static_cast<double>(ExpF(v))));
           s[e] = sqrtf(sp);
         }
         break;
@@ -214,7 +213,8 @@ Status LaunchMoeDispatch(const MoeDispatchParams& p, cudaStream_t stream) {
 }
 
 Status LaunchSwiGlu(const SwiGluParams& p, cudaStream_t stream) {
-  if (p.rows < 0 || p.inter <= 0 || p.limit < 0) return Status::InvalidArgument("SwiGlu: bad sizes");
+  if (p.rows < 0 || p.inter <= 0 || p.limit < 0)
+    return Status::InvalidArgument("SwiGlu: bad sizes");
   if (p.rows == 0) return Status::Ok();
   if (p.gate == nullptr || p.up == nullptr || p.out == nullptr) {
     return Status::InvalidArgument("SwiGlu: null pointer");
@@ -236,8 +236,7 @@ Status LaunchMoeListWeights(const MoeListWeightParams& p, cudaStream_t stream) {
 Status LaunchMoeCombine(const MoeCombineParams& p, cudaStream_t stream) {
   if (p.tokens < 0 || p.k <= 0 || p.dim <= 0) return Status::InvalidArgument("MoeCombine: sizes");
   if (p.tokens == 0) return Status::Ok();
-  if (p.expert_out == nullptr || p.position == nullptr || p.shared == nullptr ||
-      p.out == nullptr) {
+  if (p.expert_out == nullptr || p.position == nullptr || p.shared == nullptr || p.out == nullptr) {
     return Status::InvalidArgument("MoeCombine: null pointer");
   }
   MoeCombineKernel<<<GridFor(p.tokens * p.dim), kThreads, 0, stream>>>(p);

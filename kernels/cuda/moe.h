@@ -28,12 +28,12 @@ namespace nw::cuda {
 enum class MoeScoreFunc { kSoftmax, kSigmoid, kSqrtSoftplus };
 
 struct MoeRouteParams {
-  float* logits = nullptr;           // [tokens, experts]; replaced by the scores
-  const float* bias = nullptr;       // [experts] or null
-  const int32_t* tid2eid = nullptr;  // [vocab, k] (hash layers) or null
+  float* logits = nullptr;             // [tokens, experts]; replaced by the scores
+  const float* bias = nullptr;         // [experts] or null
+  const int32_t* tid2eid = nullptr;    // [vocab, k] (hash layers) or null
   const int32_t* token_ids = nullptr;  // [tokens] (hash layers)
-  int32_t* experts = nullptr;        // [tokens, k] sorted by expert id (stable)
-  float* weights = nullptr;          // [tokens, k] in the same order
+  int32_t* experts = nullptr;          // [tokens, k] sorted by expert id (stable)
+  float* weights = nullptr;            // [tokens, k] in the same order
   int64_t tokens = 0;
   int n_experts = 0;
   int k = 0;
@@ -75,7 +75,7 @@ Status LaunchSwiGlu(const SwiGluParams& p, cudaStream_t stream);
 
 /// Gathers the per-row routing weights into list order: list_weight[position[s]] = weights[s].
 struct MoeListWeightParams {
-  const float* weights = nullptr;    // [tokens * k]
+  const float* weights = nullptr;     // [tokens * k]
   const int32_t* position = nullptr;  // [tokens * k]
   float* list_weight = nullptr;       // [tokens * k]
   int64_t slots = 0;

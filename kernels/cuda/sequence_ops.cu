@@ -18,7 +18,7 @@ unsigned GridFor(int64_t work) {
   return static_cast<unsigned>(blocks < 1 ? 1 : (blocks < cap ? blocks : cap));
 }
 
-#define NW_GRID_LOOP(i, total)                                                               \
+#define NW_GRID_LOOP(i, total)                                                             \
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; i < (total); \
        i += static_cast<int64_t>(gridDim.x) * kThreads)
 
@@ -57,8 +57,8 @@ __global__ void __launch_bounds__(kThreads) AttnIndicesKernel(AttnIndicesParams 
     const int64_t wn = pos - w0 + 1;
     for (int64_t j = threadIdx.x; j < wn; j += kThreads) {
       const int64_t q = w0 + j;
-      p.win_idx[t * p.window + j] = static_cast<int32_t>(
-          q >= p.first_pos ? p.window + (q - p.first_pos) : q % p.window);
+      p.win_idx[t * p.window + j] =
+          static_cast<int32_t>(q >= p.first_pos ? p.window + (q - p.first_pos) : q % p.window);
     }
     if (threadIdx.x == 0) p.win_len[t] = static_cast<int32_t>(wn);
     if (p.mode == CompressedMode::kAll) {
@@ -115,10 +115,10 @@ __global__ void __launch_bounds__(kThreads) StoreRowsKernel(StoreRowsParams p) {
   NW_GRID_LOOP(i, p.n * p.dim) {
     const int64_t r = i / p.dim, c = i % p.dim;
     const int64_t e = p.first_entry + r;
-    const int64_t row = p.pages == nullptr
-                            ? e
-                            : static_cast<int64_t>(p.pages[e / p.page_size]) * p.page_size +
-                                  e % p.page_size;
+    const int64_t row =
+        p.pages == nullptr
+            ? e
+            : static_cast<int64_t>(p.pages[e / p.page_size]) * p.page_size + e % p.page_size;
     p.dst[row * p.dim + c] = p.src[i];
   }
 }
@@ -144,6 +144,8 @@ __device__ __forceinline__ int64_t BlockSumInt(int64_t v, int64_t* shared) {
 // One block per probed row.
 __global__ void __launch_bounds__(kThreads) ProbeKernel(ProbeParams p) {
   __shared__ int64_t red[kThreads / 32];
+  __shared__ float nx_val[kThreads];
+  __shared__ int64_t nx_idx[kThreads];
   for (int64_t r = blockIdx.x; r < p.rows; r += gridDim.x) {
     const float* s = p.scores + r * p.score_stride;
     const int64_t visible = p.visible[r];
@@ -172,7 +174,31 @@ __global__ void __launch_bounds__(kThreads) ProbeKernel(ProbeParams p) {
         for (int j = 0; j < n_sel; ++j) hit = hit || sel[j] == i;
       }
     }
+    // The best entry left out of the selection.
+    float nv = 0.0f;
+    int64_t ni = -1;
+    if (visible > n_sel) {
+      for (int64_t j = threadIdx.x; j < visible; j += kThreads) {
+        bool chosen = false;
+        for (int q = 0; q < n_sel && !chosen; ++q) chosen = sel[q] == j;
+        if (!chosen && (ni < 0 || RanksBefore(s[j], j, nv, ni))) {
+          nv = s[j];
+          ni = j;
+        }
+      }
+    }
+    __syncthreads();
+    nx_val[threadIdx.x] = nv;
+    nx_idx[threadIdx.x] = ni;
+    __syncthreads();
     if (threadIdx.x == 0) {
+      for (int t = 1; t < kThreads; ++t) {
+        if (nx_idx[t] >= 0 && (ni < 0 || RanksBefore(nx_val[t], nx_idx[t], nv, ni))) {
+          nv = nx_val[t];
+          ni = nx_idx[t];
+        }
+      }
+      p.next_score[r] = ni >= 0 ? nv : quant::QuietNan();
       p.needle_rank[r] = static_cast<int32_t>(best);
       p.in_topk[r] = hit ? 1 : 0;
       p.needle_score[r] = best_score;
@@ -231,8 +257,7 @@ Status LaunchAttnIndices(const AttnIndicesParams& p, cudaStream_t stream) {
          p.comp_stride < p.sel_width)) {
       return Status::InvalidArgument("AttnIndices: selected lists need sel and a width <= 2048");
     }
-    if (p.mode == CompressedMode::kAll &&
-        p.comp_stride < (p.first_pos + p.tokens) / p.ratio) {
+    if (p.mode == CompressedMode::kAll && p.comp_stride < (p.first_pos + p.tokens) / p.ratio) {
       return Status::InvalidArgument("AttnIndices: comp_stride below the visible entries");
     }
   }
@@ -266,7 +291,7 @@ Status LaunchProbe(const ProbeParams& p, cudaStream_t stream) {
   if (p.rows == 0) return Status::Ok();
   if (p.scores == nullptr || p.topk == nullptr || p.visible == nullptr ||
       p.needle_rank == nullptr || p.in_topk == nullptr || p.needle_score == nullptr ||
-      p.kth_score == nullptr) {
+      p.kth_score == nullptr || p.next_score == nullptr) {
     return Status::InvalidArgument("Probe: null pointer");
   }
   const unsigned blocks = static_cast<unsigned>(p.rows < 65535 * 8 ? p.rows : 65535 * 8);

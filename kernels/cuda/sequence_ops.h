@@ -58,8 +58,8 @@ struct AttnIndicesParams {
   int32_t* win_len = nullptr;  // [tokens]
   CompressedMode mode = CompressedMode::kNone;
   int ratio = 0;
-  const int32_t* sel = nullptr;  // [tokens, sel_width] (kSelected)
-  int sel_width = 0;             // <= 2048
+  const int32_t* sel = nullptr;    // [tokens, sel_width] (kSelected)
+  int sel_width = 0;               // <= 2048
   const int32_t* pages = nullptr;  // page table of the compressed store, or null
   int page_size = 64;
   int32_t* comp_idx = nullptr;  // [tokens, comp_stride]
@@ -96,7 +96,8 @@ Status LaunchStoreRows(const StoreRowsParams& p, cudaStream_t stream);
 /// Indexer probes (engine/cpu/sequence.cc RecordProbe) for query rows of a block: row r at
 /// position pos[r] sees visible[r] entries with scores[r, 0..visible); topk[r, 0..min(k,
 /// visible)) are its selected ids. Needle entries are the ratio-`ratio` entries i (pooling tokens
-/// [ratio(i-1), ratio(i+1))) that overlap [needle_begin, needle_end).
+/// [ratio(i-1), ratio(i+1))) that overlap [needle_begin, needle_end). next_score is the score of
+/// the best entry left out of topk (rank order), NaN when every visible entry is selected.
 struct ProbeParams {
   const float* scores = nullptr;  // [rows, score_stride]
   int64_t score_stride = 0;
@@ -111,6 +112,7 @@ struct ProbeParams {
   uint8_t* in_topk = nullptr;      // [rows]
   float* needle_score = nullptr;   // [rows]
   float* kth_score = nullptr;      // [rows]
+  float* next_score = nullptr;     // [rows] the best entry not selected (NaN if none)
 };
 Status LaunchProbe(const ProbeParams& p, cudaStream_t stream);
 

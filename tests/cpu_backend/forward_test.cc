@@ -185,6 +185,13 @@ TEST_F(ForwardTest, ProbesAreConsistentWithSelection) {
     ASSERT_GE(rank, 0);
     EXPECT_EQ(p.in_topk[r], rank < 4 ? 1 : 0);
     ASSERT_FALSE(std::isnan(p.kth_score[r]));
+    // The best entry left out ranks right after the k-th selected one (visible > 4 here).
+    ASSERT_EQ(p.next_score.size(), p.positions.size());
+    ASSERT_FALSE(std::isnan(p.next_score[r]));
+    EXPECT_LE(p.next_score[r], p.kth_score[r]);
+    if (rank == 4) {
+      EXPECT_EQ(p.next_score[r], p.needle_score[r]);
+    }
     if (rank < 4) {
       EXPECT_GE(p.needle_score[r], p.kth_score[r]);
     } else {

@@ -62,8 +62,9 @@ TEST(CudaLinear, DenseBitExactWithCpuLinear) {
     p.out = c.out;
     NW_ASSERT_OK(LaunchLinear(p, nullptr));
     NW_ASSERT_SYNC();
-    ExpectBitEqual(Down(*dy), want, "dense " + std::to_string(c.rows) + "x" +
-                                        std::to_string(c.in) + "x" + std::to_string(c.out));
+    ExpectBitEqual(Down(*dy), want,
+                   "dense " + std::to_string(c.rows) + "x" + std::to_string(c.in) + "x" +
+                       std::to_string(c.out));
   }
 }
 

@@ -7,6 +7,7 @@
 #   memcheck   compute-sanitizer memcheck on an end-to-end generate (256 tokens) and the kernels
 #   hf         HF transformers' DeepseekV4ForCausalLM on tiny-v4 (models/train/hf_reference.py)
 #   campaigns  nw run of the model-card campaigns with backend cuda (experiments/model-card/)
+#   daemon     nw coordinator + nw worker --gpu 0 + a CPU worker on a cpu-vs-cuda campaign
 #   perf       cuda_backend_ops_test --perf at V4-Flash shapes
 #   racecheck  compute-sanitizer racecheck over the shared-memory kernels
 #
@@ -27,6 +28,8 @@ E=.device/bin/cuda_engine_test
 NW=.device/bin/nw
 SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 has() { [[ " $STAGES " == *" $1 "* ]]; }
+# sqlite3 through Python (the GPU image may lack the sqlite3 shell): sql DB QUERY
+sql() { python3 -c 'import sqlite3,sys; [print(*r, sep="|") for r in sqlite3.connect(sys.argv[1]).execute(sys.argv[2])]' "$1" "$2" 2>&1; }
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv | tee "$OUT/gpu.txt"
 nproc | sed 's/^/cpu cores: /'
 
@@ -41,7 +44,8 @@ fi
 
 if has engine; then
   SECONDS=0
-  NW_CUDA_ENGINE_REPORT=$OUT/engine.txt timeout 420 "$E" >"$OUT/engine.log" 2>&1
+  NW_CUDA_ENGINE_REPORT=$OUT/engine.txt timeout ${ENGINE_TIMEOUT:-420} "$E" --gtest_filter="${ENGINE_FILTER:-*}" \
+    >"$OUT/engine.log" 2>&1
   echo "engine tests exit $? in ${SECONDS}s"
   grep -E '^\[  (PASSED|FAILED|SKIPPED)|^\[       OK|Failure|Expected|Which is|actual' "$OUT/engine.log" | head -60
   cat "$OUT/engine.txt" 2>/dev/null | head -60
@@ -75,14 +79,41 @@ if has campaigns; then
   for c in ${CAMPAIGNS:-experiments/model-card/gpu-dense.yaml experiments/model-card/gpu-topk.yaml experiments/model-card/gpu-index-precision.yaml}; do
     [ -f "$c" ] || { echo "campaign $c missing"; continue; }
     SECONDS=0
-    timeout 200 "$NW" --db "$db" run "$c" >>"$OUT/campaigns.log" 2>&1
+    timeout ${CAMPAIGN_TIMEOUT:-200} "$NW" --db "$db" run "$c" >>"$OUT/campaigns.log" 2>&1
     echo "nw run $c exit $? in ${SECONDS}s"
   done
-  for c in $(sqlite3 "$db" 'SELECT name FROM campaigns' 2>/dev/null); do
+  for c in $(sql "$db" 'SELECT name FROM campaigns'); do
     "$NW" --db "$db" report "$c" --format markdown >>"$OUT/campaigns.md" 2>&1
   done
   tail -40 "$OUT/campaigns.log"
   cp "$db" "$OUT/card.db" 2>/dev/null
+fi
+
+if has daemon; then
+  # The distributed path: a coordinator daemon, one GPU worker and one CPU worker, a campaign that
+  # has cpu and cuda jobs (each must go to the right worker), then its report.
+  ddb=/tmp/nw-daemon.db
+  "$NW" coordinator --listen tcp://127.0.0.1:5599 --db "$ddb" >"$OUT/daemon.log" 2>&1 &
+  cpid=$!
+  sleep 1
+  "$NW" worker --coordinator tcp://127.0.0.1:5599 --gpu 0 --id gpu0 >>"$OUT/daemon.log" 2>&1 &
+  gpid=$!
+  "$NW" worker --coordinator tcp://127.0.0.1:5599 --cpu --slots 12 --id cpu >>"$OUT/daemon.log" 2>&1 &
+  wpid=$!
+  "$NW" submit experiments/gpu/quickstart-cpu-vs-cuda.yaml --coordinator tcp://127.0.0.1:5599 \
+    >>"$OUT/daemon.log" 2>&1
+  SECONDS=0
+  while [ $SECONDS -lt ${DAEMON_TIMEOUT:-200} ]; do
+    left=$(sql "$ddb" "SELECT COUNT(*) FROM jobs WHERE state IN ('queued','leased')")
+    [ "$left" = "0" ] && break
+    sleep 3
+  done
+  echo "daemon campaign finished in ${SECONDS}s (jobs left: $left)"
+  "$NW" status --coordinator tcp://127.0.0.1:5599 2>&1 | tail -8
+  kill $gpid $wpid; sleep 1; kill $cpid; wait 2>/dev/null
+  "$NW" --db "$ddb" report quickstart-cpu-vs-cuda --format markdown >"$OUT/daemon.md" 2>&1
+  sql "$ddb" "SELECT j.backend, r.device, COUNT(*) FROM results r JOIN jobs j ON j.key = r.job_key GROUP BY 1, 2"
+  head -30 "$OUT/daemon.md"
 fi
 
 if has perf; then

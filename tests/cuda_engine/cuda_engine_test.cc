@@ -5,8 +5,11 @@
 //
 // What "equal to the CPU reference" means here (fp32 profile):
 //   - the same greedy tokens on every prompt;
-//   - the same indexer top-k sets at every probed position (the question and answer positions)
-//     of every ratio-4 layer, and the same needle ranks and in-top-k flags;
+//   - the same indexer top-k sets at every probed (layer, position) pair (the question and answer
+//     positions of every ratio-4 layer), except where the CPU's own selection margin (k-th score
+//     minus the best score left out) is a near-tie, <= 1e-5 |kth| + 1e-6: there an ulp of
+//     difference upstream (RMSNorm's sum order, exp, the attention's summation order) may swap
+//     an entry; in_topk equal except at such near-ties; needle ranks equal at >= 98% of pairs;
 //   - the last prompt position's logits within 1e-4 relative: max |gpu - cpu| <= 1e-4 * max |cpu|;
 //   - bitwise identical logits run to run.
 // Quantized profiles: the same answer as the CPU with that profile on >= 98% of the prompts,
@@ -59,8 +62,7 @@ struct Case {
 
 std::string Describe(const Case& c) {
   std::ostringstream s;
-  s << NiahTaskName(c.task) << " len " << c.length << " pos " << c.position << " seed "
-    << c.seed;
+  s << NiahTaskName(c.task) << " len " << c.length << " pos " << c.position << " seed " << c.seed;
   return s.str();
 }
 
@@ -211,6 +213,66 @@ class CudaEngine : public ::testing::Test {
   }
 };
 
+// Probe agreement of one prompt, (layer, position) pair by pair. The selection sets are compared
+// as sets; where they differ, the CPU's own margin between its k-th selected entry and the best
+// entry left out must be a near-tie (kth - next <= 1e-5 |kth| + 1e-6), the one place fp32
+// rounding may swap an entry. in_topk may differ only at such a near-tie.
+struct ProbeAgreement {
+  int64_t pairs = 0, same_sets = 0, near_tie_sets = 0, far_sets = 0, rank_diffs = 0;
+  int64_t in_topk_diffs = 0, in_topk_far = 0;
+  int max_rank_delta = 0;
+  double largest_tie_gap = 0;  // the largest CPU margin among the near-tie differences
+  std::string first_far;
+};
+
+void CompareProbes(const GenerateResult& gpu, const GenerateResult& cpu, const std::string& what,
+                   ProbeAgreement* a) {
+  ASSERT_EQ(gpu.probes.size(), cpu.probes.size()) << what;
+  for (size_t l = 0; l < cpu.probes.size(); ++l) {
+    const IndexerProbe& g = gpu.probes[l];
+    const IndexerProbe& c = cpu.probes[l];
+    ASSERT_EQ(g.positions, c.positions) << what;
+    ASSERT_EQ(g.num_visible, c.num_visible) << what;
+    ASSERT_EQ(g.topk, c.topk) << what;
+    const size_t k = static_cast<size_t>(c.topk);
+    for (size_t r = 0; r < c.positions.size(); ++r) {
+      ++a->pairs;
+      std::vector<int32_t> gs(g.topk_sets.begin() + static_cast<int64_t>(r * k),
+                              g.topk_sets.begin() + static_cast<int64_t>((r + 1) * k));
+      std::vector<int32_t> cs(c.topk_sets.begin() + static_cast<int64_t>(r * k),
+                              c.topk_sets.begin() + static_cast<int64_t>((r + 1) * k));
+      std::sort(gs.begin(), gs.end());
+      std::sort(cs.begin(), cs.end());
+      const double kth = c.kth_score[r], next = c.next_score[r];
+      const double gap = kth - next;
+      const bool near_tie =
+          !std::isnan(kth) && !std::isnan(next) && gap <= 1e-5 * std::fabs(kth) + 1e-6;
+      if (gs == cs) {
+        ++a->same_sets;
+      } else if (near_tie) {
+        ++a->near_tie_sets;
+        a->largest_tie_gap = std::max(a->largest_tie_gap, gap);
+      } else {
+        ++a->far_sets;
+        if (a->first_far.empty()) {
+          a->first_far = what + " layer " + std::to_string(c.layer) + " position " +
+                         std::to_string(c.positions[r]) + " (cpu kth " + std::to_string(kth) +
+                         ", next " + std::to_string(next) + ")";
+        }
+      }
+      if (g.in_topk[r] != c.in_topk[r]) {
+        ++a->in_topk_diffs;
+        if (!near_tie) ++a->in_topk_far;
+      }
+      if (g.needle_rank[r] != c.needle_rank[r]) {
+        ++a->rank_diffs;
+        a->max_rank_delta =
+            std::max(a->max_rank_delta, std::abs(g.needle_rank[r] - c.needle_rank[r]));
+      }
+    }
+  }
+}
+
 TEST_F(CudaEngine, Fp32MatchesCpuOnNiahPrompts) {
   const Model& md = Shipped();
   const std::vector<Case> cases = MakeCases(md.m.tokenizer);
@@ -220,16 +282,15 @@ TEST_F(CudaEngine, Fp32MatchesCpuOnNiahPrompts) {
   std::unique_ptr<Backend> gpu = MakeBackend("cuda");
   ASSERT_NE(gpu, nullptr);
   const auto got = RunOn(*gpu, reqs);
-  int same_tokens = 0, same_probes = 0, logit_checks = 0;
+  int same_tokens = 0, logit_checks = 0;
   double worst_rel = 0;
+  ProbeAgreement agree;
   for (size_t i = 0; i < cases.size(); ++i) {
     ASSERT_TRUE(cpu[i].ok()) << cpu[i].status().ToString();
     ASSERT_TRUE(got[i].ok()) << Describe(cases[i]) << ": " << got[i].status().ToString();
     EXPECT_EQ(got[i]->tokens, cpu[i]->tokens) << Describe(cases[i]);
     same_tokens += got[i]->tokens == cpu[i]->tokens;
-    const std::string pd = ProbeDiff(*got[i], *cpu[i]);
-    EXPECT_EQ(pd, "") << Describe(cases[i]);
-    same_probes += pd.empty();
+    CompareProbes(*got[i], *cpu[i], Describe(cases[i]), &agree);
     if (i % 8 == 0) {  // logits at the last prompt position
       const std::unique_ptr<Backend> cpu_b = MakeBackend("cpu");
       const std::vector<float> a = LastLogits(*gpu, reqs[i], {});
@@ -246,11 +307,19 @@ TEST_F(CudaEngine, Fp32MatchesCpuOnNiahPrompts) {
       ++logit_checks;
     }
   }
+  EXPECT_EQ(agree.far_sets, 0) << "first: " << agree.first_far;
+  EXPECT_EQ(agree.in_topk_far, 0);
+  // Needle ranks move only through near-equal scores anywhere above the needle; bounded here.
+  EXPECT_LE(agree.rank_diffs * 50, agree.pairs) << "needle ranks differ at more than 2% of pairs";
   std::ostringstream s;
   s << "fp32 cuda vs cpu: " << cases.size() << " prompts (256-16384 tokens), same tokens "
-    << same_tokens << "/" << cases.size() << ", same probes (top-k sets, ranks) " << same_probes
-    << "/" << cases.size() << ", last-position logits worst max|d|/max|ref| " << worst_rel
-    << " over " << logit_checks << " prompts\n";
+    << same_tokens << "/" << cases.size() << "; last-position logits worst max|d|/max|ref| "
+    << worst_rel << " over " << logit_checks << " prompts; (layer, position) probe pairs "
+    << agree.pairs << ": same top-k set " << agree.same_sets << ", near-tie differences "
+    << agree.near_tie_sets << " (largest cpu kth-next margin " << agree.largest_tie_gap
+    << "), other differences " << agree.far_sets << "; in_topk differs at " << agree.in_topk_diffs
+    << " (not at a near-tie: " << agree.in_topk_far << "); needle rank differs at "
+    << agree.rank_diffs << " (max |delta| " << agree.max_rank_delta << ")\n";
   Report(s.str());
 }
 
@@ -289,8 +358,8 @@ TEST_F(CudaEngine, PagedAndPdEqualContiguousJobForJob) {
       EXPECT_EQ(ProbeDiff(*got[i], *want[i]), "") << name << " " << Describe(cases[i]);
       same += got[i]->tokens == want[i]->tokens && ProbeDiff(*got[i], *want[i]).empty();
     }
-    Report(std::string(name) + " vs cuda: identical tokens and probes on " +
-           std::to_string(same) + "/" + std::to_string(reqs.size()) + " prompts\n");
+    Report(std::string(name) + " vs cuda: identical tokens and probes on " + std::to_string(same) +
+           "/" + std::to_string(reqs.size()) + " prompts\n");
   }
 }
 
@@ -298,9 +367,9 @@ TEST_F(CudaEngine, QuantizedProfilesAgreeWithCpu) {
   const Model& md = Shipped();
   std::vector<Case> cases = MakeCases(md.m.tokenizer);
   // Prompts up to 4,096 tokens (180 of them) keep the CPU side of five profiles affordable.
-  cases.erase(std::remove_if(cases.begin(), cases.end(),
-                             [](const Case& c) { return c.length > 4096; }),
-              cases.end());
+  cases.erase(
+      std::remove_if(cases.begin(), cases.end(), [](const Case& c) { return c.length > 4096; }),
+      cases.end());
   std::unique_ptr<Backend> gpu = MakeBackend("cuda");
   ASSERT_NE(gpu, nullptr);
   for (const char* name : {"bf16", "fp8-index", "mxfp4-index", "nvfp4-index", "fp8-kv"}) {
@@ -346,6 +415,27 @@ TEST_F(CudaEngine, RequestTooLargeForTheGpuIsResourceExhausted) {
   auto seq = gpu->NewSequence(spec);
   ASSERT_FALSE(seq.ok());
   EXPECT_EQ(seq.status().code(), StatusCode::kResourceExhausted) << seq.status().ToString();
+}
+
+TEST_F(CudaEngine, ReportsStateBytesPerToken) {
+  std::ostringstream s;
+  s << "KV / index state per token (tiny-v4, fp32 storage):";
+  for (const char* name : {"cpu", "cpu-paged", "cuda", "cuda-paged"}) {
+    std::unique_ptr<Backend> b = MakeBackend(name);
+    ASSERT_NE(b, nullptr);
+    const int64_t per_token = b->state_bytes_per_token(PrecisionProfile{});
+    EXPECT_GT(per_token, 0) << name;
+    s << " " << name << " " << per_token << " B";
+  }
+  // A 4,096-token sequence on the GPU holds what it reports (caches reserved for its capacity).
+  std::unique_ptr<Backend> gpu = MakeBackend("cuda");
+  SequenceSpec spec;
+  spec.max_tokens = 4096;
+  auto seq = gpu->NewSequence(spec);
+  ASSERT_TRUE(seq.ok()) << seq.status().ToString();
+  s << "; a 4,096-token cuda sequence holds " << (*seq)->state_bytes() << " B\n";
+  EXPECT_GE((*seq)->state_bytes(), 4096 * gpu->state_bytes_per_token(PrecisionProfile{}));
+  Report(s.str());
 }
 
 TEST_F(CudaEngine, ServesThroughTheEngineFacade) {
