@@ -39,8 +39,9 @@
 #include "engine/checkpoint/config.h"
 #include "engine/checkpoint/loader.h"
 #include "engine/checkpoint/safetensors.h"
-#include "engine/cpu/generate.h"
 #include "engine/cpu/sequence.h"
+#include "engine/generate.h"
+#include "tests/cpu_backend/hf_golden.h"
 
 namespace nw {
 namespace {
@@ -58,60 +59,6 @@ constexpr const char* kHowToMake =
     "produce it on the GPU machine with `python3 models/train/hf_reference.py --model "
     "models/tiny-v4 --out $OUT/tiny-v4.json` and check it in as "
     "tests/data/hf_reference/tiny-v4.json";
-
-struct IndexerRecord {
-  int layer = 0;
-  std::vector<std::vector<int32_t>> sets;  // per stored position, sorted
-  std::vector<std::optional<double>> kth, next;
-  std::vector<double> max_abs;
-};
-
-struct HfPrompt {
-  std::string name;
-  std::vector<int32_t> tokens;
-  int index_topk = 0;
-  std::vector<int64_t> positions;
-  std::vector<std::vector<float>> logits;
-  std::vector<int32_t> greedy;
-  std::vector<double> greedy_margins;
-  double greedy_scale = 0;
-  std::vector<IndexerRecord> indexer;
-};
-
-std::optional<double> OptionalNumber(const nlohmann::json& v) {
-  if (v.is_null()) return std::nullopt;
-  return v.get<double>();
-}
-
-std::vector<HfPrompt> ReadGolden(const fs::path& path) {
-  std::ifstream f(path);
-  EXPECT_TRUE(f.good()) << "cannot read " << path;
-  const nlohmann::json doc = nlohmann::json::parse(f);
-  EXPECT_EQ(doc.at("needlework_config").at("swiglu_clamp_shared_expert"), true);
-  std::vector<HfPrompt> out;
-  for (const auto& p : doc.at("prompts")) {
-    HfPrompt g;
-    g.name = p.at("name").get<std::string>();
-    g.tokens = p.at("tokens").get<std::vector<int32_t>>();
-    g.index_topk = p.at("index_topk").get<int>();
-    g.positions = p.at("positions").get<std::vector<int64_t>>();
-    g.logits = p.at("logits").get<std::vector<std::vector<float>>>();
-    g.greedy = p.at("greedy").get<std::vector<int32_t>>();
-    g.greedy_margins = p.at("greedy_top2_margins").get<std::vector<double>>();
-    g.greedy_scale = p.at("greedy_max_abs_logit").get<double>();
-    for (const auto& r : p.at("indexer")) {
-      IndexerRecord rec;
-      rec.layer = r.at("layer").get<int>();
-      rec.sets = r.at("topk_sets").get<std::vector<std::vector<int32_t>>>();
-      for (const auto& v : r.at("kth_score")) rec.kth.push_back(OptionalNumber(v));
-      for (const auto& v : r.at("next_score")) rec.next.push_back(OptionalNumber(v));
-      rec.max_abs = r.at("max_abs_score").get<std::vector<double>>();
-      g.indexer.push_back(std::move(rec));
-    }
-    out.push_back(std::move(g));
-  }
-  return out;
-}
 
 struct Loaded {
   ModelConfig cfg;
@@ -221,7 +168,7 @@ void CheckPrompt(const Loaded& m, const HfPrompt& g, Counts* counts) {
   // Greedy continuation (prefill's last row, then decode steps).
   std::vector<float> last(all.end() - vocab, all.end());
   for (size_t step = 0; step < g.greedy.size(); ++step) {
-    const int32_t next = cpu::Argmax(last.data(), vocab);
+    const int32_t next = Argmax(last.data(), vocab);
     if (g.greedy_margins[step] <= kGreedyTieRel * g.greedy_scale) {
       std::cout << "hf " << g.name << ": greedy step " << step
                 << " is a near-tie in HF; later steps not compared\n";

@@ -27,8 +27,8 @@
 #include "engine/checkpoint/loader.h"
 #include "engine/checkpoint/random_checkpoint.h"
 #include "engine/checkpoint/safetensors.h"
-#include "engine/cpu/generate.h"
 #include "engine/cpu/sequence.h"
+#include "engine/generate.h"
 
 namespace nw {
 namespace {
@@ -111,7 +111,7 @@ void WriteLoadRun(const ConfigReduction& r, int prompt_len, int decode) {
   ASSERT_EQ(static_cast<int64_t>(logits.size()), cfg->vocab_size);
   for (int step = 0; step < decode; ++step) {
     for (float v : logits) ASSERT_TRUE(std::isfinite(v)) << "step " << step;
-    const int32_t next = cpu::Argmax(logits.data(), cfg->vocab_size);
+    const int32_t next = Argmax(logits.data(), cfg->vocab_size);
     ASSERT_TRUE(seq->Decode(next, &logits).ok());
   }
   for (float v : logits) ASSERT_TRUE(std::isfinite(v));

@@ -7,6 +7,7 @@
 #   memcheck   compute-sanitizer memcheck on an end-to-end generate (256 tokens) and the kernels
 #   hf         HF transformers' DeepseekV4ForCausalLM on tiny-v4 (models/train/hf_reference.py)
 #   campaigns  nw run of the model-card campaigns with backend cuda (experiments/model-card/)
+#   serve      nw serve --backend cuda and --backend cpu: the same greedy completion
 #   daemon     nw coordinator + nw worker --gpu 0 + a CPU worker on a cpu-vs-cuda campaign
 #   perf       cuda_backend_ops_test --perf at V4-Flash shapes
 #   racecheck  compute-sanitizer racecheck over the shared-memory kernels
@@ -114,6 +115,28 @@ if has daemon; then
   "$NW" --db "$ddb" report quickstart-cpu-vs-cuda --format markdown >"$OUT/daemon.md" 2>&1
   sql "$ddb" "SELECT j.backend, r.device, COUNT(*) FROM results r JOIN jobs j ON j.key = r.job_key GROUP BY 1, 2"
   head -30 "$OUT/daemon.md"
+fi
+
+if has serve; then
+  # nw serve on the GPU backend: the same greedy completion as on the CPU backend.
+  for b in cuda cpu; do
+    "$NW" serve --model models/tiny-v4 --backend $b --listen 127.0.0.1:8077 >"$OUT/serve-$b.log" 2>&1 &
+    spid=$!
+    for i in $(seq 1 60); do
+      python3 - <<'PY' 2>/dev/null && break
+import urllib.request; urllib.request.urlopen("http://127.0.0.1:8077/v1/models", timeout=1)
+PY
+      sleep 0.5
+    done
+    python3 - "$b" <<'PY' | tee -a "$OUT/serve.txt"
+import json, sys, urllib.request
+body = json.dumps({"model": "tiny-v4", "prompt": "The special magic number for apple is", "max_tokens": 12, "temperature": 0}).encode()
+req = urllib.request.Request("http://127.0.0.1:8077/v1/completions", data=body, headers={"Content-Type": "application/json"})
+r = json.load(urllib.request.urlopen(req, timeout=60))
+print(sys.argv[1], json.dumps(r["choices"][0]["text"]), r.get("usage"))
+PY
+    kill $spid; wait $spid 2>/dev/null
+  done
 fi
 
 if has perf; then

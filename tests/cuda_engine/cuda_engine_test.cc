@@ -18,6 +18,7 @@
 // The prompt count defaults to the 200+ (216); NW_CUDA_ENGINE_PROMPTS=N takes the first N
 // (for quick runs, e.g. under compute-sanitizer). NW_CUDA_ENGINE_REPORT=FILE writes the summary.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -39,6 +40,7 @@
 #include "engine/engine.h"
 #include "engine/generate.h"
 #include "engine/text/niah.h"
+#include "tests/cpu_backend/hf_golden.h"
 
 namespace nw {
 namespace {
@@ -417,6 +419,102 @@ TEST_F(CudaEngine, RequestTooLargeForTheGpuIsResourceExhausted) {
   EXPECT_EQ(seq.status().code(), StatusCode::kResourceExhausted) << seq.status().ToString();
 }
 
+// Every GPU backend against HF transformers' own DeepSeek-V4 (tests/data/hf_reference/tiny-v4.json,
+// the independent reference; HF clamps the shared expert, so the config does here too), with the
+// CPU test's requirements (tests/cpu_backend/hf_reference_test.cc): logits at the stored positions
+// within 1e-4 of the row's largest |logit|, the greedy tokens up to HF's first near-tie, the
+// indexer's top-k sets (as sets) except near-ties at the cut.
+TEST_F(CudaEngine, MatchesHfTransformers) {
+  const fs::path golden = fs::path(NW_TEST_DATA_DIR) / "hf_reference" / "tiny-v4.json";
+  ASSERT_TRUE(fs::exists(golden)) << golden;
+  const std::vector<HfPrompt> prompts = ReadGolden(golden);
+  const Model& md = Shipped();
+  ModelConfig cfg = md.m.config;
+  cfg.swiglu_clamp_shared_expert = true;
+  std::ostringstream rep;
+  for (const char* name : {"cuda", "cuda-paged"}) {
+    auto backend = CreateBackend(name, cfg, md.weights);
+    ASSERT_TRUE(backend.ok()) << backend.status().ToString();
+    double worst = 0;
+    int sets_compared = 0, ties = 0, greedy_compared = 0;
+    for (const HfPrompt& g : prompts) {
+      SCOPED_TRACE(std::string(name) + " prompt " + g.name);
+      const int64_t V = cfg.vocab_size;
+      // Logits: one sequence per stored position, prefilled up to it.
+      for (size_t k = 0; k < g.positions.size(); ++k) {
+        SequenceSpec spec;
+        spec.max_tokens = g.positions[k] + 1;
+        spec.index_topk = g.index_topk;
+        auto seq = (*backend)->NewSequence(spec);
+        ASSERT_TRUE(seq.ok()) << seq.status().ToString();
+        std::vector<float> logits;
+        const std::span<const int32_t> prefix(g.tokens.data(),
+                                              static_cast<size_t>(g.positions[k] + 1));
+        ASSERT_TRUE((*seq)->Prefill(prefix, &logits).ok());
+        double max_ref = 0, max_diff = 0;
+        for (int64_t v = 0; v < V; ++v) {
+          const double ref = g.logits[k][static_cast<size_t>(v)];
+          max_ref = std::max(max_ref, std::fabs(ref));
+          max_diff = std::max(max_diff, std::fabs(static_cast<double>(logits[v]) - ref));
+        }
+        EXPECT_LE(max_diff, 1e-4 * max_ref) << "position " << g.positions[k];
+        worst = std::max(worst, max_diff / max_ref);
+      }
+      // Top-k sets and greedy tokens: the whole prompt with probes, then decode.
+      SequenceSpec spec;
+      spec.max_tokens = static_cast<int64_t>(g.tokens.size() + g.greedy.size());
+      spec.index_topk = g.index_topk;
+      ProbeRequest probe;
+      probe.keep_topk_sets = true;
+      spec.probe = probe;
+      auto seq = (*backend)->NewSequence(spec);
+      ASSERT_TRUE(seq.ok()) << seq.status().ToString();
+      std::vector<float> last;
+      ASSERT_TRUE((*seq)->Prefill(g.tokens, &last).ok());
+      const std::vector<IndexerProbe>& probes = (*seq)->probes();
+      ASSERT_EQ(probes.size(), g.indexer.size());
+      for (size_t l = 0; l < probes.size(); ++l) {
+        const IndexerProbe& p = probes[l];
+        const IndexerRecord& r = g.indexer[l];
+        for (size_t k = 0; k < g.positions.size(); ++k) {
+          auto it = std::find(p.positions.begin(), p.positions.end(), g.positions[k]);
+          ASSERT_NE(it, p.positions.end());
+          const auto row = static_cast<size_t>(it - p.positions.begin());
+          std::vector<int32_t> mine;
+          for (int j = 0; j < p.topk; ++j) {
+            const int32_t id =
+                p.topk_sets[row * static_cast<size_t>(p.topk) + static_cast<size_t>(j)];
+            if (id >= 0) mine.push_back(id);
+          }
+          std::sort(mine.begin(), mine.end());
+          if (r.kth[k] && r.next[k] && *r.kth[k] - *r.next[k] <= 1e-4 * r.max_abs[k]) {
+            ++ties;
+            continue;
+          }
+          ++sets_compared;
+          EXPECT_EQ(mine, r.sets[k]) << "layer " << r.layer << " position " << g.positions[k];
+        }
+      }
+      for (size_t step = 0; step < g.greedy.size(); ++step) {
+        if (g.greedy_margins[step] <= 1e-4 * g.greedy_scale) break;  // HF near-tie: stop here
+        const int32_t next = Argmax(last.data(), V);
+        ++greedy_compared;
+        ASSERT_EQ(next, g.greedy[step]) << "greedy step " << step;
+        if (step + 1 < g.greedy.size()) {
+          ASSERT_TRUE((*seq)->Decode(next, &last).ok());
+        }
+      }
+    }
+    EXPECT_GT(sets_compared, 4 * ties);
+    EXPECT_GE(greedy_compared, static_cast<int>(prompts.size()) * 4);
+    rep << name << " vs HF transformers: " << prompts.size() << " prompts, worst logit error "
+        << worst << " of the row's max |logit|, top-k sets equal at " << sets_compared
+        << " (layer, position) pairs (" << ties << " near-ties skipped), greedy steps equal "
+        << greedy_compared << "\n";
+  }
+  Report(rep.str());
+}
+
 TEST_F(CudaEngine, ReportsStateBytesPerToken) {
   std::ostringstream s;
   s << "KV / index state per token (tiny-v4, fp32 storage):";
@@ -436,6 +534,33 @@ TEST_F(CudaEngine, ReportsStateBytesPerToken) {
   s << "; a 4,096-token cuda sequence holds " << (*seq)->state_bytes() << " B\n";
   EXPECT_GE((*seq)->state_bytes(), 4096 * gpu->state_bytes_per_token(PrecisionProfile{}));
   Report(s.str());
+}
+
+// Hostile checkpoints (tests/data/safetensors) are refused with an error naming the file, before
+// a cuda backend exists (nothing reaches the GPU).
+TEST_F(CudaEngine, HostileCheckpointsAreRefusedBeforeUpload) {
+  const fs::path dir = fs::temp_directory_path() / ("nw-cuda-hostile-" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  fs::copy_file(ShippedModel() / "config.json", dir / "config.json",
+                fs::copy_options::overwrite_existing);
+  fs::copy_file(ShippedModel() / "tokenizer.json", dir / "tokenizer.json",
+                fs::copy_options::overwrite_existing);
+  int refused = 0;
+  for (const auto& entry : fs::directory_iterator(fs::path(NW_TEST_DATA_DIR) / "safetensors")) {
+    if (entry.path().extension() != ".safetensors") continue;
+    fs::copy_file(entry.path(), dir / "model.safetensors", fs::copy_options::overwrite_existing);
+    EngineOptions o;
+    o.backend = "cuda";
+    auto engine = LoadEngine(dir, o);
+    EXPECT_FALSE(engine.ok()) << entry.path().filename();  // valid.safetensors lacks the model too
+    if (!engine.ok()) {
+      EXPECT_NE(engine.status().message().find(dir.string()), std::string::npos)
+          << engine.status().ToString();
+      ++refused;
+    }
+  }
+  fs::remove_all(dir);
+  EXPECT_GE(refused, 12);
 }
 
 TEST_F(CudaEngine, ServesThroughTheEngineFacade) {
