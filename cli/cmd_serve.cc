@@ -9,6 +9,7 @@
 #include <iostream>
 
 #include "cli/commands.h"
+#include "engine/backend_catalog.h"
 #include "http/server.h"
 
 namespace nw::cli {
@@ -77,7 +78,7 @@ void RegisterServe(CLI::App& app, Globals& g) {
   cmd->add_option("--backend", a->backend,
                   "Engine backend (cpu, cpu-paged, cpu-pd; cuda* with a CUDA build and a GPU)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"cpu", "cpu-paged"}));
+      ->check(CLI::IsMember(BackendNames()));
   cmd->add_option("--listen", a->listen, "host:port to listen on (port 0: any free port)")
       ->capture_default_str();
   cmd->add_option("--name", a->name, "Model id served (default: the model folder's name)");

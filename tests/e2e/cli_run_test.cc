@@ -222,6 +222,11 @@ trials: 1
     ASSERT_TRUE(campaign.ok());
     EXPECT_FALSE(campaign->has_value());
   }
+  // nw serve names the backend and why it cannot run it, before reading the model.
+  CommandResult serve =
+      Sh(std::string(NW_BIN) + " serve --model " + (*dir_ / "model").string() + " --backend cuda");
+  EXPECT_EQ(serve.exit_code, 2) << serve.out;
+  EXPECT_NE(serve.out.find("backend 'cuda' needs"), std::string::npos) << serve.out;
   // A CPU-only campaign gets no note.
   CommandResult cpu = Sh(Nw("validate " + WriteCampaign("cpu-only", R"(task: niah-single
 haystack: noise
