@@ -87,9 +87,9 @@ Status CheckGpuWorkerSupport(const GpuSupport& support, const std::vector<GpuDev
   }
   if (GpuBackends(support).empty()) {
     return Status::FailedPrecondition(
-        "this nw has the CUDA kernels but no CUDA engine backend (engine backends: " + backends +
-        "), so it cannot run jobs on a GPU: this build has no cuda* engine backend, or it found "
-        "no usable GPU (docs/cuda.md); use --cpu");
+        "no cuda* engine backend can run here (engine backends available: " + backends +
+        "): CUDA sees no usable GPU, or this build lacks the CUDA engine backend (docs/cuda.md), "
+        "so it cannot run jobs on a GPU; use --cpu");
   }
   if (devices.empty()) {
     return Status::FailedPrecondition("no GPU found (`" + std::string(kNvidiaSmiGpuQuery) +

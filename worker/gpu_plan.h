@@ -53,7 +53,7 @@ GpuSupport ThisBuildGpuSupport();
 std::vector<std::string> GpuBackends(const GpuSupport& support);
 
 /// Whether a GPU worker can run here. FailedPrecondition with the reason, checked in this order:
-/// no CUDA in the build; no CUDA engine backend (the kernels alone cannot run a job); no GPU
+/// no CUDA in the build; no cuda* engine backend that can run here (no usable GPU); no GPU
 /// visible. Each message says what to do instead (--cpu).
 Status CheckGpuWorkerSupport(const GpuSupport& support, const std::vector<GpuDevice>& devices);
 

@@ -114,8 +114,8 @@ TEST(CliDistTest, RefusalsAndBadArguments) {
   CommandResult second = Sh(ws.Nw("coordinator --listen tcp://127.0.0.1:0"));
   EXPECT_EQ(second.exit_code, 2) << second.out;
   EXPECT_NE(second.out.find("another coordinator serves"), std::string::npos) << second.out;
-  // GPU flags: refused, with the reason, while the engine has no CUDA backend (never a silent
-  // CPU fallback); worker/gpu_plan.h, tests/worker/gpu_plan_test.cc.
+  // GPU flags: refused, with the reason, where no cuda* backend can run (never a silent CPU
+  // fallback); worker/gpu_plan.h, tests/worker/gpu_plan_test.cc.
   CommandResult version = Sh(std::string(NW_BIN) + " version");
   if (version.out.find("cuda") == std::string::npos) {
     for (const std::string flags : {"--gpu 0", "--gpus all", "--gpus 0,1"}) {

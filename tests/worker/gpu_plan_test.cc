@@ -56,10 +56,10 @@ TEST(GpuPlan, RefusesWithoutCudaWithoutACudaBackendOrWithoutAGpu) {
   EXPECT_NE(no_cuda.message().find("built without CUDA"), std::string::npos) << no_cuda.message();
   EXPECT_NE(no_cuda.message().find("cannot run jobs on a GPU"), std::string::npos);
   EXPECT_NE(no_cuda.message().find("cpu, cpu-paged"), std::string::npos);
-  // A CUDA build whose engine has no CUDA backend (today's engine): the kernels alone run no job.
+  // A CUDA build where no cuda* backend can run (no usable GPU): the kernels alone run no job.
   Status no_backend = CheckGpuWorkerSupport(GpuSupport{true, {"cpu", "cpu-paged"}}, one);
   EXPECT_EQ(no_backend.code(), StatusCode::kFailedPrecondition);
-  EXPECT_NE(no_backend.message().find("no CUDA engine backend"), std::string::npos)
+  EXPECT_NE(no_backend.message().find("no cuda* engine backend can run here"), std::string::npos)
       << no_backend.message();
   EXPECT_NE(no_backend.message().find("cannot run jobs on a GPU"), std::string::npos);
   Status no_gpu = CheckGpuWorkerSupport(FutureCudaBuild(), {});
