@@ -142,12 +142,19 @@ std::string Range(const ConfigBoundary& b, const Run& r) {
   return lo == hi ? Tokens(lo) : Tokens(lo) + "-" + Tokens(hi);
 }
 
-// "512 (pass 9/10, ...), 1,024 (pass 10/10, ...)".
+// "512 (pass 9/10, ...), 1,024 (pass 10/10, ...)"; neighbours with the same counts share them:
+// "256, 512 (each pass 10/10, ...)".
 std::string ListWithStats(const ConfigBoundary& b, const Run& r) {
   std::string out;
-  for (size_t i = r.first; i <= r.last; ++i) {
+  size_t i = r.first;
+  while (i <= r.last) {
+    const std::string stats = LengthStats(b, b.lengths[i]);
+    size_t j = i;
+    while (j + 1 <= r.last && LengthStats(b, b.lengths[j + 1]) == stats) ++j;
     if (!out.empty()) out += ", ";
-    out += Tokens(b.lengths[i].length) + " (" + LengthStats(b, b.lengths[i]) + ")";
+    for (size_t k = i; k <= j; ++k) out += (k > i ? ", " : "") + Tokens(b.lengths[k].length);
+    out += std::string(j > i ? " (each " : " (") + stats + ")";
+    i = j + 1;
   }
   return out;
 }

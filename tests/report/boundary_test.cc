@@ -151,8 +151,9 @@ TEST(Verdicts, NineOfTenIsUndecidedNotLost) {
   EXPECT_DOUBLE_EQ(b.cell_confidence, 0.998);   // and over 25 cells
   for (const CellDecision& d : b.cell_verdicts) EXPECT_EQ(d.verdict, Verdict::kUndecided);
   const std::string s = DescribeBoundary(b);
-  EXPECT_EQ(s.rfind("undecided at every tested length (256-4,096 tokens; 256 (pass 10/10, 99% CI "
-                    "0.60-1.00)",
+  EXPECT_EQ(s.rfind("undecided at every tested length (256-4,096 tokens; 256, 512, 1,024 (each "
+                    "pass 10/10, 99% CI 0.60-1.00), 2,048 (pass 9/10, 99% CI 0.49-0.99), 4,096 "
+                    "(pass 10/10, 99% CI 0.60-1.00))",
                     0),
             0u)
       << s;
