@@ -207,7 +207,8 @@ std::string DescribeMoreTrials(const ConfigBoundary& b) {
     }
     return "more than 1,000,000 answers at " + at + " would be needed to decide it";
   }
-  return "about " + FormatThousands(*b.decide_trials - s.trials) + " more answers at " + at +
+  const int64_t more = *b.decide_trials - s.trials;
+  return "about " + FormatThousands(more) + (more == 1 ? " more answer at " : " more answers at ") + at +
          " would decide it if the rate held (" + FormatThousands(*b.decide_trials) +
          " in all: the smallest n whose " + CiLabel(b.length_confidence) +
          " at that rate clears " + FormatNumber(b.criterion.pass_rate, 3) + ")";

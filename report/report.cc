@@ -263,7 +263,7 @@ std::string RenderMarkdown(const CampaignReport& r) {
   out += "| pass | miss | truncated | empty | engine_error | timeout |\n";
   out += "|---:|---:|---:|---:|---:|---:|\n|";
   for (int64_t n : r.outcomes) out += " " + FormatThousands(n) + " |";
-  out += "\n" + CriterionLine(r) + ".\n";
+  out += "\n\n" + CriterionLine(r) + ".\n";
   if (r.configs.empty()) {
     out += "\nNo results yet.\n";
     return out;
