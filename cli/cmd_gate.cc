@@ -43,15 +43,14 @@ struct GateArgs {
 
 struct Side {
   std::vector<CampaignSample> samples;
-  std::string source;  // "baseline NAME (campaign C)" or "campaign C"
+  std::string source;   // "baseline NAME (campaign C)" or "campaign C"
   Criterion criterion;  // the criterion its campaign states (defaults when none, or not found)
 };
 
 Result<Criterion> CriterionOf(Store& store, const std::string& campaign) {
   NW_ASSIGN_OR_RETURN(std::optional<CampaignRecord> c, store.FindCampaign(campaign));
   if (!c || c->source_text.empty()) return Criterion{};
-  return ParseCampaignCriterion(c->source_text,
-                                c->source_path.empty() ? campaign : c->source_path);
+  return ParseCampaignCriterion(c->source_text, c->source_path.empty() ? campaign : c->source_path);
 }
 
 Result<Side> LoadSide(Store& store, const std::string& name, bool baseline_first) {

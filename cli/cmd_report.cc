@@ -31,10 +31,9 @@ Status ShowReport(const Globals& g, const std::string& name, const std::string& 
   Criterion criterion;
   NW_ASSIGN_OR_RETURN(std::optional<CampaignRecord> record, store->FindCampaign(name));
   if (record && !record->source_text.empty()) {
-    NW_ASSIGN_OR_RETURN(criterion, ParseCampaignCriterion(record->source_text,
-                                                          record->source_path.empty()
-                                                              ? name
-                                                              : record->source_path));
+    NW_ASSIGN_OR_RETURN(criterion, ParseCampaignCriterion(
+                                       record->source_text,
+                                       record->source_path.empty() ? name : record->source_path));
   }
   NW_ASSIGN_OR_RETURN(CampaignReport report, LoadCampaignReport(*store, name, criterion));
   if (format == "text") {

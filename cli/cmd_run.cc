@@ -94,9 +94,8 @@ std::string SearchSummary(const search::SearchDriver& d) {
     out << "  " << l.config << " position " << report::FormatPosition(l.needle_position)
         << ": passes up to " << len(l.pass_length) << verdict(l.pass_length, l.verdict.pass_verdict)
         << ", fails from " << len(l.fail_length) << verdict(l.fail_length, l.verdict.fail_verdict)
-        << " ("
-        << search::LineStateName(l.verdict.state) << ", " << l.verdict.jobs << " of " << l.grid_jobs
-        << " jobs)\n";
+        << " (" << search::LineStateName(l.verdict.state) << ", " << l.verdict.jobs << " of "
+        << l.grid_jobs << " jobs)\n";
   }
   return out.str();
 }

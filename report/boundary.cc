@@ -64,7 +64,8 @@ ConfigBoundary Compute(const std::string& config, const std::map<int64_t, Length
     s.pooled = Decide(s.passes, s.trials, criterion.pass_rate, b.length_confidence);
     s.verdict = s.pooled;
     for (const CellDecision& d : b.cell_verdicts) {
-      if (d.length == s.length && d.verdict == Verdict::kLost) s.lost_positions.push_back(d.position);
+      if (d.length == s.length && d.verdict == Verdict::kLost)
+        s.lost_positions.push_back(d.position);
     }
     if (!s.lost_positions.empty()) s.verdict = Verdict::kLost;
   }
@@ -208,10 +209,10 @@ std::string DescribeMoreTrials(const ConfigBoundary& b) {
     return "more than 1,000,000 answers at " + at + " would be needed to decide it";
   }
   const int64_t more = *b.decide_trials - s.trials;
-  return "about " + FormatThousands(more) + (more == 1 ? " more answer at " : " more answers at ") + at +
-         " would decide it if the rate held (" + FormatThousands(*b.decide_trials) +
-         " in all: the smallest n whose " + CiLabel(b.length_confidence) +
-         " at that rate clears " + FormatNumber(b.criterion.pass_rate, 3) + ")";
+  return "about " + FormatThousands(more) + (more == 1 ? " more answer at " : " more answers at ") +
+         at + " would decide it if the rate held (" + FormatThousands(*b.decide_trials) +
+         " in all: the smallest n whose " + CiLabel(b.length_confidence) + " at that rate clears " +
+         FormatNumber(b.criterion.pass_rate, 3) + ")";
 }
 
 std::string DescribeBoundary(const ConfigBoundary& b) {
@@ -257,8 +258,9 @@ std::string DescribeBoundary(const ConfigBoundary& b) {
                           LengthStats(b, first) + ")");
         } else if (r.last == last) {
           parts.push_back(std::string(seen_lost ? "lost again from " : "lost from ") +
-                          Tokens(first.length) + (r.first == 0 ? ", the shortest tested length" : "") +
-                          " (" + LengthStats(b, first) + ")");
+                          Tokens(first.length) +
+                          (r.first == 0 ? ", the shortest tested length" : "") + " (" +
+                          LengthStats(b, first) + ")");
         } else {
           parts.push_back("lost at " + ListWithStats(b, r));
         }

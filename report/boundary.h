@@ -48,7 +48,7 @@ struct LengthSummary {
   bool clean() const { return clean_cells == cells; }
   bool failing() const { return failing_cells > 0; }
   // Verdicts (ExtractBoundaries fills these).
-  Verdict pooled = Verdict::kNoAnswers;  // the pooled answers' verdict at the length level
+  Verdict pooled = Verdict::kNoAnswers;   // the pooled answers' verdict at the length level
   Verdict verdict = Verdict::kNoAnswers;  // pooled, made lost by a lost cell
   std::vector<double> lost_positions;     // positions whose cell is lost at the cell level
 };

@@ -408,7 +408,8 @@ Result<GateReport> Compute(const std::vector<CampaignSample>& baseline,
       shift.summary = "the candidate is undecided at " + FormatThousands(*cand_undecided) +
                       ", below the baseline's found-up-to " + FormatThousands(*bb.found_up_to) +
                       ": not a shift until decided";
-      if (cb.nearest_undecided == cand_undecided) shift.summary += " (" + DescribeMoreTrials(cb) + ")";
+      if (cb.nearest_undecided == cand_undecided)
+        shift.summary += " (" + DescribeMoreTrials(cb) + ")";
       sa.test.verdict = GateVerdict::kInsufficient;
       sa.test.reason = shift.summary;
     } else if (!cb.lost_from) {

@@ -154,8 +154,8 @@ std::string Heatmap(const ConfigReport& c) {
       }
       s += "<g class=\"cell\"><title>" +
            HtmlEscape(CellTooltip(*cell) + "; verdict: " +
-                      std::string(VerdictName(
-                          CellVerdictOf(b, len, g.positions[static_cast<size_t>(i)]))) +
+                      std::string(
+                          VerdictName(CellVerdictOf(b, len, g.positions[static_cast<size_t>(i)]))) +
                       " at " + CiLabel(b.cell_confidence)) +
            "</title>";
       s += "<rect x=\"" + std::to_string(x + 1) + "\" y=\"" + std::to_string(y + 1) +
@@ -176,7 +176,7 @@ std::string Heatmap(const ConfigReport& c) {
     if (!marker.empty()) {
       s += "<text class=\"marker\" x=\"" + std::to_string(kLabelWidth + cols * kCellWidth + 8) +
            "\" y=\"" + std::to_string(y + kCellHeight / 2 + 4) + "\" font-size=\"12\" fill=\"" +
-           (b.lost_from && *b.lost_from == len ? "#b2182b"
+           (b.lost_from && *b.lost_from == len       ? "#b2182b"
             : b.found_up_to && *b.found_up_to == len ? "#1a7340"
                                                      : "#8a6d00") +
            "\">" + marker + "</text>\n";
@@ -353,9 +353,8 @@ std::string RenderHtml(const CampaignReport& r) {
     const ConfigBoundary& b = r.configs[i].boundary;
     s += "<tr><td><a href=\"#config-" + std::to_string(i) + "\"><code>" + HtmlEscape(b.config) +
          "</code></a></td>" + LengthCell(b, b.found_up_to) + LengthCell(b, b.lost_from) +
-         UndecidedCell(b) + "<td class=\"num\">" +
-         FormatThousands(b.passes) + "/" + FormatThousands(b.trials) + "</td><td>" +
-         HtmlEscape(DescribeBoundary(b)) + "</td></tr>\n";
+         UndecidedCell(b) + "<td class=\"num\">" + FormatThousands(b.passes) + "/" +
+         FormatThousands(b.trials) + "</td><td>" + HtmlEscape(DescribeBoundary(b)) + "</td></tr>\n";
   }
   s += "</table>\n";
   for (size_t i = 0; i < r.configs.size(); ++i) {

@@ -404,8 +404,8 @@ json RenderJson(const CampaignReport& r) {
                                                             static_cast<double>(cell.trials))
                                                      : json(nullptr)},
                        {"ci95", CiJson(cell.passes, cell.trials)},
-                       {"verdict", std::string(VerdictName(CellVerdict(
-                                       b, cell.context_length, cell.needle_position)))},
+                       {"verdict", std::string(VerdictName(
+                                       CellVerdict(b, cell.context_length, cell.needle_position)))},
                        {"ci", CiJsonAt(cell.passes, cell.trials, b.cell_confidence)}});
     }
     cj["cells"] = cells;

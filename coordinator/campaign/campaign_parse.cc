@@ -92,9 +92,9 @@ constexpr std::string_view kCoreTagPrefix = "tag:yaml.org,2002:";
 using Names = std::span<const std::string_view>;
 
 constexpr std::string_view kTopKeys[] = {
-    "name",       "description", "model", "task", "haystack",   "matrix", "include",  "exclude",
-    "precisions", "trials",      "seeds", "seed", "generation", "probe",  "max_jobs", "search",
-    "criterion"};
+    "name",       "description", "model",      "task",   "haystack", "matrix",
+    "include",    "exclude",     "precisions", "trials", "seeds",    "seed",
+    "generation", "probe",       "max_jobs",   "search", "criterion"};
 constexpr std::string_view kAxisKeys[] = {"task", "haystack",       "backend",        "precision",
                                           "topk", "context_length", "needle_position"};
 constexpr std::string_view kIncludeKeys[] = {
@@ -1473,9 +1473,9 @@ Status Parser::ParseCriterion(const Entry& e) {
     NW_ASSIGN_OR_RETURN(double v, ReadDouble(f.value, f.path));
     if (f.key == "pass_rate") {
       if (!(v > 0 && v < 1)) {
-        return Error(f.value, f.path,
-                     "must be greater than 0 and less than 1 (a pass rate), got " +
-                         f.value.Scalar());
+        return Error(
+            f.value, f.path,
+            "must be greater than 0 and less than 1 (a pass rate), got " + f.value.Scalar());
       }
       c.pass_rate = v;
     } else {

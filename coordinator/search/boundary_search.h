@@ -62,13 +62,13 @@ struct Probe {
 };
 
 enum class LineState {
-  kRunning,      // trials pending, or more to issue
-  kConverged,    // adjacent lengths: the shorter decided found, the longer decided lost
-  kAllPass,      // the longest length is decided found
-  kAllFail,      // the shortest length is decided lost
-  kUndecided,    // a side of the boundary is still undecided and its pool is spent
-  kBudget,       // the line's job budget is spent
-  kNoAnswers,    // a length the search needs gave no answer in its whole pool
+  kRunning,    // trials pending, or more to issue
+  kConverged,  // adjacent lengths: the shorter decided found, the longer decided lost
+  kAllPass,    // the longest length is decided found
+  kAllFail,    // the shortest length is decided lost
+  kUndecided,  // a side of the boundary is still undecided and its pool is spent
+  kBudget,     // the line's job budget is spent
+  kNoAnswers,  // a length the search needs gave no answer in its whole pool
 };
 /// running, converged, all-pass, all-fail, undecided, budget, no-answers.
 std::string_view LineStateName(LineState s);
@@ -79,7 +79,7 @@ struct LineVerdict {
   std::optional<size_t> fail_index;  // hi: the shortest failing length
   // The criterion's verdicts on them (kNoAnswers when absent).
   nw::Verdict pass_verdict = nw::Verdict::kNoAnswers, fail_verdict = nw::Verdict::kNoAnswers;
-  int64_t jobs = 0;                  // trials issued
+  int64_t jobs = 0;  // trials issued
 };
 
 struct LineSearchOptions {

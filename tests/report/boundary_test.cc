@@ -186,8 +186,8 @@ TEST(Verdicts, SharpBoundaryIsFoundThenLost) {
 }
 
 TEST(Verdicts, UndecidedLengthIsNamedWithTheTrialsToDecideIt) {
-  const ConfigBoundary b = One({Cell(1000, 0, 200, 200), Cell(2000, 0, 45, 50),
-                                Cell(4000, 0, 0, 100)});
+  const ConfigBoundary b =
+      One({Cell(1000, 0, 200, 200), Cell(2000, 0, 45, 50), Cell(4000, 0, 0, 100)});
   EXPECT_EQ(b.found_up_to, 1000);
   EXPECT_EQ(b.lost_from, 4000);
   EXPECT_EQ(b.undecided, std::vector<int64_t>{2000});

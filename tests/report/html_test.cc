@@ -179,7 +179,8 @@ TEST_F(HtmlTest, CellsCarryCountsAndIntervals) {
   // 0/2 at 4,096 / 50%: red, white text; its tooltip has the counts, the Wilson interval and the
   // verdict (undecided at the cell level 1 - 0.5/16).
   EXPECT_NE(html_.find("<g class=\"cell\"><title>4,096 tokens, needle at 50%: 0/2 passed (0%), "
-                       "95% CI 0.00-0.66; verdict: undecided at 96.88% CI</title><rect x=\"245\" y=\"109\" width=\"74\" "
+                       "95% CI 0.00-0.66; verdict: undecided at 96.88% CI</title><rect x=\"245\" "
+                       "y=\"109\" width=\"74\" "
                        "height=\"30\" rx=\"3\" fill=\"#d73027\"/><text x=\"282\" y=\"128\" "
                        "text-anchor=\"middle\" font-size=\"12\" fill=\"#ffffff\">0/2?</text></g>"),
             std::string::npos)

@@ -149,8 +149,7 @@ TEST_F(ReportTest, MarkdownHasTheSameData) {
                     "|---:|---:|---:|---:|---:|---|"),
             std::string::npos)
       << md;
-  EXPECT_NE(md.find("| 4,509 | 1/2? | 0/2x | 1/1 e1 p1? | 1/1? | lost |"), std::string::npos)
-      << md;
+  EXPECT_NE(md.find("| 4,509 | 1/2? | 0/2x | 1/1 e1 p1? | 1/1? | lost |"), std::string::npos) << md;
   EXPECT_NE(md.find("| 26 | 5 | 1 | 0 | 1 | 0 |\n\ncriterion: pass rate >= 0.9 at 95% "
                     "confidence"),
             std::string::npos)
