@@ -123,7 +123,7 @@ TEST(CampaignCriterionTest, LocatedErrors) {
   EXPECT_THAT(ParseError(Yaml("criterion: {pass_rate: 0}\n")),
               HasSubstr("criterion.pass_rate: must be greater than 0"));
   EXPECT_THAT(ParseError(Yaml("criterion: {confidence: 0.3}\n")),
-              HasSubstr("t.yaml:8:26: criterion.confidence: must be at least 0.5 and less than 1, "
+              HasSubstr("t.yaml:8:25: criterion.confidence: must be at least 0.5 and less than 1, "
                         "got 0.3"));
   EXPECT_THAT(ParseError(Yaml("criterion: {pass_rat: 0.9}\n")),
               HasSubstr("criterion: unknown key 'pass_rat'"));
