@@ -11,6 +11,7 @@
 
 #include "cli/commands.h"
 #include "common/clock.h"
+#include "coordinator/campaign/campaign.h"
 #include "coordinator/db_lock.h"
 #include "coordinator/embedded_run.h"
 #include "db/store.h"
@@ -36,12 +37,21 @@ struct GateArgs {
   std::string summary;
   int rerun = 0;
   int workers = 2;
+  std::optional<double> pass_rate;   // else the candidate campaign's criterion
+  std::optional<double> confidence;  // else the candidate campaign's criterion
 };
 
 struct Side {
   std::vector<CampaignSample> samples;
-  std::string source;  // "baseline NAME (campaign C)" or "campaign C"
+  std::string source;   // "baseline NAME (campaign C)" or "campaign C"
+  Criterion criterion;  // the criterion its campaign states (defaults when none, or not found)
 };
+
+Result<Criterion> CriterionOf(Store& store, const std::string& campaign) {
+  NW_ASSIGN_OR_RETURN(std::optional<CampaignRecord> c, store.FindCampaign(campaign));
+  if (!c || c->source_text.empty()) return Criterion{};
+  return ParseCampaignCriterion(c->source_text, c->source_path.empty() ? campaign : c->source_path);
+}
 
 Result<Side> LoadSide(Store& store, const std::string& name, bool baseline_first) {
   Side side;
@@ -50,6 +60,7 @@ Result<Side> LoadSide(Store& store, const std::string& name, bool baseline_first
     if (!b) return false;
     NW_ASSIGN_OR_RETURN(side.samples, store.BaselineSamples(name, false));
     side.source = "baseline " + name + " (campaign " + b->campaign_name + ")";
+    NW_ASSIGN_OR_RETURN(side.criterion, CriterionOf(store, b->campaign_name));
     return true;
   };
   auto try_campaign = [&]() -> Result<bool> {
@@ -57,6 +68,7 @@ Result<Side> LoadSide(Store& store, const std::string& name, bool baseline_first
     if (!c) return false;
     NW_ASSIGN_OR_RETURN(side.samples, store.CampaignSamples(c->id, false));
     side.source = "campaign " + name;
+    NW_ASSIGN_OR_RETURN(side.criterion, CriterionOf(store, name));
     return true;
   };
   bool found = false;
@@ -171,6 +183,11 @@ Result<int> RunGateCommand(const Globals& g, const GateArgs& a) {
   NW_ASSIGN_OR_RETURN(auto store, Store::Open(g.db_path, mode));
   NW_ASSIGN_OR_RETURN(Side base, LoadSide(*store, a.baseline, /*baseline_first=*/true));
   NW_ASSIGN_OR_RETURN(Side cand, LoadSide(*store, a.candidate, /*baseline_first=*/false));
+  // The boundary verdicts: the candidate campaign's criterion, unless the flags say otherwise.
+  o.criterion = cand.criterion;
+  if (a.pass_rate) o.criterion.pass_rate = *a.pass_rate;
+  if (a.confidence) o.criterion.confidence = *a.confidence;
+  NW_RETURN_IF_ERROR(o.Validate());
   report::GateReport r;
   if (a.rerun > 0) {
     SystemClock clock;
@@ -213,6 +230,12 @@ void RegisterGate(CLI::App& app, Globals& g) {
   cmd->add_option("--by", a->by, "Cells: length, cell (length x position) or config")
       ->capture_default_str();
   cmd->add_flag("--strict", a->strict, "Insufficient cells fail the gate (exit 2)");
+  cmd->add_option("--pass-rate", a->pass_rate,
+                  "Boundary verdict threshold (default: the candidate campaign's criterion, "
+                  "else 0.9)");
+  cmd->add_option("--confidence", a->confidence,
+                  "Boundary verdict confidence (default: the candidate campaign's criterion, "
+                  "else 0.95)");
   cmd->add_option("--format", a->format, "text, markdown or json")->capture_default_str();
   cmd->add_option("--junit", a->junit, "Also write JUnit XML to this file");
   cmd->add_option("--summary", a->summary, "Also write the Markdown summary to this file");

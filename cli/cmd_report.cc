@@ -5,6 +5,7 @@
 #include <iostream>
 
 #include "cli/commands.h"
+#include "coordinator/campaign/campaign.h"
 #include "db/store.h"
 #include "report/html.h"
 #include "report/report.h"
@@ -26,7 +27,15 @@ Status ShowReport(const Globals& g, const std::string& name, const std::string& 
     return Status::NotFound("no database at " + g.db_path + " (run a campaign first, or --db)");
   }
   NW_ASSIGN_OR_RETURN(auto store, Store::Open(g.db_path, Store::Mode::kReadOnly));
-  NW_ASSIGN_OR_RETURN(CampaignReport report, LoadCampaignReport(*store, name));
+  // The verdicts use the criterion the campaign states (its stored YAML), or the defaults.
+  Criterion criterion;
+  NW_ASSIGN_OR_RETURN(std::optional<CampaignRecord> record, store->FindCampaign(name));
+  if (record && !record->source_text.empty()) {
+    NW_ASSIGN_OR_RETURN(criterion, ParseCampaignCriterion(
+                                       record->source_text,
+                                       record->source_path.empty() ? name : record->source_path));
+  }
+  NW_ASSIGN_OR_RETURN(CampaignReport report, LoadCampaignReport(*store, name, criterion));
   if (format == "text") {
     TextOptions to;
     to.color = color && isatty(fileno(stdout)) != 0;

@@ -88,10 +88,14 @@ std::string SearchSummary(const search::SearchDriver& d) {
     auto len = [](const std::optional<int64_t>& v) {
       return v ? report::FormatThousands(*v) : std::string("-");
     };
+    auto verdict = [](const std::optional<int64_t>& v, nw::Verdict vd) {
+      return v ? " (" + std::string(nw::VerdictName(vd)) + ")" : std::string();
+    };
     out << "  " << l.config << " position " << report::FormatPosition(l.needle_position)
-        << ": passes up to " << len(l.pass_length) << ", fails from " << len(l.fail_length) << " ("
-        << search::LineStateName(l.verdict.state) << ", " << l.verdict.jobs << " of " << l.grid_jobs
-        << " jobs)\n";
+        << ": passes up to " << len(l.pass_length) << verdict(l.pass_length, l.verdict.pass_verdict)
+        << ", fails from " << len(l.fail_length) << verdict(l.fail_length, l.verdict.fail_verdict)
+        << " (" << search::LineStateName(l.verdict.state) << ", " << l.verdict.jobs << " of "
+        << l.grid_jobs << " jobs)\n";
   }
   return out.str();
 }
@@ -248,7 +252,7 @@ int Run(const RunArgs& a, const Globals& g) {
   if (driver && !g.quiet) std::cerr << SearchSummary(*driver);
 
   if (!a.no_report) {
-    auto report = LoadCampaignReport(**store, c.name);
+    auto report = LoadCampaignReport(**store, c.name, c.criterion);
     if (!report.ok()) {
       std::cerr << "nw run: report: " << report.status().ToString() << "\n";
       return 1;

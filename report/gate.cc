@@ -223,8 +223,8 @@ std::vector<HeatmapCell> CellsOf(const Group& g) {
   return out;
 }
 
-ConfigBoundary BoundaryOf(const Group& g) {
-  auto b = ExtractBoundaries(CellsOf(g));
+ConfigBoundary BoundaryOf(const Group& g, const Criterion& criterion) {
+  auto b = ExtractBoundaries(CellsOf(g), criterion);
   return b.empty() ? ConfigBoundary{} : b.front();
 }
 
@@ -379,33 +379,54 @@ Result<GateReport> Compute(const std::vector<CampaignSample>& baseline,
     }
 
     // Boundary shift.
-    const ConfigBoundary bb = BoundaryOf(bg), cb = BoundaryOf(cg);
+    const ConfigBoundary bb = BoundaryOf(bg, o.criterion), cb = BoundaryOf(cg, o.criterion);
     BoundaryShift shift;
     shift.pair = p;
-    shift.baseline_l_pass = bb.l_pass;
-    shift.baseline_l_fail = bb.l_fail;
-    shift.candidate_l_pass = cb.l_pass;
-    shift.candidate_l_fail = cb.l_fail;
+    shift.baseline_l_pass = bb.found_up_to;
+    shift.baseline_l_fail = bb.lost_from;
+    shift.candidate_l_pass = cb.found_up_to;
+    shift.candidate_l_fail = cb.lost_from;
     Accum sa;
-    if (!bb.l_pass) {
-      shift.summary = "the baseline is not found at every position at any length; no shift test";
+    // The candidate's first undecided length below the baseline's found_up_to, if it comes
+    // before any decided loss: what keeps a shift from being claimed or ruled out.
+    std::optional<int64_t> cand_undecided;
+    if (bb.found_up_to) {
+      for (const LengthSummary& l : cb.lengths) {
+        if (l.length >= *bb.found_up_to || l.verdict == Verdict::kLost) break;
+        if (l.verdict == Verdict::kUndecided) {
+          cand_undecided = l.length;
+          break;
+        }
+      }
+    }
+    if (!bb.found_up_to) {
+      shift.summary =
+          "the baseline is not decided found at every position at any length; no shift test";
       sa.test.verdict = GateVerdict::kPass;
       sa.test.reason = shift.summary;
-    } else if (!cb.l_fail) {
-      shift.summary = "the candidate loses the needle at no tested length";
+    } else if (cand_undecided) {
+      shift.summary = "the candidate is undecided at " + FormatThousands(*cand_undecided) +
+                      ", below the baseline's found-up-to " + FormatThousands(*bb.found_up_to) +
+                      ": not a shift until decided";
+      if (cb.nearest_undecided == cand_undecided)
+        shift.summary += " (" + DescribeMoreTrials(cb) + ")";
+      sa.test.verdict = GateVerdict::kInsufficient;
+      sa.test.reason = shift.summary;
+    } else if (!cb.lost_from) {
+      shift.summary = "the candidate is decided lost at no tested length";
       sa.test.verdict = GateVerdict::kPass;
       sa.test.reason = shift.summary;
-    } else if (*cb.l_fail >= *bb.l_pass) {
-      shift.summary = "candidate lost from " + FormatThousands(*cb.l_fail) +
-                      ", not below the baseline's found-up-to " + FormatThousands(*bb.l_pass);
+    } else if (*cb.lost_from >= *bb.found_up_to) {
+      shift.summary = "candidate lost from " + FormatThousands(*cb.lost_from) +
+                      ", not below the baseline's found-up-to " + FormatThousands(*bb.found_up_to);
       sa.test.verdict = GateVerdict::kPass;
       sa.test.reason = shift.summary;
     } else {
       shift.shifted = true;
-      const int64_t lf = *cb.l_fail;
+      const int64_t lf = *cb.lost_from;
       bool base_tested_lf = false;
       for (const LengthSummary& l : bb.lengths) base_tested_lf |= l.length == lf;
-      shift.reference_length = base_tested_lf ? lf : *bb.l_pass;
+      shift.reference_length = base_tested_lf ? lf : *bb.found_up_to;
       std::map<DesignKey, const CampaignSample*> ref_by_key;
       for (const CampaignSample* s : bg.samples) {
         if (s->job.spec.context_length != *shift.reference_length) continue;
@@ -422,7 +443,7 @@ Result<GateReport> Compute(const std::vector<CampaignSample>& baseline,
         }
       }
       shift.summary = "candidate lost from " + FormatThousands(lf) +
-                      ", below the baseline's found-up-to " + FormatThousands(*bb.l_pass);
+                      ", below the baseline's found-up-to " + FormatThousands(*bb.found_up_to);
     }
     r.shifts.push_back(shift);
     shift_accums.push_back(std::move(sa));
@@ -580,6 +601,7 @@ std::string Header(const GateReport& r) {
        std::to_string(r.options.min_trials) + ", cells by " + by +
        (r.options.strict ? ", strict" : "") +
        (r.rerun_times > 0 ? ", reruns " + std::to_string(r.rerun_times) : "") + "\n";
+  s += "boundary verdicts: " + r.options.criterion.ToString() + "\n";
   return s;
 }
 
@@ -673,6 +695,9 @@ Status GateOptions::Validate() const {
   if (min_trials < 1) {
     return Status::InvalidArgument("--min-trials must be at least 1, not " +
                                    std::to_string(min_trials));
+  }
+  if (Status st = criterion.Validate(); !st.ok()) {
+    return Status::InvalidArgument("criterion: " + st.message());
   }
   return Status::Ok();
 }
@@ -919,6 +944,8 @@ ojson RenderGateJson(const GateReport& r) {
                          : r.options.by == GateGranularity::kCell ? "cell"
                                                                   : "config"},
                   {"strict", r.options.strict},
+                  {"pass_rate", r.options.criterion.pass_rate},
+                  {"confidence", r.options.criterion.confidence},
                   {"reruns", r.rerun_times}};
   ojson axes = ojson::array();
   for (const std::string& a : r.axes_under_test) {

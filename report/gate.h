@@ -20,12 +20,18 @@
 //      insufficient otherwise (reported; fails only with --strict).
 //    A cell REGRESSES when its Holm-adjusted p-value (over every test of the gate) is below alpha
 //    AND its observed drop in pass rate exceeds the tolerance. Improvements never fail.
-// 4. Boundary shift, per configuration pair: when the candidate's "lost from" length (L_fail)
-//    is below the baseline's "found at every position up to" length (L_pass), the candidate's
-//    answers at its L_fail are tested against the baseline's at the same length (or at its L_pass
-//    when it did not test that length), with the same test and rule as a cell.
-// 5. Decision: exit 1 when anything regressed; else 3 when nothing could be tested at all, or
-//    with --strict when some cell was insufficient; else 0. (2, bad input, is the CLI's.)
+// 4. Boundary shift, per configuration pair, from VERDICTS under `criterion` (common/verdict.h;
+//    the same verdicts as `nw report`, report/boundary.h): each side's "found at every position up
+//    to" (found_up_to) and "lost from" (lost_from). A shift exists only when both positions are
+//    decided: the candidate's decided-lost length is below the baseline's decided-found
+//    found_up_to. Its answers at that length are then tested against the baseline's at the same
+//    length (or at found_up_to when the baseline did not test it), with the same test and rule as
+//    a cell. When the candidate is merely undecided below the baseline's found_up_to (no decided
+//    loss there), the shift is INSUFFICIENT (it says how many answers would decide it), never a
+//    regression; with no found_up_to on the baseline there is nothing to shift from (pass).
+// 5. Decision: exit 1 when anything regressed; else 2 when nothing could be tested at all, or
+//    with --strict when some cell (or the shift) was insufficient; else 0. (4, bad input, is the
+//    CLI's.)
 // 6. Flaky reruns (RunGateWithReruns): the candidate jobs behind regressed cells (the lost pairs,
 //    or the misses when unpaired) are rerun K times through a Rerunner; each job's outcomes over
 //    its original result and the K reruns give a verdict (flaky when passes and misses mix),
@@ -42,6 +48,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "common/verdict.h"
 #include "db/store.h"
 #include "report/stats.h"
 
@@ -57,6 +64,7 @@ struct GateOptions {
   double alpha = 0.05;      // one-sided, family-wise over all tests of the gate (Holm)
   GateGranularity by = GateGranularity::kLength;
   bool strict = false;  // insufficient cells fail the gate (exit 2)
+  Criterion criterion;  // found / lost / undecided for the boundary shift (the campaign's)
   Status Validate() const;
 };
 
@@ -98,9 +106,10 @@ struct GateCell {
 
 struct BoundaryShift {
   size_t pair = 0;
+  // Verdict boundaries (found_up_to / lost_from of report/boundary.h) of each side.
   std::optional<int64_t> baseline_l_pass, candidate_l_fail;
   std::optional<int64_t> candidate_l_pass, baseline_l_fail;
-  bool shifted = false;                     // candidate L_fail < baseline L_pass
+  bool shifted = false;                     // candidate lost_from < baseline found_up_to
   std::optional<int64_t> reference_length;  // the baseline length compared against
   GateTest test;                            // verdict kPass when not shifted
   std::string summary;

@@ -10,6 +10,27 @@
 namespace nw::report {
 namespace {
 
+Verdict CellVerdictOf(const ConfigBoundary& b, int64_t length, double position) {
+  for (const CellDecision& d : b.cell_verdicts) {
+    if (d.length == length && d.position == position) return d.verdict;
+  }
+  return Verdict::kNoAnswers;
+}
+
+std::string VerdictMark(const ConfigBoundary& b, int64_t length, double position) {
+  switch (CellVerdictOf(b, length, position)) {
+    case Verdict::kFound:
+      return "+";
+    case Verdict::kLost:
+      return "x";
+    case Verdict::kUndecided:
+      return "?";
+    case Verdict::kNoAnswers:
+      return "";
+  }
+  return "";
+}
+
 using render_internal::CellAt;
 using render_internal::CellText;
 using render_internal::Grid;
@@ -131,24 +152,36 @@ std::string Heatmap(const ConfigReport& c) {
         fill = PassRateColor(rate);
         ink = TextColorOn(rate);
       }
-      s += "<g class=\"cell\"><title>" + HtmlEscape(CellTooltip(*cell)) + "</title>";
+      s += "<g class=\"cell\"><title>" +
+           HtmlEscape(CellTooltip(*cell) + "; verdict: " +
+                      std::string(
+                          VerdictName(CellVerdictOf(b, len, g.positions[static_cast<size_t>(i)]))) +
+                      " at " + CiLabel(b.cell_confidence)) +
+           "</title>";
       s += "<rect x=\"" + std::to_string(x + 1) + "\" y=\"" + std::to_string(y + 1) +
            "\" width=\"" + std::to_string(kCellWidth - 2) + "\" height=\"" +
            std::to_string(kCellHeight - 2) + "\" rx=\"3\" fill=\"" + fill + "\"/>";
       s += "<text x=\"" + std::to_string(x + kCellWidth / 2) + "\" y=\"" +
            std::to_string(y + kCellHeight / 2 + 4) +
            "\" text-anchor=\"middle\" font-size=\"12\" fill=\"" + ink + "\">" +
-           HtmlEscape(CellText(cell)) + "</text></g>\n";
+           HtmlEscape(CellText(cell) + VerdictMark(b, len, g.positions[static_cast<size_t>(i)])) +
+           "</text></g>\n";
     }
     std::string marker;
-    if (b.l_pass && *b.l_pass == len) marker = "\u2190 found at every position up to here";
-    if (b.l_fail && *b.l_fail == len) marker = "\u2190 lost from here";
+    if (b.found_up_to && *b.found_up_to == len) {
+      marker = "\u2190 found at every position up to here";
+    }
+    if (b.lost_from && *b.lost_from == len) marker = "\u2190 lost from here";
+    if (b.nearest_undecided && *b.nearest_undecided == len) marker = "\u2190 undecided";
     if (!marker.empty()) {
       s += "<text class=\"marker\" x=\"" + std::to_string(kLabelWidth + cols * kCellWidth + 8) +
            "\" y=\"" + std::to_string(y + kCellHeight / 2 + 4) + "\" font-size=\"12\" fill=\"" +
-           (b.l_fail && *b.l_fail == len ? "#b2182b" : "#1a7340") + "\">" + marker + "</text>\n";
+           (b.lost_from && *b.lost_from == len       ? "#b2182b"
+            : b.found_up_to && *b.found_up_to == len ? "#1a7340"
+                                                     : "#8a6d00") +
+           "\">" + marker + "</text>\n";
     }
-    if (b.l_fail && *b.l_fail == len && r > 0) {
+    if (b.lost_from && *b.lost_from == len && r > 0) {
       s += "<line class=\"boundary-line\" x1=\"" + std::to_string(kLabelWidth - 4) + "\" x2=\"" +
            std::to_string(kLabelWidth + cols * kCellWidth + 4) + "\" y1=\"" + std::to_string(y) +
            "\" y2=\"" + std::to_string(y) +
@@ -221,15 +254,30 @@ std::string ProbeTable(const std::vector<LayerProbeStats>& probes) {
 }
 
 std::string BoundaryClass(const ConfigBoundary& b) {
-  if (b.l_fail) return "boundary lost";
-  if (b.trials > 0 && !b.first_unclean) return "boundary found";
+  if (b.lost_from) return "boundary lost";
+  if (b.found_up_to && b.found_up_to == b.max_length()) return "boundary found";
   return "boundary";
 }
 
-std::string LengthCell(const std::optional<int64_t>& length, int64_t passes, int64_t trials) {
+// A verdict-named length with its pooled counts at the length level.
+std::string LengthCell(const ConfigBoundary& b, const std::optional<int64_t>& length) {
   if (!length) return "<td class=\"num\">-</td>";
-  return "<td class=\"num\">" + FormatThousands(*length) + " <small>(" + FormatThousands(passes) +
-         "/" + FormatThousands(trials) + ", " + CiText(passes, trials) + ")</small></td>";
+  for (const LengthSummary& l : b.lengths) {
+    if (l.length != *length) continue;
+    const Interval ci = WilsonInterval(l.passes, l.trials, TwoSidedZFor(b.length_confidence));
+    return "<td class=\"num\">" + FormatThousands(*length) + " <small>(" +
+           FormatThousands(l.passes) + "/" + FormatThousands(l.trials) + ", " +
+           CiLabel(b.length_confidence) + " " + FormatFraction(ci.lo) + "-" +
+           FormatFraction(ci.hi) + ")</small></td>";
+  }
+  return "<td class=\"num\">" + FormatThousands(*length) + "</td>";
+}
+
+std::string UndecidedCell(const ConfigBoundary& b) {
+  if (b.undecided.empty()) return "<td class=\"num\">-</td>";
+  std::string s;
+  for (int64_t l : b.undecided) s += (s.empty() ? "" : ", ") + FormatThousands(l);
+  return "<td class=\"num\">" + s + "</td>";
 }
 
 }  // namespace
@@ -289,6 +337,9 @@ std::string RenderHtml(const CampaignReport& r) {
     s += "Source: <code>" + HtmlEscape(r.campaign.source_path) + "</code>. ";
   }
   s += "Jobs: " + HtmlEscape(ProgressLine(r.progress)) + ".</p>\n";
+  s += "<p class=\"meta\">Criterion: " + HtmlEscape(r.criterion.ToString()) +
+       ". Found: the Wilson interval lies at or above the pass rate; lost: below it; undecided: "
+       "it straddles it.</p>\n";
   s += "<h3>Outcomes</h3>\n" + OutcomeBar(r.outcomes) + OutcomeTable(r.outcomes);
   if (r.configs.empty()) {
     s += "<p>No results yet.</p>\n</body>\n</html>\n";
@@ -296,14 +347,14 @@ std::string RenderHtml(const CampaignReport& r) {
   }
   s += "<h2>Summary</h2>\n<table class=\"summary\"><tr><th>configuration</th>"
        "<th class=\"num\">found at every position up to</th><th class=\"num\">lost from</th>"
-       "<th class=\"num\">passes/answers</th><th>boundary</th></tr>\n";
+       "<th class=\"num\">undecided</th><th class=\"num\">passes/answers</th><th>boundary</th>"
+       "</tr>\n";
   for (size_t i = 0; i < r.configs.size(); ++i) {
     const ConfigBoundary& b = r.configs[i].boundary;
     s += "<tr><td><a href=\"#config-" + std::to_string(i) + "\"><code>" + HtmlEscape(b.config) +
-         "</code></a></td>" + LengthCell(b.l_pass, b.pass_passes, b.pass_trials) +
-         LengthCell(b.l_fail, b.fail_passes, b.fail_trials) + "<td class=\"num\">" +
-         FormatThousands(b.passes) + "/" + FormatThousands(b.trials) + "</td><td>" +
-         HtmlEscape(DescribeBoundary(b)) + "</td></tr>\n";
+         "</code></a></td>" + LengthCell(b, b.found_up_to) + LengthCell(b, b.lost_from) +
+         UndecidedCell(b) + "<td class=\"num\">" + FormatThousands(b.passes) + "/" +
+         FormatThousands(b.trials) + "</td><td>" + HtmlEscape(DescribeBoundary(b)) + "</td></tr>\n";
   }
   s += "</table>\n";
   for (size_t i = 0; i < r.configs.size(); ++i) {
@@ -323,7 +374,8 @@ std::string RenderHtml(const CampaignReport& r) {
   s += "<div class=\"legend\"><p>Cells: passes/answers, coloured from red (none passed) through "
        "amber to green (all passed); grey: no answers. eN = N runs without an answer "
        "(engine_error, timeout, truncated, empty: never counted as misses); pN = N jobs pending. "
-       "Hover a cell for its counts and 95% Wilson interval.</p>"
+       "After the counts, the cell's verdict: + found, x lost, ? undecided. Hover a cell for its "
+       "counts, 95% Wilson interval and verdict.</p>"
        "<p>Whole campaign: " +
        HtmlEscape(OutcomeList(r.outcomes)) +
        ".</p><p>Written by <code>nw report --format html</code>.</p></div>\n";

@@ -52,14 +52,71 @@ std::string ProbeLine(const LayerProbeStats& s) {
 }
 
 constexpr const char* kLegend =
-    "cells: passes/answers; eN = N runs without an answer (engine_error, timeout, truncated,\n"
-    "       empty: never counted as misses); pN = N jobs pending; - = no answers";
+    "cells: passes/answers, then the cell's verdict: + found, x lost, ? undecided; eN = N runs\n"
+    "       without an answer (engine_error, timeout, truncated, empty: never counted as\n"
+    "       misses); pN = N jobs pending; - = no answers";
+
+// The cell's verdict mark (docs/reports.md): + found, x lost, ? undecided, nothing without answers.
+const char* Mark(Verdict v) {
+  switch (v) {
+    case Verdict::kFound:
+      return "+";
+    case Verdict::kLost:
+      return "x";
+    case Verdict::kUndecided:
+      return "?";
+    case Verdict::kNoAnswers:
+      return "";
+  }
+  return "";
+}
+
+Verdict CellVerdict(const ConfigBoundary& b, int64_t length, double position) {
+  for (const CellDecision& d : b.cell_verdicts) {
+    if (d.length == length && d.position == position) return d.verdict;
+  }
+  return Verdict::kNoAnswers;
+}
+
+// "found", "lost (at 50%)", "undecided".
+std::string LengthVerdictText(const LengthSummary& l) {
+  std::string s(VerdictName(l.verdict));
+  if (l.verdict == Verdict::kLost && l.pooled != Verdict::kLost) {
+    s += " (at";
+    for (size_t i = 0; i < l.lost_positions.size(); ++i) {
+      s += (i > 0 ? ", " : " ") + FormatPosition(l.lost_positions[i]);
+    }
+    s += ")";
+  }
+  return s;
+}
+
+std::string CriterionLine(const CampaignReport& r) {
+  return "criterion: " + r.criterion.ToString() +
+         " (found: the Wilson interval lies at or above the pass rate; lost: below it; "
+         "undecided: it straddles it)";
+}
+
+std::string LevelsLine(const ConfigBoundary& b) {
+  int64_t lengths = 0, cells = 0;
+  for (const LengthSummary& l : b.lengths) lengths += l.trials > 0 ? 1 : 0;
+  for (const CellDecision& d : b.cell_verdicts) cells += d.trials > 0 ? 1 : 0;
+  return "verdict levels: lengths " + CiLabel(b.length_confidence) + ", cells " +
+         CiLabel(b.cell_confidence) + " (the criterion's confidence split over " +
+         std::to_string(lengths) + (lengths == 1 ? " length" : " lengths") + " and " +
+         std::to_string(cells) + (cells == 1 ? " cell" : " cells") + " with answers, Bonferroni)";
+}
 
 json Opt(const std::optional<int64_t>& v) { return v ? json(*v) : json(nullptr); }
 
 json CiJson(int64_t passes, int64_t trials) {
   const Interval ci = WilsonInterval(passes, trials);
   return json::array({ci.lo, ci.hi});
+}
+
+json CiJsonAt(int64_t passes, int64_t trials, double confidence) {
+  const Interval ci = WilsonInterval(passes, trials, TwoSidedZFor(confidence));
+  return {{"level", confidence}, {"lo", ci.lo}, {"hi", ci.hi}};
 }
 
 json OutcomesJson(const std::array<int64_t, 6>& counts) {
@@ -73,12 +130,14 @@ json OutcomesJson(const std::array<int64_t, 6>& counts) {
 CampaignReport BuildCampaignReport(const CampaignRecord& campaign, const CampaignProgress& progress,
                                    const std::vector<HeatmapCell>& cells,
                                    const std::vector<OutcomeCount>& outcomes,
-                                   const std::vector<LayerProbeStats>& probes) {
+                                   const std::vector<LayerProbeStats>& probes,
+                                   const Criterion& criterion) {
   CampaignReport r;
   r.campaign = campaign;
+  r.criterion = criterion;
   r.progress = progress;
   std::map<std::string, size_t> index;
-  for (ConfigBoundary& b : ExtractBoundaries(cells)) {
+  for (ConfigBoundary& b : ExtractBoundaries(cells, criterion)) {
     index[b.config] = r.configs.size();
     ConfigReport c;
     c.boundary = std::move(b);
@@ -109,7 +168,8 @@ CampaignReport BuildCampaignReport(const CampaignRecord& campaign, const Campaig
   return r;
 }
 
-Result<CampaignReport> LoadCampaignReport(Store& store, const std::string& campaign_name) {
+Result<CampaignReport> LoadCampaignReport(Store& store, const std::string& campaign_name,
+                                          const Criterion& criterion) {
   CampaignReport report;
   // One snapshot: the coordinator may be committing results while the report reads.
   const Status st = store.InReadTransaction([&]() -> Status {
@@ -122,7 +182,7 @@ Result<CampaignReport> LoadCampaignReport(Store& store, const std::string& campa
     NW_ASSIGN_OR_RETURN(std::vector<HeatmapCell> cells, store.Heatmap(campaign->id));
     NW_ASSIGN_OR_RETURN(std::vector<OutcomeCount> outcomes, store.OutcomeCounts(campaign->id));
     NW_ASSIGN_OR_RETURN(std::vector<LayerProbeStats> probes, store.ProbeStats(campaign->id));
-    report = BuildCampaignReport(*campaign, progress, cells, outcomes, probes);
+    report = BuildCampaignReport(*campaign, progress, cells, outcomes, probes, criterion);
     return Status::Ok();
   });
   if (!st.ok()) return st;
@@ -136,6 +196,7 @@ std::string RenderText(const CampaignReport& r, const TextOptions& options) {
   out += "\n";
   out += "jobs: " + ProgressLine(r.progress) + "\n";
   out += "outcomes: " + OutcomeList(r.outcomes) + "\n";
+  out += CriterionLine(r) + "\n";
   if (r.configs.empty()) {
     out += "\nno results yet\n";
     return out;
@@ -144,30 +205,40 @@ std::string RenderText(const CampaignReport& r, const TextOptions& options) {
     out += "\n";
     out += options.color ? "\x1b[1m" + c.boundary.config + "\x1b[0m" : c.boundary.config;
     out += "\n  " + DescribeBoundary(c.boundary) + "\n";
+    out += "  " + LevelsLine(c.boundary) + "\n";
     out += "  outcomes: " + OutcomeList(c.outcomes) + "\n";
-    out += "  heatmap (passes/answers; rows: context length, columns: needle position):\n";
+    out +=
+        "  heatmap (passes/answers and verdict; rows: context length, columns: needle "
+        "position):\n";
     const Grid g = MakeGrid(c.cells);
+    auto cell_text = [&](int64_t len, double pos) {
+      const HeatmapCell* cell = CellAt(g, len, pos);
+      return CellText(cell) + Mark(CellVerdict(c.boundary, len, pos));
+    };
     size_t len_w = std::string("length").size();
     for (int64_t len : g.lengths) len_w = std::max(len_w, FormatThousands(len).size());
     std::vector<size_t> col_w;
     for (double pos : g.positions) {
       size_t w = FormatPosition(pos).size();
-      for (int64_t len : g.lengths) w = std::max(w, CellText(CellAt(g, len, pos)).size());
+      for (int64_t len : g.lengths) w = std::max(w, cell_text(len, pos).size());
       col_w.push_back(w);
     }
     out += "    " + PadLeft("length", len_w);
     for (size_t i = 0; i < g.positions.size(); ++i) {
       out += "  " + PadLeft(FormatPosition(g.positions[i]), col_w[i]);
     }
-    out += "\n";
+    out += "  length verdict\n";
     for (int64_t len : g.lengths) {
       out += "    " + PadLeft(FormatThousands(len), len_w);
       for (size_t i = 0; i < g.positions.size(); ++i) {
         const HeatmapCell* cell = CellAt(g, len, g.positions[i]);
-        const std::string text = PadLeft(CellText(cell), col_w[i]);
+        const std::string text = PadLeft(cell_text(len, g.positions[i]), col_w[i]);
         const char* color = options.color ? CellColor(cell) : nullptr;
         out += "  ";
         out += color ? std::string(color) + text + "\x1b[0m" : text;
+      }
+      for (const LengthSummary& l : c.boundary.lengths) {
+        if (l.length == len) out += "  " + LengthVerdictText(l);
       }
       out += "\n";
     }
@@ -192,7 +263,7 @@ std::string RenderMarkdown(const CampaignReport& r) {
   out += "| pass | miss | truncated | empty | engine_error | timeout |\n";
   out += "|---:|---:|---:|---:|---:|---:|\n|";
   for (int64_t n : r.outcomes) out += " " + FormatThousands(n) + " |";
-  out += "\n";
+  out += "\n\n" + CriterionLine(r) + ".\n";
   if (r.configs.empty()) {
     out += "\nNo results yet.\n";
     return out;
@@ -204,16 +275,21 @@ std::string RenderMarkdown(const CampaignReport& r) {
   for (const ConfigReport& c : r.configs) {
     out += "\n## `" + c.boundary.config + "`\n\n";
     out += DescribeBoundary(c.boundary) + ".\n\n";
-    out += "Outcomes: " + OutcomeList(c.outcomes) + ".\n\n";
+    out += "Outcomes: " + OutcomeList(c.outcomes) + ". " + LevelsLine(c.boundary) + ".\n\n";
     const Grid g = MakeGrid(c.cells);
     out += "| length \\ position |";
     for (double pos : g.positions) out += " " + FormatPosition(pos) + " |";
-    out += "\n|---:|";
+    out += " length verdict |\n|---:|";
     for (size_t i = 0; i < g.positions.size(); ++i) out += "---:|";
-    out += "\n";
+    out += "---|\n";
     for (int64_t len : g.lengths) {
       out += "| " + FormatThousands(len) + " |";
-      for (double pos : g.positions) out += " " + CellText(CellAt(g, len, pos)) + " |";
+      for (double pos : g.positions) {
+        out += " " + CellText(CellAt(g, len, pos)) + Mark(CellVerdict(c.boundary, len, pos)) + " |";
+      }
+      for (const LengthSummary& l : c.boundary.lengths) {
+        if (l.length == len) out += " " + LengthVerdictText(l) + " |";
+      }
       out += "\n";
     }
     if (!c.probes.empty()) {
@@ -247,6 +323,7 @@ json RenderJson(const CampaignReport& r) {
                    {"failed", r.progress.failed}, {"pass", r.progress.pass},
                    {"miss", r.progress.miss},     {"other", r.progress.other}};
   j["outcomes"] = OutcomesJson(r.outcomes);
+  j["criterion"] = {{"pass_rate", r.criterion.pass_rate}, {"confidence", r.criterion.confidence}};
   json configs = json::array();
   for (const ConfigReport& c : r.configs) {
     const ConfigBoundary& b = c.boundary;
@@ -276,6 +353,22 @@ json RenderJson(const CampaignReport& r) {
                       {"max_length", b.max_length()},
                       {"pass", pass},
                       {"fail", fail}};
+    json undecided = json::array();
+    for (int64_t l : b.undecided) undecided.push_back(l);
+    json nearest = nullptr;
+    if (b.nearest_undecided) {
+      nearest = {{"length", *b.nearest_undecided},
+                 {"answers_to_decide", Opt(b.decide_trials)},
+                 {"sentence", DescribeMoreTrials(b)}};
+    }
+    cj["verdicts"] = {{"found_up_to", Opt(b.found_up_to)},
+                      {"lost_from", Opt(b.lost_from)},
+                      {"undecided", undecided},
+                      {"found_after_lost", b.found_after_lost},
+                      {"monotone", b.verdicts_monotone},
+                      {"nearest_undecided", nearest},
+                      {"length_confidence", b.length_confidence},
+                      {"cell_confidence", b.cell_confidence}};
     cj["totals"] = {{"trials", b.trials},
                     {"passes", b.passes},
                     {"errors", b.errors},
@@ -291,7 +384,11 @@ json RenderJson(const CampaignReport& r) {
                          {"trials", l.trials},
                          {"passes", l.passes},
                          {"errors", l.errors},
-                         {"pending", l.pending}});
+                         {"pending", l.pending},
+                         {"verdict", std::string(VerdictName(l.verdict))},
+                         {"pooled_verdict", std::string(VerdictName(l.pooled))},
+                         {"lost_positions", l.lost_positions},
+                         {"ci", CiJsonAt(l.passes, l.trials, b.length_confidence)}});
     }
     cj["lengths"] = lengths;
     json cells = json::array();
@@ -306,7 +403,10 @@ json RenderJson(const CampaignReport& r) {
                        {"pass_rate", cell.trials > 0 ? json(static_cast<double>(cell.passes) /
                                                             static_cast<double>(cell.trials))
                                                      : json(nullptr)},
-                       {"ci95", CiJson(cell.passes, cell.trials)}});
+                       {"ci95", CiJson(cell.passes, cell.trials)},
+                       {"verdict", std::string(VerdictName(
+                                       CellVerdict(b, cell.context_length, cell.needle_position)))},
+                       {"ci", CiJsonAt(cell.passes, cell.trials, b.cell_confidence)}});
     }
     cj["cells"] = cells;
     json probes = json::array();

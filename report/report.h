@@ -33,6 +33,7 @@ struct ConfigReport {
 
 struct CampaignReport {
   CampaignRecord campaign;
+  Criterion criterion;  // what the verdicts are judged against (the campaign's, or defaults)
   CampaignProgress progress;
   std::vector<ConfigReport> configs;  // natural order of the label
   std::array<int64_t, 6> outcomes{};  // whole campaign, kOutcomeOrder
@@ -42,11 +43,14 @@ struct CampaignReport {
 CampaignReport BuildCampaignReport(const CampaignRecord& campaign, const CampaignProgress& progress,
                                    const std::vector<HeatmapCell>& cells,
                                    const std::vector<OutcomeCount>& outcomes,
-                                   const std::vector<LayerProbeStats>& probes);
+                                   const std::vector<LayerProbeStats>& probes,
+                                   const Criterion& criterion = {});
 
-/// Reads everything for the named campaign (a read-only Store is enough). NotFound names the
-/// campaign and the database file.
-Result<CampaignReport> LoadCampaignReport(Store& store, const std::string& campaign_name);
+/// Reads everything for the named campaign (a read-only Store is enough) and judges it against
+/// `criterion` (callers pass the campaign's own: ParseCampaignCriterion on its source_text).
+/// NotFound names the campaign and the database file.
+Result<CampaignReport> LoadCampaignReport(Store& store, const std::string& campaign_name,
+                                          const Criterion& criterion = {});
 
 struct TextOptions {
   bool color = false;  // ANSI colours in the heatmap (the CLI sets this when stdout is a TTY)

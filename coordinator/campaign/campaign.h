@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "common/verdict.h"
 #include "engine/checkpoint/config.h"
 #include "engine/precision.h"
 #include "protocol/job.h"
@@ -114,7 +115,8 @@ struct HttpBackendSettings {
 /// search only chooses which of its jobs run, so its jobs are the grid's jobs (same keys).
 struct BoundarySearchSettings {
   int first_trials = 1;           // trials at a length before it is called passing
-  double confidence = 0.95;       // two-sided Wilson level that separates the two sides
+  double confidence = 0.95;       // the campaign criterion's confidence (two-sided Wilson level)
+  double pass_rate = 0.9;         // the campaign criterion's pass_rate: found / lost threshold
   std::optional<int64_t> budget;  // jobs at most per line (configuration x needle position)
   SourceLocation where;           // the `search` key
 };
@@ -149,6 +151,11 @@ struct Campaign {
   std::optional<int64_t> max_jobs;  // as declared in the file
   SourceLocation max_jobs_where;
   std::optional<BoundarySearchSettings> search;  // `search:`; absent: run the whole grid
+  /// `criterion: {pass_rate, confidence}`: what reports, the boundary search and the gate call
+  /// found / lost / undecided (common/verdict.h). Defaults when not stated.
+  Criterion criterion;
+  bool criterion_stated = false;
+  SourceLocation criterion_where;  // the `criterion` key (line 0 when defaulted)
 
   /// The plan. values[axis]: the matrix's values, then values only include entries add.
   std::array<AxisValues, kNumAxes> values;
@@ -187,6 +194,10 @@ Result<Campaign> ParseCampaignText(std::string_view text, const std::string& sou
                                    const ParseOptions& options = {});
 Result<Campaign> ParseCampaignFile(const std::filesystem::path& path,
                                    const ParseOptions& options = {});
+/// Only the criterion of a campaign's YAML text (`criterion:`, or the defaults), validated as
+/// ParseCampaignText validates it; the rest of the file is not checked. Reports and the gate use
+/// it on the text stored with a campaign.
+Result<Criterion> ParseCampaignCriterion(std::string_view text, const std::string& source_name);
 
 struct ResolveOptions {
   /// Use this model folder instead of the campaign's `model` (e.g. `nw run --model`).

@@ -92,8 +92,9 @@ constexpr std::string_view kCoreTagPrefix = "tag:yaml.org,2002:";
 using Names = std::span<const std::string_view>;
 
 constexpr std::string_view kTopKeys[] = {
-    "name",       "description", "model", "task", "haystack",   "matrix", "include",  "exclude",
-    "precisions", "trials",      "seeds", "seed", "generation", "probe",  "max_jobs", "search"};
+    "name",       "description", "model",      "task",   "haystack", "matrix",
+    "include",    "exclude",     "precisions", "trials", "seeds",    "seed",
+    "generation", "probe",       "max_jobs",   "search", "criterion"};
 constexpr std::string_view kAxisKeys[] = {"task", "haystack",       "backend",        "precision",
                                           "topk", "context_length", "needle_position"};
 constexpr std::string_view kIncludeKeys[] = {
@@ -106,6 +107,7 @@ constexpr std::string_view kLinearKeys[] = {"from", "to", "step", "count"};
 constexpr std::string_view kGeometricKeys[] = {"from", "to", "factor", "count"};
 constexpr std::string_view kGenerationKeys[] = {"max_new_tokens"};
 constexpr std::string_view kSearchKeys[] = {"boundary"};
+constexpr std::string_view kCriterionKeys[] = {"pass_rate", "confidence"};
 constexpr std::string_view kBoundaryKeys[] = {"first_trials", "confidence", "budget"};
 constexpr std::string_view kHttpTopKeys[] = {"http"};
 constexpr std::string_view kHttpKeys[] = {"url",          "model",
@@ -368,6 +370,7 @@ class Parser {
       : source_(std::move(source)), options_(options) {}
 
   Result<Campaign> Run(std::string_view text);
+  Result<Criterion> RunCriterionOnly(std::string_view text);
 
  private:
   struct Entry {
@@ -418,6 +421,8 @@ class Parser {
   Status CheckNumber(Axis axis, const AxisValue& v) const;
   Status ParseMatrixEntries(const Entry& e, bool include, std::vector<MatrixEntry>* out);
   Status ParseTrials(const Entry* trials, const Entry* seeds, const Entry* seed);
+  Status ParseCriterion(const Entry& e);
+  Result<YAML::Node> LoadRoot(std::string_view text);
   Status ParseSearch(const Entry& e);
   Status Plan(const YAML::Node& matrix_node);
   Status CheckCells() const;
@@ -1294,7 +1299,7 @@ Status Parser::CheckCells() const {
   return Status::Ok();
 }
 
-Result<Campaign> Parser::Run(std::string_view text) {
+Result<YAML::Node> Parser::LoadRoot(std::string_view text) {
   YamlGuardLimits limits;
   limits.max_bytes = options_.max_bytes;
   limits.max_events = options_.max_events;
@@ -1316,6 +1321,21 @@ Result<Campaign> Parser::Run(std::string_view text) {
   if (!root.IsMap()) {
     return Error(root, "", "the top level must be a map of campaign fields, got " + Describe(root));
   }
+  return root;
+}
+
+Result<Criterion> Parser::RunCriterionOnly(std::string_view text) {
+  NW_ASSIGN_OR_RETURN(YAML::Node root, LoadRoot(text));
+  // Only `criterion` is read: other keys (of this or a later version) are not judged here.
+  for (auto it = root.begin(); it != root.end(); ++it) {
+    if (!it->first.IsScalar() || it->first.Scalar() != "criterion") continue;
+    NW_RETURN_IF_ERROR(ParseCriterion(Entry{"criterion", it->first, it->second, "criterion"}));
+  }
+  return c_.criterion;
+}
+
+Result<Campaign> Parser::Run(std::string_view text) {
+  NW_ASSIGN_OR_RETURN(YAML::Node root, LoadRoot(text));
   c_.source_name = source_;
   c_.text = std::string(text);
   c_.source_sha256 = Sha256Hex(text);
@@ -1414,6 +1434,7 @@ Result<Campaign> Parser::Run(std::string_view text) {
     c_.max_jobs = limit;
     c_.max_jobs_where = Loc(m->value, m->path);
   }
+  if (const Entry* e = get("criterion")) NW_RETURN_IF_ERROR(ParseCriterion(*e));
   if (const Entry* e = get("search")) NW_RETURN_IF_ERROR(ParseSearch(*e));
 
   NW_RETURN_IF_ERROR(CheckHttpReferences());
@@ -1445,6 +1466,32 @@ Result<Campaign> Parser::Run(std::string_view text) {
   return std::move(c_);
 }
 
+Status Parser::ParseCriterion(const Entry& e) {
+  NW_ASSIGN_OR_RETURN(std::vector<Entry> fields, MapEntries(e.value, e.path, kCriterionKeys));
+  Criterion c;
+  for (const Entry& f : fields) {
+    NW_ASSIGN_OR_RETURN(double v, ReadDouble(f.value, f.path));
+    if (f.key == "pass_rate") {
+      if (!(v > 0 && v < 1)) {
+        return Error(
+            f.value, f.path,
+            "must be greater than 0 and less than 1 (a pass rate), got " + f.value.Scalar());
+      }
+      c.pass_rate = v;
+    } else {
+      if (!(v >= 0.5 && v < 1)) {
+        return Error(f.value, f.path,
+                     "must be at least 0.5 and less than 1, got " + f.value.Scalar());
+      }
+      c.confidence = v;
+    }
+  }
+  c_.criterion = c;
+  c_.criterion_stated = true;
+  c_.criterion_where = Loc(e.key_node, e.path);
+  return Status::Ok();
+}
+
 Status Parser::ParseSearch(const Entry& e) {
   NW_ASSIGN_OR_RETURN(std::vector<Entry> kinds, MapEntries(e.value, e.path, kSearchKeys));
   if (kinds.empty()) return Error(e.value, e.path, "must name a search (allowed: boundary)");
@@ -1469,11 +1516,21 @@ Status Parser::ParseSearch(const Entry& e) {
         return Error(f.value, f.path,
                      "must be at least 0.5 and less than 1, got " + f.value.Scalar());
       }
+      // The search decides with the campaign's criterion: its confidence is the criterion's.
+      if (c_.criterion_stated && s.confidence != c_.criterion.confidence) {
+        return Error(f.value, f.path,
+                     "differs from criterion.confidence (" + At(c_.criterion_where) +
+                         "); the search decides with the campaign's criterion: remove this "
+                         "key or make them equal");
+      }
+      if (!c_.criterion_stated) c_.criterion.confidence = s.confidence;
     } else {
       NW_ASSIGN_OR_RETURN(int64_t budget, ReadInt(f.value, f.path, 1, kMaxJobsCeiling));
       s.budget = budget;
     }
   }
+  s.confidence = c_.criterion.confidence;
+  s.pass_rate = c_.criterion.pass_rate;
   c_.search = s;
   return Status::Ok();
 }
@@ -1487,6 +1544,17 @@ Result<Campaign> ParseCampaignText(std::string_view text, const std::string& sou
     return parser.Run(text);
   } catch (const YAML::Exception& e) {
     // Node accessors do not throw on the paths Run takes; this is the module edge regardless.
+    return Status::InvalidArgument(FormatLocated(source_name,
+                                                 e.mark.line >= 0 ? e.mark.line + 1 : 0,
+                                                 e.mark.column + 1, "YAML error: " + e.msg));
+  }
+}
+
+Result<Criterion> ParseCampaignCriterion(std::string_view text, const std::string& source_name) {
+  Parser parser(source_name, ParseOptions{});
+  try {
+    return parser.RunCriterionOnly(text);
+  } catch (const YAML::Exception& e) {
     return Status::InvalidArgument(FormatLocated(source_name,
                                                  e.mark.line >= 0 ? e.mark.line + 1 : 0,
                                                  e.mark.column + 1, "YAML error: " + e.msg));

@@ -18,8 +18,8 @@ std::string_view LineStateName(LineState s) {
       return "all-pass";
     case LineState::kAllFail:
       return "all-fail";
-    case LineState::kUnseparated:
-      return "unseparated";
+    case LineState::kUndecided:
+      return "undecided";
     case LineState::kBudget:
       return "budget";
     case LineState::kNoAnswers:
@@ -33,18 +33,7 @@ Result<double> TwoSidedZ(double confidence) {
     return Status::InvalidArgument("confidence must be between 0 and 1 (exclusive), got " +
                                    std::to_string(confidence));
   }
-  // Solve erfc(z / sqrt 2) = 1 - confidence by bisection (erfc is decreasing).
-  const double target = 1 - confidence;
-  double a = 0, b = 40;
-  for (int i = 0; i < 200; ++i) {
-    const double m = (a + b) / 2;
-    if (std::erfc(m / std::sqrt(2.0)) > target) {
-      a = m;
-    } else {
-      b = m;
-    }
-  }
-  return (a + b) / 2;
+  return nw::TwoSidedZFor(confidence);
 }
 
 double WilsonLower(int64_t passes, int64_t n, double z) { return WilsonInterval(passes, n, z).lo; }
@@ -61,6 +50,9 @@ Result<LineSearch> LineSearch::Create(size_t lengths, const LineSearchOptions& o
                                    std::to_string(options.first_trials) + ")");
   }
   if (!(options.z > 0)) return Status::InvalidArgument("boundary search: z must be > 0");
+  if (!(options.pass_rate > 0 && options.pass_rate < 1)) {
+    return Status::InvalidArgument("boundary search: pass_rate must be in (0, 1)");
+  }
   if (options.budget && *options.budget < 1) {
     return Status::InvalidArgument("boundary search: budget must be >= 1");
   }
@@ -99,11 +91,25 @@ LineSearch::Stats LineSearch::StatsAt(size_t i) const {
   return s;
 }
 
+nw::Verdict LineSearch::VerdictAt(size_t i) const {
+  const Stats s = StatsAt(i);
+  if (s.answers == 0) return nw::Verdict::kNoAnswers;
+  const Interval ci = WilsonInterval(s.passes, s.answers, options_.z);
+  if (ci.lo >= options_.pass_rate) return nw::Verdict::kFound;
+  if (ci.hi < options_.pass_rate) return nw::Verdict::kLost;
+  return nw::Verdict::kUndecided;
+}
+
 LineSearch::Kind LineSearch::KindAt(size_t i) const {
   const Stats s = StatsAt(i);
-  if (s.passes < s.answers) return Kind::kFailing;
+  const nw::Verdict v = VerdictAt(i);
+  if (v == nw::Verdict::kFound) return Kind::kPassing;
+  if (v == nw::Verdict::kLost) return Kind::kFailing;
   const bool spent = s.issued >= options_.max_trials;
-  if (s.answers >= options_.first_trials || (spent && s.answers > 0)) return Kind::kPassing;
+  if (s.answers >= options_.first_trials || (spent && s.answers > 0)) {
+    const double rate = static_cast<double>(s.passes) / static_cast<double>(s.answers);
+    return rate >= options_.pass_rate ? Kind::kPassing : Kind::kFailing;
+  }
   if (spent) return Kind::kDead;
   return Kind::kOpen;
 }
@@ -151,23 +157,17 @@ std::vector<Probe> LineSearch::Next() {
     if (out.empty()) Finish(budget_spent ? LineState::kBudget : LineState::kNoAnswers);
     return out;
   }
-  if (hi == 0) {
-    Finish(LineState::kAllFail);
+  // Adjacent (or at an end of the grid): add a trial to each side not decided yet.
+  const bool has_lo = lo >= 0, has_hi = hi < n;
+  const bool lo_done = !has_lo || VerdictAt(static_cast<size_t>(lo)) == nw::Verdict::kFound;
+  const bool hi_done = !has_hi || VerdictAt(static_cast<size_t>(hi)) == nw::Verdict::kLost;
+  if (lo_done && hi_done) {
+    Finish(!has_lo ? LineState::kAllFail : !has_hi ? LineState::kAllPass : LineState::kConverged);
     return out;
   }
-  if (lo == n - 1) {
-    Finish(LineState::kAllPass);
-    return out;
-  }
-  const Stats a = StatsAt(static_cast<size_t>(lo));
-  const Stats b = StatsAt(static_cast<size_t>(hi));
-  if (WilsonUpper(b.passes, b.answers, options_.z) < WilsonLower(a.passes, a.answers, options_.z)) {
-    Finish(LineState::kConverged);
-    return out;
-  }
-  Issue(static_cast<size_t>(lo), 1, &out);
-  Issue(static_cast<size_t>(hi), 1, &out);
-  if (out.empty()) Finish(budget_spent ? LineState::kBudget : LineState::kUnseparated);
+  if (!lo_done) Issue(static_cast<size_t>(lo), 1, &out);
+  if (!hi_done) Issue(static_cast<size_t>(hi), 1, &out);
+  if (out.empty()) Finish(budget_spent ? LineState::kBudget : LineState::kUndecided);
   return out;
 }
 
@@ -176,6 +176,8 @@ LineVerdict LineSearch::Verdict() const {
   v.state = state_;
   v.pass_index = lo_;
   v.fail_index = hi_;
+  if (lo_) v.pass_verdict = VerdictAt(*lo_);
+  if (hi_) v.fail_verdict = VerdictAt(*hi_);
   v.jobs = issued_;
   return v;
 }

@@ -3,19 +3,28 @@
 // outcome of each trial it asked for and answers which trials to run next. docs/campaigns.md
 // ("Boundary search") describes the algorithm and the campaign's `search:` key.
 //
-// A length is
-//   failing  when some answer at it missed (one miss is enough, as in the grid's report);
-//   passing  when it has at least `first_trials` answers and all passed (or fewer, all passing,
-//            when its pool of `max_trials` trials is spent);
+// Lengths are judged with the campaign's criterion (common/verdict.h): a length's Wilson interval
+// (two-sided, z) against `pass_rate` makes it FOUND (lower bound >= pass_rate), LOST (upper bound
+// < pass_rate) or UNDECIDED. For steering, an undecided length with answers leans on its
+// observed rate:
+//   failing  when it is lost, or undecided with an observed pass rate below pass_rate and at
+//            least `first_trials` answers (or its pool spent);
+//   passing  when it is found, or undecided with an observed rate >= pass_rate and at least
+//            `first_trials` answers (or its pool spent);
 //   dead     when its whole pool ran and gave no answer (engine errors, timeouts, ...);
 //   open     otherwise (not run yet, or short of answers).
+// With first_trials 1 a single miss is 0/1, whose interval (upper 0.79 at 95 %) is below any
+// pass_rate above 0.79: lost at once; a single pass leans passing.
 // The bracket is hi = the shortest failing length (or one past the grid) and lo = the longest
 // passing length below hi (or one before the grid). While hi - lo > 1 the search runs
 // `first_trials` trials at the middle index (bisection on the grid's index, i.e. geometrically
-// for a geometric grid). Once lo and hi are adjacent it adds one trial to each side (while its
-// pool lasts) until the two-sided Wilson intervals separate: upper(hi) < lower(lo). A miss found
-// while confirming lo moves the bracket down and bisection resumes. Trials of a length run in
-// order 0, 1, 2, ..., so they are the grid's trials (the same job keys).
+// for a geometric grid). Once lo and hi are adjacent it adds one trial to each side that is not
+// yet DECIDED (while its pool lasts) and stops when both sides are decided: lo found and hi
+// lost (converged). Trials that tip a side's observed rate across pass_rate move the bracket and
+// bisection resumes. At the ends of the grid only one side exists: all-pass needs the longest
+// length decided found, all-fail the shortest decided lost. A line whose pools run out before
+// that ends undecided. Trials of a length run in order 0, 1, 2, ..., so they are the grid's
+// trials (the same job keys).
 //
 // Bisection assumes that retrieval, once lost, stays lost at longer lengths. On data that is not
 // monotone it still ends at an adjacent passing/failing pair, one of the transitions; lengths it
@@ -35,6 +44,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "common/verdict.h"
 
 namespace nw::search {
 
@@ -52,28 +62,31 @@ struct Probe {
 };
 
 enum class LineState {
-  kRunning,      // trials pending, or more to issue
-  kConverged,    // adjacent lengths, intervals separated
-  kAllPass,      // the longest length passes
-  kAllFail,      // the shortest length fails
-  kUnseparated,  // adjacent lengths, both pools spent, intervals still overlap
-  kBudget,       // the line's job budget is spent
-  kNoAnswers,    // a length the search needs gave no answer in its whole pool
+  kRunning,    // trials pending, or more to issue
+  kConverged,  // adjacent lengths: the shorter decided found, the longer decided lost
+  kAllPass,    // the longest length is decided found
+  kAllFail,    // the shortest length is decided lost
+  kUndecided,  // a side of the boundary is still undecided and its pool is spent
+  kBudget,     // the line's job budget is spent
+  kNoAnswers,  // a length the search needs gave no answer in its whole pool
 };
-/// running, converged, all-pass, all-fail, unseparated, budget, no-answers.
+/// running, converged, all-pass, all-fail, undecided, budget, no-answers.
 std::string_view LineStateName(LineState s);
 
 struct LineVerdict {
   LineState state = LineState::kRunning;
   std::optional<size_t> pass_index;  // lo: the longest passing length below fail_index
   std::optional<size_t> fail_index;  // hi: the shortest failing length
-  int64_t jobs = 0;                  // trials issued
+  // The criterion's verdicts on them (kNoAnswers when absent).
+  nw::Verdict pass_verdict = nw::Verdict::kNoAnswers, fail_verdict = nw::Verdict::kNoAnswers;
+  int64_t jobs = 0;  // trials issued
 };
 
 struct LineSearchOptions {
   int first_trials = 1;           // trials at a length before it is called passing (>= 1)
   int max_trials = 1;             // the pool: trials a length may get at most (>= first_trials)
-  double z = 1.959963984540054;   // Wilson z (two-sided 95 %)
+  double z = 1.959963984540054;   // Wilson z (two-sided 95 %): the criterion's confidence
+  double pass_rate = 0.9;         // the criterion's threshold (0 < pass_rate < 1)
   std::optional<int64_t> budget;  // trials this line may issue at most (>= 1)
 };
 
@@ -109,6 +122,7 @@ class LineSearch {
   LineSearch(size_t lengths, const LineSearchOptions& options);
   Stats StatsAt(size_t i) const;
   Kind KindAt(size_t i) const;
+  nw::Verdict VerdictAt(size_t i) const;
   // Issues up to `count` more trials at index i (bounded by the pool and the budget).
   void Issue(size_t i, int count, std::vector<Probe>* out);
   void Finish(LineState s) { state_ = s; }

@@ -53,6 +53,7 @@ Result<SearchDriver> SearchDriver::Create(const BoundarySearchSettings& settings
   o.first_trials = settings.first_trials;
   o.max_trials = trials;
   NW_ASSIGN_OR_RETURN(o.z, TwoSidedZ(settings.confidence));
+  o.pass_rate = settings.pass_rate;
   o.budget = settings.budget;
 
   // Group the grid by line, keeping the grid's order of lines.

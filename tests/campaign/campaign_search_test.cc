@@ -75,3 +75,65 @@ TEST(CampaignSearchTest, Errors) {
 
 }  // namespace
 }  // namespace nw
+
+// ---- criterion: (docs/campaigns.md "Criterion") ----
+
+namespace nw {
+namespace {
+
+TEST(CampaignCriterionTest, DefaultsValuesAndTheSearch) {
+  auto d = ParseCampaignText(Yaml(""), "t.yaml");
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_FALSE(d->criterion_stated);
+  EXPECT_DOUBLE_EQ(d->criterion.pass_rate, 0.9);
+  EXPECT_DOUBLE_EQ(d->criterion.confidence, 0.95);
+
+  auto c = ParseCampaignText(
+      Yaml("criterion: {pass_rate: 0.8, confidence: 0.9}\nsearch: {boundary: {}}\n"), "t.yaml");
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_TRUE(c->criterion_stated);
+  EXPECT_DOUBLE_EQ(c->criterion.pass_rate, 0.8);
+  EXPECT_DOUBLE_EQ(c->criterion.confidence, 0.9);
+  EXPECT_EQ(c->criterion_where.line, 8);
+  // The search decides with the campaign's criterion.
+  EXPECT_DOUBLE_EQ(c->search->pass_rate, 0.8);
+  EXPECT_DOUBLE_EQ(c->search->confidence, 0.9);
+
+  // An old file's search confidence still sets the confidence when there is no criterion.
+  auto old = ParseCampaignText(Yaml("search: {boundary: {confidence: 0.99}}\n"), "t.yaml");
+  ASSERT_TRUE(old.ok()) << old.status().ToString();
+  EXPECT_DOUBLE_EQ(old->criterion.confidence, 0.99);
+  EXPECT_DOUBLE_EQ(old->search->pass_rate, 0.9);
+
+  // Only the criterion, from stored text, whatever else the file holds.
+  auto only =
+      ParseCampaignCriterion("name: x\nfuture_key: 1\ncriterion: {pass_rate: 0.75}\n", "x.yaml");
+  ASSERT_TRUE(only.ok()) << only.status().ToString();
+  EXPECT_DOUBLE_EQ(only->pass_rate, 0.75);
+  EXPECT_DOUBLE_EQ(only->confidence, 0.95);
+  auto none = ParseCampaignCriterion("name: x\n", "x.yaml");
+  ASSERT_TRUE(none.ok());
+  EXPECT_DOUBLE_EQ(none->pass_rate, 0.9);
+}
+
+TEST(CampaignCriterionTest, LocatedErrors) {
+  EXPECT_THAT(ParseError(Yaml("criterion: {pass_rate: 1.5}\n")),
+              HasSubstr("t.yaml:8:24: criterion.pass_rate: must be greater than 0 and less than 1 "
+                        "(a pass rate), got 1.5"));
+  EXPECT_THAT(ParseError(Yaml("criterion: {pass_rate: 0}\n")),
+              HasSubstr("criterion.pass_rate: must be greater than 0"));
+  EXPECT_THAT(ParseError(Yaml("criterion: {confidence: 0.3}\n")),
+              HasSubstr("t.yaml:8:25: criterion.confidence: must be at least 0.5 and less than 1, "
+                        "got 0.3"));
+  EXPECT_THAT(ParseError(Yaml("criterion: {pass_rat: 0.9}\n")),
+              HasSubstr("criterion: unknown key 'pass_rat'"));
+  EXPECT_THAT(ParseError(Yaml("criterion: {pass_rate: high}\n")), HasSubstr("criterion.pass_rate"));
+  EXPECT_THAT(
+      ParseError(Yaml("criterion: {confidence: 0.95}\nsearch: {boundary: {confidence: 0.9}}\n")),
+      HasSubstr("search.boundary.confidence: differs from criterion.confidence (criterion at line "
+                "8, column 1)"));
+  EXPECT_FALSE(ParseCampaignCriterion("criterion: {pass_rate: 2}\n", "x.yaml").ok());
+}
+
+}  // namespace
+}  // namespace nw

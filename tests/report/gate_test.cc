@@ -116,7 +116,11 @@ TEST_F(GateFixture, PairedRegressionFailsWithExitOne) {
   cand.Row(4000, kPositions, N(10, M), 8);
   base.Commit();
   cand.Commit();
-  const GateReport r = Gate(base, cand);
+  // Boundary verdicts at pass rate 0.5: 20/20 per length is decided found there (at 0.9 it is
+  // undecided, and the baseline would have no found-up-to to compare with).
+  GateOptions o;
+  o.criterion = Criterion{0.5, 0.95};
+  const GateReport r = Gate(base, cand, o);
   EXPECT_EQ(r.axes_under_test, std::vector<std::string>{"topk"});
   EXPECT_EQ(r.axis_values.at("topk"), std::make_pair(std::string("16"), std::string("8")));
   ASSERT_EQ(r.pairs.size(), 1u);
@@ -321,6 +325,10 @@ TEST_F(GateFixture, BoundaryShift) {
   cand.Commit();
   GateOptions o;
   o.by = GateGranularity::kCell;  // 2 trials per cell: every cell is insufficient
+  // The shift needs both positions decided. At pass rate 0.9, 10/10 per length is undecided (the
+  // old strict boundary called it found); at 0.5 the baseline is found up to 4,000 and the
+  // candidate's 0/10 at 2,000 is lost.
+  o.criterion = Criterion{0.5, 0.95};
   const GateReport r = Gate(base, cand, o);
   EXPECT_EQ(r.cells.size(), 20u);
   EXPECT_EQ(r.insufficient, 20);
@@ -338,6 +346,40 @@ TEST_F(GateFixture, BoundaryShift) {
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(s.summary.find("candidate lost from 2,000, below the baseline's found-up-to 4,000"),
             std::string::npos);
+  // At the default criterion nothing is decided found on the baseline: no shift is claimed.
+  o.criterion = Criterion{};
+  const GateReport strict = Gate(base, cand, o);
+  EXPECT_FALSE(strict.shifts[0].shifted);
+  EXPECT_EQ(strict.shifts[0].test.verdict, GateVerdict::kPass);
+  EXPECT_FALSE(strict.shifts[0].baseline_l_pass);
+  EXPECT_EQ(strict.exit_code, 2);  // nothing testable: not enough evidence
+}
+
+// The candidate undecided below the baseline's found-up-to is not a shift: insufficient, with
+// the answers that would decide it; never a regression.
+TEST_F(GateFixture, UndecidedCandidateIsNotAShift) {
+  Side base(*store_, "base"), cand(*store_, "cand");
+  for (int64_t len : {1000, 2000, 4000}) base.Row(len, kPositions, N(10, P));
+  cand.Row(1000, kPositions, N(10, P), 8);
+  cand.Row(2000, kPositions, Cat(N(6, P), N(4, M)), 8);  // 12/20: undecided at 0.5
+  cand.Row(4000, kPositions, N(10, P), 8);
+  base.Commit();
+  cand.Commit();
+  GateOptions o;
+  o.criterion = Criterion{0.5, 0.95};
+  const GateReport r = Gate(base, cand, o);
+  const BoundaryShift& s = r.shifts[0];
+  EXPECT_FALSE(s.shifted);
+  EXPECT_EQ(s.baseline_l_pass, 4000);
+  EXPECT_FALSE(s.candidate_l_fail);
+  EXPECT_EQ(s.test.verdict, GateVerdict::kInsufficient);
+  EXPECT_NE(s.summary.find("the candidate is undecided at 2,000, below the baseline's "
+                           "found-up-to 4,000: not a shift until decided"),
+            std::string::npos)
+      << s.summary;
+  // The cell at 2,000 (8 lost pairs of 20) is a regression on its own test; the shift adds none.
+  EXPECT_EQ(r.regressions, 1);
+  EXPECT_EQ(r.cells[1].test.verdict, GateVerdict::kRegression);
 }
 
 TEST_F(GateFixture, PairingConfigurations) {
@@ -500,12 +542,16 @@ TEST_F(GateFixture, FlakyRerunsKeepARealRegression) {
 TEST_F(GateFixture, Renderings) {
   Side base(*store_, "base"), cand(*store_, "cand");
   base.Row(1000, kPositions, N(10, P)).Row(2000, kPositions, N(10, P));
-  base.Row(4000, kPositions, N(2, P));
+  // The baseline has 10 trials per position at 4,000 so that it is decided found there (at pass
+  // rate 0.5); with 2, as before verdicts, 4/4 is undecided and no shift would be claimed.
+  base.Row(4000, kPositions, N(10, P));
   cand.Row(1000, kPositions, N(10, P), 8).Row(2000, kPositions, N(10, M), 8);
   cand.Row(4000, kPositions, N(2, M), 8);
   base.Commit();
   cand.Commit();
-  GateReport r = Gate(base, cand);
+  GateOptions o;
+  o.criterion = Criterion{0.5, 0.95};
+  GateReport r = Gate(base, cand, o);
   r.baseline_name = "release-1";
   r.baseline_source = "baseline release-1 (campaign base)";
   r.candidate_name = "cand";

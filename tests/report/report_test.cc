@@ -70,37 +70,42 @@ class ReportTest : public ::testing::Test {
 constexpr const char* kExpectedText = R"txt(campaign snapshot (snapshot.yaml)
 jobs: 34 total, 33 done, 0 failed, 0 leased, 1 queued
 outcomes: pass 26, miss 5, truncated 1, empty 0, engine_error 1, timeout 0
+criterion: pass rate >= 0.9 at 95% confidence (found: the Wilson interval lies at or above the pass rate; lost: below it; undecided: it straddles it)
 
 topk=16 precision=fp32 backend=cpu task=niah-single haystack=noise
-  found at every position up to 1,850 tokens (pass 7/7, 95% CI 0.65-1.00); lost from 4,509 (pass 3/6, 95% CI 0.19-0.81)
+  undecided at 1,000, 1,850 (each pass 7/7, 98.33% CI 0.55-1.00); lost from 4,509 (pass 3/6, 98.33% CI 0.15-0.85); about 45 more answers at 1,000 (observed rate 1) would decide it if the rate held (52 in all: the smallest n whose 98.33% CI at that rate clears 0.9); 1 without an answer, 1 pending
+  verdict levels: lengths 98.33% CI, cells 99.58% CI (the criterion's confidence split over 3 lengths and 12 cells with answers, Bonferroni)
   outcomes: pass 17, miss 3, truncated 0, empty 0, engine_error 1, timeout 0
-  heatmap (passes/answers; rows: context length, columns: needle position):
-    length   0%  50%       100%  end-512
-     1,000  2/2  2/2        2/2      1/1
-     1,850  2/2  2/2        2/2      1/1
-     4,509  1/2  0/2  1/1 e1 p1      1/1
+  heatmap (passes/answers and verdict; rows: context length, columns: needle position):
+    length    0%   50%        100%  end-512  length verdict
+     1,000  2/2?  2/2?        2/2?     1/1?  undecided
+     1,850  2/2?  2/2?        2/2?     1/1?  undecided
+     4,509  1/2?  0/2x  1/1 e1 p1?     1/1?  lost
   indexer probes (needle in the top-k at the last prompt position; its rank over the question and answer positions):
     layer 0: 3/5 answers (60%), median rank 3, best 1
     layer 2: 1/5 answers (20%), median rank 6.5, best 4
 
 topk=16 precision=fp32 backend=cpu-paged task=niah-single haystack=noise
-  lost at every tested length (1,000-4,509 tokens; pass 1/3, 95% CI 0.06-0.79)
+  lost at 1,000 (pass 0/1, 97.5% CI 0.00-0.83); undecided at 4,509 (pass 1/2, 97.5% CI 0.08-0.92); about 1 more answer at 4,509 (observed rate 0.5) would decide it if the rate held (3 in all: the smallest n whose 97.5% CI at that rate clears 0.9); 1 without an answer
+  verdict levels: lengths 97.5% CI, cells 97.5% CI (the criterion's confidence split over 2 lengths and 2 cells with answers, Bonferroni)
   outcomes: pass 1, miss 2, truncated 1, empty 0, engine_error 0, timeout 0
-  heatmap (passes/answers; rows: context length, columns: needle position):
-    length      0%
-     1,000  0/1 e1
-     4,509     1/2
+  heatmap (passes/answers and verdict; rows: context length, columns: needle position):
+    length       0%  length verdict
+     1,000  0/1 e1x  lost
+     4,509     1/2?  undecided
 
 topk=64 precision=fp32 backend=cpu task=niah-single haystack=noise
-  found at every position at every tested length (up to 4,509 tokens; pass 8/8, 95% CI 0.68-1.00)
+  undecided at every tested length (1,000-4,509 tokens; 1,000, 4,509 (each pass 4/4, 97.5% CI 0.44-1.00)); about 42 more answers at 1,000 (observed rate 1) would decide it if the rate held (46 in all: the smallest n whose 97.5% CI at that rate clears 0.9)
+  verdict levels: lengths 97.5% CI, cells 98.75% CI (the criterion's confidence split over 2 lengths and 4 cells with answers, Bonferroni)
   outcomes: pass 8, miss 0, truncated 0, empty 0, engine_error 0, timeout 0
-  heatmap (passes/answers; rows: context length, columns: needle position):
-    length   0%  100%
-     1,000  3/3   1/1
-     4,509  3/3   1/1
+  heatmap (passes/answers and verdict; rows: context length, columns: needle position):
+    length    0%  100%  length verdict
+     1,000  3/3?  1/1?  undecided
+     4,509  3/3?  1/1?  undecided
 
-cells: passes/answers; eN = N runs without an answer (engine_error, timeout, truncated,
-       empty: never counted as misses); pN = N jobs pending; - = no answers
+cells: passes/answers, then the cell's verdict: + found, x lost, ? undecided; eN = N runs
+       without an answer (engine_error, timeout, truncated, empty: never counted as
+       misses); pN = N jobs pending; - = no answers
 )txt";
 
 TEST_F(ReportTest, TextSnapshot) { EXPECT_EQ(RenderText(report_), kExpectedText); }
@@ -109,9 +114,10 @@ TEST_F(ReportTest, ColourOnlyWhenAsked) {
   const std::string plain = RenderText(report_);
   EXPECT_EQ(plain.find('\x1b'), std::string::npos);
   const std::string colour = RenderText(report_, TextOptions{.color = true});
-  EXPECT_NE(colour.find("\x1b[32m2/2\x1b[0m"), std::string::npos);  // all passed: green
-  EXPECT_NE(colour.find("\x1b[31m0/2\x1b[0m"), std::string::npos);  // none passed: red
-  EXPECT_NE(colour.find("\x1b[33m1/2\x1b[0m"), std::string::npos);  // some passed: yellow
+  // The colour is the pass rate's; the mark after the counts is the cell's verdict.
+  EXPECT_NE(colour.find("\x1b[32m2/2?\x1b[0m"), std::string::npos);  // all passed: green
+  EXPECT_NE(colour.find("\x1b[31m0/2x\x1b[0m"), std::string::npos);  // none passed: red
+  EXPECT_NE(colour.find("\x1b[33m1/2?\x1b[0m"), std::string::npos);  // some passed: yellow
   EXPECT_NE(colour.find("\x1b[1m" + ConfigLabel() + "\x1b[0m"), std::string::npos);
   // Padding is computed on the visible text, so stripping the codes gives the plain report.
   std::string stripped;
@@ -132,19 +138,27 @@ TEST_F(ReportTest, MarkdownHasTheSameData) {
                     "|---:|---:|---:|---:|---:|---:|\n| 26 | 5 | 1 | 0 | 1 | 0 |"),
             std::string::npos)
       << md;
+  // Verdicts at pass rate 0.9: 7/7 cannot show 0.9 (the strict boundary said "found up to
+  // 1,850"); 3/6 at 4,509 is lost.
   EXPECT_NE(md.find("| `" + ConfigLabel() +
-                    "` | found at every position up to 1,850 tokens (pass 7/7, 95% CI 0.65-1.00); "
-                    "lost from 4,509 (pass 3/6, 95% CI 0.19-0.81) |"),
+                    "` | undecided at 1,000, 1,850 (each pass 7/7, 98.33% CI 0.55-1.00); lost "
+                    "from 4,509 (pass 3/6, 98.33% CI 0.15-0.85); about 45 more answers at 1,000"),
             std::string::npos)
       << md;
-  EXPECT_NE(
-      md.find("| length \\ position | 0% | 50% | 100% | end-512 |\n|---:|---:|---:|---:|---:|"),
-      std::string::npos)
+  EXPECT_NE(md.find("| length \\ position | 0% | 50% | 100% | end-512 | length verdict |\n"
+                    "|---:|---:|---:|---:|---:|---|"),
+            std::string::npos)
       << md;
-  EXPECT_NE(md.find("| 4,509 | 1/2 | 0/2 | 1/1 e1 p1 | 1/1 |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| 4,509 | 1/2? | 0/2x | 1/1 e1 p1? | 1/1? | lost |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| 26 | 5 | 1 | 0 | 1 | 0 |\n\ncriterion: pass rate >= 0.9 at 95% "
+                    "confidence"),
+            std::string::npos)
+      << md;
   EXPECT_NE(md.find("| 0 | 3/5 (60%) | 3 | 1 |"), std::string::npos) << md;
   EXPECT_NE(md.find("| 2 | 1/5 (20%) | 6.5 | 4 |"), std::string::npos) << md;
-  EXPECT_NE(md.find("lost at every tested length (1,000-4,509 tokens"), std::string::npos);
+  EXPECT_NE(md.find("lost at 1,000 (pass 0/1, 97.5% CI 0.00-0.83); undecided at 4,509"),
+            std::string::npos)
+      << md;
 }
 
 TEST_F(ReportTest, JsonHasTheSameData) {
@@ -158,8 +172,20 @@ TEST_F(ReportTest, JsonHasTheSameData) {
   const nlohmann::json& c = j["configs"][0];
   EXPECT_EQ(c["config"], ConfigLabel());
   EXPECT_EQ(c["summary"],
-            "found at every position up to 1,850 tokens (pass 7/7, 95% CI 0.65-1.00); lost from "
-            "4,509 (pass 3/6, 95% CI 0.19-0.81)");
+            "undecided at 1,000, 1,850 (each pass 7/7, 98.33% CI 0.55-1.00); lost from 4,509 "
+            "(pass 3/6, 98.33% CI 0.15-0.85); about 45 more answers at 1,000 (observed rate 1) "
+            "would decide it if the rate held (52 in all: the smallest n whose 98.33% CI at that "
+            "rate clears 0.9); 1 without an answer, 1 pending");
+  EXPECT_EQ(j["criterion"]["pass_rate"], 0.9);
+  EXPECT_EQ(j["criterion"]["confidence"], 0.95);
+  EXPECT_EQ(c["verdicts"]["found_up_to"], nullptr);
+  EXPECT_EQ(c["verdicts"]["lost_from"], 4509);
+  EXPECT_EQ(c["verdicts"]["undecided"], nlohmann::json::array({1000, 1850}));
+  EXPECT_EQ(c["verdicts"]["nearest_undecided"]["length"], 1000);
+  EXPECT_EQ(c["verdicts"]["nearest_undecided"]["answers_to_decide"], 52);
+  EXPECT_EQ(c["lengths"][2]["verdict"], "lost");
+  EXPECT_EQ(c["cells"][9]["verdict"], "lost");  // 4,509 at 50%: 0/2
+  EXPECT_EQ(c["cells"][0]["verdict"], "undecided");
   EXPECT_EQ(c["boundary"]["l_pass"], 1850);
   EXPECT_EQ(c["boundary"]["l_fail"], 4509);
   EXPECT_EQ(c["boundary"]["monotone"], true);
@@ -206,6 +232,8 @@ TEST(ReportEmpty, ACampaignWithoutResults) {
             "campaign empty\n"
             "jobs: 3 total, 0 done, 0 failed, 0 leased, 3 queued\n"
             "outcomes: pass 0, miss 0, truncated 0, empty 0, engine_error 0, timeout 0\n"
+            "criterion: pass rate >= 0.9 at 95% confidence (found: the Wilson interval lies at or "
+            "above the pass rate; lost: below it; undecided: it straddles it)\n"
             "\nno results yet\n");
   EXPECT_NE(RenderMarkdown(r).find("No results yet."), std::string::npos);
   EXPECT_TRUE(RenderJson(r)["configs"].empty());
