@@ -31,12 +31,16 @@
 #include <iostream>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "engine/backend.h"
+#include "engine/checkpoint/loader.h"
+#include "engine/checkpoint/random_checkpoint.h"
+#include "engine/checkpoint/safetensors.h"
 #include "engine/engine.h"
 #include "engine/generate.h"
 #include "engine/text/niah.h"
@@ -515,6 +519,61 @@ TEST_F(CudaEngine, MatchesHfTransformers) {
   Report(rep.str());
 }
 
+// The GPU backends against models/train/v4.py, our PyTorch model (tests/data/golden/tiny-v4.json,
+// the goldens tests/cpu_backend/golden_test.cc holds the CPU to): logits at the stored positions
+// within 1e-4 of the row's max |logit|, and the same greedy tokens.
+TEST_F(CudaEngine, MatchesThePyTorchGoldens) {
+  const fs::path path = fs::path(NW_TEST_DATA_DIR) / "golden" / "tiny-v4.json";
+  std::ifstream f(path);
+  ASSERT_TRUE(f.good()) << path;
+  const nlohmann::json doc = nlohmann::json::parse(f);
+  std::ostringstream rep;
+  for (const char* name : {"cuda", "cuda-paged"}) {
+    std::unique_ptr<Backend> b = MakeBackend(name);
+    ASSERT_NE(b, nullptr);
+    double worst = 0;
+    int prompts = 0;
+    for (const auto& p : doc.at("prompts")) {
+      const auto tokens = p.at("tokens").get<std::vector<int32_t>>();
+      const int topk = p.at("index_topk").is_null() ? 0 : p.at("index_topk").get<int>();
+      const auto positions = p.at("positions").get<std::vector<int64_t>>();
+      const auto logits = p.at("logits").get<std::vector<std::vector<float>>>();
+      const auto greedy = p.at("greedy").get<std::vector<int32_t>>();
+      SCOPED_TRACE(std::string(name) + " " + p.at("name").get<std::string>());
+      for (size_t k = 0; k < positions.size(); ++k) {
+        GenerateRequest r;
+        r.prompt.assign(tokens.begin(), tokens.begin() + positions[k] + 1);
+        r.index_topk = topk;
+        SequenceSpec spec;
+        spec.max_tokens = static_cast<int64_t>(r.prompt.size());
+        spec.index_topk = topk;
+        auto seq = b->NewSequence(spec);
+        ASSERT_TRUE(seq.ok()) << seq.status().ToString();
+        std::vector<float> got;
+        ASSERT_TRUE((*seq)->Prefill(r.prompt, &got).ok());
+        double max_ref = 0, max_diff = 0;
+        for (size_t v = 0; v < got.size(); ++v) {
+          max_ref = std::max(max_ref, std::fabs(static_cast<double>(logits[k][v])));
+          max_diff = std::max(max_diff, std::fabs(static_cast<double>(got[v]) - logits[k][v]));
+        }
+        EXPECT_LE(max_diff, 1e-4 * max_ref) << "position " << positions[k];
+        worst = std::max(worst, max_diff / max_ref);
+      }
+      GenerateRequest r;
+      r.prompt = tokens;
+      r.index_topk = topk;
+      r.max_new_tokens = static_cast<int>(greedy.size());
+      auto g = Generate(*b, r);
+      ASSERT_TRUE(g.ok()) << g.status().ToString();
+      EXPECT_EQ(g->tokens, greedy);
+      ++prompts;
+    }
+    rep << name << " vs models/train/v4.py goldens: " << prompts << " prompts, worst logit error "
+        << worst << " of the row's max |logit|\n";
+  }
+  Report(rep.str());
+}
+
 TEST_F(CudaEngine, ReportsStateBytesPerToken) {
   std::ostringstream s;
   s << "KV / index state per token (tiny-v4, fp32 storage):";
@@ -561,6 +620,67 @@ TEST_F(CudaEngine, HostileCheckpointsAreRefusedBeforeUpload) {
   }
   fs::remove_all(dir);
   EXPECT_GE(refused, 12);
+}
+
+// Real DeepSeek-V4-Flash per-layer shapes and tensor formats (models/configs/v4-flash.json: hidden
+// 4096, 64 heads x 512, index 64 heads x 128, expert width 2048, mHC 4) written by the same code as
+// `nw model init --layers 4 --layout real` (F8_E4M3 linears with 128x128 F8_E8M0 scales, FP4
+// experts): the first 4 layers (ratio 0, 0, 4, 128: every layer kind), a 1,024-token vocabulary
+// and 6 routed experts, so the CPU side fits the test's time. `cuda` must give the CPU's greedy
+// tokens and last-position logits within 1e-4 of the row's max |logit| on a 64-token prompt.
+TEST_F(CudaEngine, RealV4FlashShapesMatchCpu) {
+  auto full = LoadModelConfig(fs::path(NW_SOURCE_DIR) / "models" / "configs" / "v4-flash.json");
+  ASSERT_TRUE(full.ok()) << full.status().ToString();
+  ConfigReduction r;
+  r.layers = 4;
+  r.mtp_layers = 0;
+  r.vocab_size = 1024;
+  r.routed_experts = 6;
+  auto cfg = ReduceConfig(*full, r);
+  ASSERT_TRUE(cfg.ok()) << cfg.status().ToString();
+  const fs::path dir = fs::temp_directory_path() / ("nw-cuda-v4flash-" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  ASSERT_TRUE(WriteRandomCheckpoint(*cfg, 1, CheckpointLayout::kFp8Fp4, dir).ok());
+  auto archive = SafetensorsArchive::Open(dir);
+  ASSERT_TRUE(archive.ok()) << archive.status().ToString();
+  auto loaded = LoadModelWeights(*archive, *cfg);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+  fs::remove_all(dir);
+  auto weights = std::make_shared<const ModelWeights>(std::move(loaded).value());
+  GenerateRequest req;
+  for (int i = 0; i < 64; ++i) req.prompt.push_back((i * 37 + 11) % cfg->vocab_size);
+  req.max_new_tokens = 3;
+  ProbeRequest probe;
+  probe.keep_topk_sets = true;
+  probe.query_begin = 48;
+  req.probe = probe;
+  std::vector<std::vector<float>> last;
+  std::vector<GenerateResult> results;
+  for (const char* name : {"cpu", "cuda"}) {
+    auto b = CreateBackend(name, *cfg, weights);
+    ASSERT_TRUE(b.ok()) << name << ": " << b.status().ToString();
+    auto g = Generate(**b, req);
+    ASSERT_TRUE(g.ok()) << name << ": " << g.status().ToString();
+    results.push_back(std::move(g).value());
+    last.push_back(LastLogits(**b, req, {}));
+  }
+  EXPECT_EQ(results[1].tokens, results[0].tokens);
+  ProbeAgreement agree;
+  CompareProbes(results[1], results[0], "v4-flash shapes", &agree);
+  EXPECT_EQ(agree.far_sets, 0);
+  double max_ref = 0, max_err = 0;
+  for (size_t j = 0; j < last[0].size(); ++j) {
+    max_ref = std::max(max_ref, std::fabs(static_cast<double>(last[0][j])));
+    max_err = std::max(max_err, std::fabs(static_cast<double>(last[1][j]) - last[0][j]));
+  }
+  EXPECT_LE(max_err, 1e-4 * max_ref);
+  std::ostringstream s;
+  s << "V4-Flash shapes (4 layers, FP8/FP4 checkpoint, 6 experts, vocab 1024), 64-token prompt: "
+    << "cuda tokens " << (results[1].tokens == results[0].tokens ? "equal" : "DIFFER")
+    << " to cpu, last-position logits max|d|/max|ref| " << max_err / std::max(max_ref, 1e-30)
+    << ", top-k sets equal at " << agree.same_sets << "/" << agree.pairs << " probe pairs\n";
+  Report(s.str());
 }
 
 TEST_F(CudaEngine, ServesThroughTheEngineFacade) {
