@@ -856,14 +856,10 @@ SequenceState Sequence::ExportState() const {
   return st;
 }
 
-Status Sequence::ImportState(const SequenceState& st) {
-  Impl& im = *impl_;
-  const ModelConfig& cfg = im.cfg;
-  if (im.pos != 0) return Status::FailedPrecondition("import needs a fresh sequence");
-  if (st.position < 0 || st.position > im.opts.max_tokens) {
+Status CheckSequenceState(const ModelConfig& cfg, const SequenceState& st, int64_t capacity) {
+  if (st.position < 0 || st.position > capacity) {
     return Status::OutOfRange("state position " + std::to_string(st.position) +
-                              " outside the sequence capacity " +
-                              std::to_string(im.opts.max_tokens));
+                              " outside the sequence capacity " + std::to_string(capacity));
   }
   if (static_cast<int>(st.layers.size()) != cfg.n_layers) {
     return Status::InvalidArgument("state has " + std::to_string(st.layers.size()) +
@@ -877,24 +873,34 @@ Status Sequence::ImportState(const SequenceState& st) {
     }
     return Status::Ok();
   };
-  // Check everything before writing anything.
   for (int l = 0; l < cfg.n_layers; ++l) {
     const SequenceLayerState& ls = st.layers[static_cast<size_t>(l)];
-    const LayerCache& c = im.layers[static_cast<size_t>(l)];
     const std::string P = "layer " + std::to_string(l) + " ";
     if (ls.ratio != cfg.ratio(l)) return Status::InvalidArgument(P + "has another ratio");
     NW_RETURN_IF_ERROR(
         expect(ls.window, std::min<int64_t>(pos, cfg.window_size) * d, P + "window"));
-    const int64_t ks = ls.ratio > 0 ? c.kv_state.span * c.kv_state.width : 0;
+    // A compressor's rolling state: coff * ratio rows of coff * width (coff 2 for ratio 4).
+    const int64_t coff = ls.ratio == 4 ? 2 : 1;
+    const int64_t ks = ls.ratio > 0 ? coff * ls.ratio * coff * d : 0;
     NW_RETURN_IF_ERROR(
         expect(ls.compressed, ls.ratio > 0 ? pos / ls.ratio * d : 0, P + "compressed"));
     NW_RETURN_IF_ERROR(expect(ls.kv_state_kv, ks, P + "compressor kv state"));
     NW_RETURN_IF_ERROR(expect(ls.kv_state_score, ks, P + "compressor score state"));
-    const int64_t is = ls.ratio == 4 ? c.index_state.span * c.index_state.width : 0;
+    const int64_t is = ls.ratio == 4 ? 8 * 2 * cI : 0;
     NW_RETURN_IF_ERROR(expect(ls.index_keys, ls.ratio == 4 ? pos / 4 * cI : 0, P + "index keys"));
     NW_RETURN_IF_ERROR(expect(ls.index_state_kv, is, P + "indexer kv state"));
     NW_RETURN_IF_ERROR(expect(ls.index_state_score, is, P + "indexer score state"));
   }
+  return Status::Ok();
+}
+
+Status Sequence::ImportState(const SequenceState& st) {
+  Impl& im = *impl_;
+  const ModelConfig& cfg = im.cfg;
+  if (im.pos != 0) return Status::FailedPrecondition("import needs a fresh sequence");
+  // Check everything before writing anything.
+  NW_RETURN_IF_ERROR(CheckSequenceState(cfg, st, im.opts.max_tokens));
+  const int64_t pos = st.position, d = cfg.head_dim, cI = cfg.index_head_dim;
   auto put = [](RowStore& store, int64_t begin, int64_t end, int64_t width,
                 const std::vector<float>& in) {
     for (int64_t i = begin; i < end; ++i) {

@@ -82,6 +82,12 @@ struct SequenceState {
   std::vector<SequenceLayerState> layers;
 };
 
+/// Checks a decode state against the config and a sequence capacity before anything is written:
+/// the position, the layer count and ratios, and every buffer's size (window rows, compressed
+/// entries, index keys, both compressors' rolling states). Shared by every backend that imports
+/// one (cpu, cpu-paged, the CUDA backends). InvalidArgument or OutOfRange naming the part.
+Status CheckSequenceState(const ModelConfig& cfg, const SequenceState& state, int64_t capacity);
+
 class Sequence {
  public:
   /// Checks the weights against the config (every tensor the forward pass reads) and the options.

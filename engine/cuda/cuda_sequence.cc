@@ -242,6 +242,17 @@ struct CudaSequence::Impl {
     p.round_bf16 = act_bf16;
     return LaunchRope(p, stream);
   }
+  // The orthonormal Hadamard transform (scale n^-1/2) of rows of n values, in place.
+  Status Hadamard(float* x, int64_t rows, int64_t n) {
+    HadamardParams p;
+    p.x = x;
+    p.y = x;
+    p.rows = rows;
+    p.n = static_cast<int>(n);
+    p.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(n)));
+    p.round_bf16 = act_bf16;
+    return LaunchHadamard(p, stream);
+  }
   Status Kv(float* x, int64_t rows) {
     const NumFormat f = spec.precision.kv;
     if (f == NumFormat::kFp32 || rows == 0) return Status::Ok();
@@ -482,14 +493,7 @@ Status CudaSequence::Impl::Compress(const DevCompressor& c, bool indexer, const 
     NW_RETURN_IF_ERROR(Rope(ent.data(), n_entries, dim, static_cast<int>(dim - rd), 1,
                             ent_pos.data(), cos, sin, false));
     if (indexer) {
-      HadamardParams hp;
-      hp.x = ent.data();
-      hp.y = ent.data();
-      hp.rows = n_entries;
-      hp.n = static_cast<int>(dim);
-      hp.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(dim)));
-      hp.round_bf16 = act_bf16;
-      NW_RETURN_IF_ERROR(LaunchHadamard(hp, stream));
+      NW_RETURN_IF_ERROR(Hadamard(ent.data(), n_entries, dim));
       NW_RETURN_IF_ERROR(IndexFormat(spec.precision.index_k, ent.data(), n_entries, dim, stream));
     } else {
       NW_RETURN_IF_ERROR(Kv(ent.data(), n_entries));
@@ -671,14 +675,7 @@ Status CudaSequence::Impl::Attention(int l, int64_t n, int64_t s) {
     NW_RETURN_IF_ERROR(Act(prof, iq.data(), n * hI, cI, stream));
     NW_RETURN_IF_ERROR(Rope(iq.data(), n * hI, cI, static_cast<int>(cI - rd), static_cast<int>(hI),
                             positions.data(), cos, sin, false));
-    HadamardParams hp;
-    hp.x = iq.data();
-    hp.y = iq.data();
-    hp.rows = n * hI;
-    hp.n = static_cast<int>(cI);
-    hp.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(cI)));
-    hp.round_bf16 = act_bf16;
-    NW_RETURN_IF_ERROR(LaunchHadamard(hp, stream));
+    NW_RETURN_IF_ERROR(Hadamard(iq.data(), n * hI, cI));
     NW_RETURN_IF_ERROR(IndexFormat(prof.index_q, iq.data(), n * hI, cI, stream));
   }
   // 3. Entry lists and the sparse attention.
@@ -1146,40 +1143,9 @@ Status CudaSequence::ImportState(const cpu::SequenceState& st) {
   Impl& im = *impl_;
   const ModelConfig& cfg = im.cfg;
   if (im.pos != 0) return Status::FailedPrecondition("import needs a fresh sequence");
-  if (st.position < 0 || st.position > im.spec.max_tokens) {
-    return Status::OutOfRange("state position " + std::to_string(st.position) +
-                              " outside the sequence capacity " +
-                              std::to_string(im.spec.max_tokens));
-  }
-  if (static_cast<int>(st.layers.size()) != cfg.n_layers) {
-    return Status::InvalidArgument("state has " + std::to_string(st.layers.size()) +
-                                   " layers, config has " + std::to_string(cfg.n_layers));
-  }
-  const int64_t pos = st.position, d = cfg.head_dim, cI = cfg.index_head_dim;
-  const int64_t W = cfg.window_size;
-  auto expect = [](const std::vector<float>& v, int64_t n, const std::string& what) {
-    if (static_cast<int64_t>(v.size()) != n) {
-      return Status::InvalidArgument("state " + what + " has " + std::to_string(v.size()) +
-                                     " values, expected " + std::to_string(n));
-    }
-    return Status::Ok();
-  };
-  for (int l = 0; l < cfg.n_layers; ++l) {
-    const cpu::SequenceLayerState& ls = st.layers[static_cast<size_t>(l)];
-    const LayerState& L = im.layers[static_cast<size_t>(l)];
-    const std::string P = "layer " + std::to_string(l) + " ";
-    if (ls.ratio != L.ratio) return Status::InvalidArgument(P + "has another ratio");
-    NW_RETURN_IF_ERROR(expect(ls.window, std::min(pos, W) * d, P + "window"));
-    NW_RETURN_IF_ERROR(
-        expect(ls.compressed, L.ratio > 0 ? pos / L.ratio * d : 0, P + "compressed"));
-    const int64_t ks = L.ratio > 0 ? L.kv_state.span * L.kv_state.width : 0;
-    NW_RETURN_IF_ERROR(expect(ls.kv_state_kv, ks, P + "compressor kv state"));
-    NW_RETURN_IF_ERROR(expect(ls.kv_state_score, ks, P + "compressor score state"));
-    const int64_t is = L.ratio == 4 ? L.ix_state.span * L.ix_state.width : 0;
-    NW_RETURN_IF_ERROR(expect(ls.index_keys, L.ratio == 4 ? pos / 4 * cI : 0, P + "index keys"));
-    NW_RETURN_IF_ERROR(expect(ls.index_state_kv, is, P + "indexer kv state"));
-    NW_RETURN_IF_ERROR(expect(ls.index_state_score, is, P + "indexer score state"));
-  }
+  NW_RETURN_IF_ERROR(CheckSequenceState(cfg, st, im.spec.max_tokens));
+  const int64_t pos = st.position;
+  const int64_t W = cfg.window_size, d = cfg.head_dim;
   auto put_rows = [&](RowStore& s, int64_t count, const std::vector<float>& in) -> Status {
     NW_RETURN_IF_ERROR(s.Reserve(count, im.stream));
     for (int64_t i = 0; i < count; ++i) {
