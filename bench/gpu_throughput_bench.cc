@@ -1,0 +1,275 @@
+// gpu_throughput_bench: needles judged per second by needlework's product path, per prompt length.
+//
+// Each job goes the way a campaign's job goes on a worker: a JobSpec (niah-single in noise,
+// positions spread over the haystack) -> EngineExecutor::Execute (prompt built from the job's own
+// seed, greedy generation up to --max-new-tokens, scoring) -> JobResult. One warm-up job per
+// length (engine load, first-touch allocations), then --jobs timed jobs in turn on one slot.
+// Printed per length: needles/s, mean prefill and decode ms, passes.
+//
+// --export DIR writes the very prompts the timed jobs used (DIR/prompts.jsonl, token ids in
+// DIR/tokens/L_i.bin as int32 LE, and the answer tokens tokenize(" " + value) + EOS) so that
+// bench/torch_baselines.py can time HF transformers and models/train/v4.py on the same prompts in
+// the same device call; bench/run_throughput.sh runs both and prints the ratios.
+//
+// Lengths past the model's max_position_embeddings run on a copy of the model folder whose
+// config.json has the limit raised to the length (RoPE/YaRN tables need no retraining; nothing
+// here claims the model retrieves there: passes are printed as measured).
+//
+// Usage: gpu_throughput_bench [--model DIR] [--backend cuda] [--lengths 2048,8192,...]
+//                             [--jobs N] [--max-new-tokens T] [--precision NAME]
+//                             [--export DIR] [--json FILE] [--time-cap SECONDS]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "engine/checkpoint/model_files.h"
+#include "engine/engine.h"
+#include "engine/text/niah.h"
+#include "protocol/job.h"
+#include "worker/engine_executor.h"
+
+namespace nw {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+struct Args {
+  fs::path model = "models/tiny-v4";
+  std::string backend = "cuda";
+  std::vector<int64_t> lengths = {2048, 8192, 32768, 131072, 1048576};
+  int jobs = 8;
+  int max_new_tokens = 16;
+  std::string precision = "fp32";
+  fs::path export_dir;
+  fs::path json_out;
+  double time_cap_s = 120;  // stop a length's timed jobs once this much time has been spent
+};
+
+[[noreturn]] void Usage(const std::string& why) {
+  std::fprintf(stderr,
+               "gpu_throughput_bench: %s\nusage: gpu_throughput_bench [--model DIR] [--backend B] "
+               "[--lengths L1,L2,...] [--jobs N] [--max-new-tokens T] [--precision NAME] "
+               "[--export DIR] [--json FILE] [--time-cap SECONDS]\n",
+               why.c_str());
+  std::exit(2);
+}
+
+Args ParseArgs(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    const std::string k = argv[i];
+    if (i + 1 >= argc) Usage("option " + k + " needs a value");
+    const std::string v = argv[++i];
+    try {
+      if (k == "--model") {
+        a.model = v;
+      } else if (k == "--backend") {
+        a.backend = v;
+      } else if (k == "--lengths") {
+        a.lengths.clear();
+        size_t pos = 0;
+        while (pos <= v.size()) {
+          const size_t comma = std::min(v.find(',', pos), v.size());
+          a.lengths.push_back(std::stoll(v.substr(pos, comma - pos)));
+          pos = comma + 1;
+        }
+      } else if (k == "--jobs") {
+        a.jobs = std::stoi(v);
+      } else if (k == "--max-new-tokens") {
+        a.max_new_tokens = std::stoi(v);
+      } else if (k == "--precision") {
+        a.precision = v;
+      } else if (k == "--export") {
+        a.export_dir = v;
+      } else if (k == "--json") {
+        a.json_out = v;
+      } else if (k == "--time-cap") {
+        a.time_cap_s = std::stod(v);
+      } else {
+        Usage("unknown option " + k);
+      }
+    } catch (const std::exception&) {
+      Usage("bad value '" + v + "' for " + k);
+    }
+  }
+  if (a.jobs < 1) Usage("--jobs must be at least 1");
+  if (a.max_new_tokens < 1) Usage("--max-new-tokens must be at least 1");
+  for (int64_t l : a.lengths) {
+    if (l < 64) Usage("lengths must be at least 64 tokens");
+  }
+  return a;
+}
+
+template <typename T>
+T OrDie(Result<T> r, const std::string& what) {
+  if (!r.ok()) {
+    std::fprintf(stderr, "gpu_throughput_bench: %s: %s\n", what.c_str(),
+                 r.status().ToString().c_str());
+    std::exit(1);
+  }
+  return *std::move(r);
+}
+
+// The model folder to run `length` tokens on: the model itself, or a copy (weights and tokenizer
+// linked) whose config.json allows the length.
+fs::path ModelFor(const fs::path& model, int64_t length, int64_t max_positions) {
+  if (length + 64 <= max_positions) return model;
+  const fs::path dir = fs::temp_directory_path() / ("nw-throughput-" + std::to_string(length));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  for (const auto& e : fs::directory_iterator(model)) {
+    if (e.path().filename() != "config.json") {
+      fs::create_symlink(fs::absolute(e.path()), dir / e.path().filename());
+    }
+  }
+  std::ifstream in(model / "config.json");
+  json cfg = json::parse(in);
+  cfg["max_position_embeddings"] = length + 64;
+  std::ofstream(dir / "config.json") << cfg.dump(2) << "\n";
+  return dir;
+}
+
+JobSpec SpecFor(const Args& a, const fs::path& model_dir, const std::string& digest, int64_t length,
+                int topk, const PrecisionProfile& precision, int i) {
+  JobSpec s;
+  s.model_dir = fs::absolute(model_dir).string();
+  s.model_digest = digest;
+  s.engine_version = kEngineVersion;
+  s.task = "niah-single";
+  s.haystack = "noise";
+  s.context_length = length;
+  s.needle_position = a.jobs == 1 ? 0.5 : double(i % a.jobs) / double(a.jobs - 1);
+  s.topk = topk;
+  s.precision = precision;
+  s.backend = a.backend;
+  s.seed = 20261201;
+  s.trial = i;
+  s.max_new_tokens = a.max_new_tokens;
+  return s;
+}
+
+void Export(const fs::path& dir, const LoadedModel& m, const JobSpec& s, int i,
+            std::ofstream& index) {
+  NiahSpec ns;
+  ns.task = OrDie(ParseNiahTask(s.task), "task");
+  ns.haystack = OrDie(ParseNiahHaystack(s.haystack), "haystack");
+  ns.context_length = s.context_length;
+  ns.needle_position = s.needle_position;
+  ns.seed = s.HaystackSeed();
+  const NiahPrompt p = OrDie(BuildNiahPrompt(m.tokenizer, ns), "prompt");
+  const std::string name = std::to_string(s.context_length) + "_" + std::to_string(i) + ".bin";
+  fs::create_directories(dir / "tokens");
+  std::ofstream(dir / "tokens" / name, std::ios::binary)
+      .write(reinterpret_cast<const char*>(p.tokens.data()),
+             static_cast<std::streamsize>(p.tokens.size() * sizeof(int32_t)));
+  std::vector<int32_t> answer = m.tokenizer.Encode(" " + p.expected);
+  if (m.config.eos_token_id >= 0) answer.push_back(m.config.eos_token_id);
+  index << json{{"length", s.context_length},   {"i", i},
+                {"tokens", "tokens/" + name},   {"answer", answer},
+                {"prompt_hash", p.prompt_hash}, {"needle_begin", p.needle_begin},
+                {"needle_end", p.needle_end}}
+               .dump()
+        << "\n";
+}
+
+int Main(int argc, char** argv) {
+  const Args a = ParseArgs(argc, argv);
+  const LoadedModel base = OrDie(LoadModelFolder(a.model), "model " + a.model.string());
+  const PrecisionProfile precision = OrDie(NamedPrecisionProfile(a.precision), "precision");
+  const int topk = base.config.index_topk;
+  std::ofstream index;
+  if (!a.export_dir.empty()) {
+    fs::create_directories(a.export_dir);
+    index.open(a.export_dir / "prompts.jsonl");
+  }
+  EngineExecutorOptions eo;
+  eo.worker_id = "bench";
+  eo.backends = {a.backend};
+  eo.max_loaded_engines = 1;
+  EngineExecutor exec(eo);
+
+  json rows = json::array();
+  // Rewritten after every length, so a run stopped by a time limit keeps what it measured.
+  auto write_json = [&] {
+    if (a.json_out.empty()) return;
+    std::ofstream(a.json_out) << json{{"model", a.model.string()},
+                                      {"engine_version", kEngineVersion},
+                                      {"max_new_tokens", a.max_new_tokens},
+                                      {"topk", topk},
+                                      {"rows", rows}}
+                                     .dump(1)
+                              << "\n";
+  };
+  std::printf("%s, backend %s, precision %s, top-k %d, up to %d new tokens, %d jobs per length\n",
+              a.model.string().c_str(), a.backend.c_str(), a.precision.c_str(), topk,
+              a.max_new_tokens, a.jobs);
+  std::printf("%9s %6s %10s %11s %10s %7s %s\n", "tokens", "jobs", "needles/s", "prefill ms",
+              "decode ms", "passes", "note");
+  for (int64_t length : a.lengths) {
+    const fs::path dir = ModelFor(a.model, length, base.config.max_position_embeddings);
+    const std::string digest = dir == a.model
+                                   ? base.files.digest
+                                   : OrDie(LocateModel(dir), "model copy " + dir.string()).digest;
+    json row{{"length", length}, {"backend", a.backend}, {"precision", a.precision}};
+    // Warm-up job (engine load for this folder, first allocations at this length): not timed.
+    const JobSpec warm = SpecFor(a, dir, digest, length, topk, precision, a.jobs);
+    const JobResult w = exec.Execute(warm, warm.Key(), 1);
+    if (w.outcome == Outcome::kEngineError || w.outcome == Outcome::kTimeout) {
+      std::printf("%9lld %6s %10s %11s %10s %7s %s: %s\n", static_cast<long long>(length), "-", "-",
+                  "-", "-", "-", w.error_code.c_str(), w.error_message.c_str());
+      row["error"] = w.error_code + ": " + w.error_message;
+      rows.push_back(row);
+      write_json();
+      continue;
+    }
+    if (index.is_open()) {  // before the clock starts
+      for (int i = 0; i < a.jobs; ++i) {
+        Export(a.export_dir, base, SpecFor(a, dir, digest, length, topk, precision, i), i, index);
+      }
+      index.flush();
+    }
+    int done = 0, passes = 0, errors = 0;
+    double prefill = 0, decode = 0;
+    const auto t0 = Clock::now();
+    double wall = 0;
+    for (int i = 0; i < a.jobs; ++i) {
+      const JobSpec s = SpecFor(a, dir, digest, length, topk, precision, i);
+      const JobResult r = exec.Execute(s, s.Key(), 1);
+      ++done;
+      passes += r.outcome == Outcome::kPass;
+      errors += r.outcome == Outcome::kEngineError || r.outcome == Outcome::kTimeout;
+      prefill += r.prefill_ms;
+      decode += r.decode_ms;
+      wall = std::chrono::duration<double>(Clock::now() - t0).count();
+      if (wall > a.time_cap_s) break;
+    }
+    const double rate = done / wall;
+    std::printf("%9lld %6d %10.2f %11.1f %10.1f %4d/%-2d %s\n", static_cast<long long>(length),
+                done, rate, prefill / done, decode / done, passes, done,
+                errors ? (std::to_string(errors) + " engine errors").c_str() : "");
+    std::fflush(stdout);
+    row.update({{"jobs", done},
+                {"wall_s", wall},
+                {"needles_per_s", rate},
+                {"prefill_ms_mean", prefill / done},
+                {"decode_ms_mean", decode / done},
+                {"passes", passes},
+                {"errors", errors}});
+    rows.push_back(row);
+    write_json();
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace nw
+
+int main(int argc, char** argv) { return nw::Main(argc, argv); }
