@@ -3,7 +3,9 @@
 // Each job goes the way a campaign's job goes on a worker: a JobSpec (niah-single in noise,
 // positions spread over the haystack) -> EngineExecutor::Execute (prompt built from the job's own
 // seed, greedy generation up to --max-new-tokens, scoring) -> JobResult. One warm-up job per
-// length (engine load, first-touch allocations), then --jobs timed jobs in turn on one slot.
+// length and slot (engine load, first-touch allocations), then --jobs timed jobs. --slots K runs K
+// engine slots at once, each a thread with its own EngineExecutor (its own engine and CUDA
+// stream), taking the next job as it finishes one: what `nw worker --slots K` does.
 // Printed per length: needles/s, mean prefill and decode ms, passes.
 //
 // --export DIR writes the very prompts the timed jobs used (DIR/prompts.jsonl, token ids in
@@ -16,16 +18,19 @@
 // here claims the model retrieves there: passes are printed as measured).
 //
 // Usage: gpu_throughput_bench [--model DIR] [--backend cuda] [--lengths 2048,8192,...]
-//                             [--jobs N] [--max-new-tokens T] [--precision NAME]
+//                             [--jobs N] [--slots K] [--max-new-tokens T] [--precision NAME]
 //                             [--export DIR] [--json FILE] [--time-cap SECONDS]
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "engine/checkpoint/model_files.h"
@@ -46,6 +51,7 @@ struct Args {
   std::string backend = "cuda";
   std::vector<int64_t> lengths = {2048, 8192, 32768, 131072, 1048576};
   int jobs = 8;
+  int slots = 1;
   int max_new_tokens = 16;
   std::string precision = "fp32";
   fs::path export_dir;
@@ -54,11 +60,12 @@ struct Args {
 };
 
 [[noreturn]] void Usage(const std::string& why) {
-  std::fprintf(stderr,
-               "gpu_throughput_bench: %s\nusage: gpu_throughput_bench [--model DIR] [--backend B] "
-               "[--lengths L1,L2,...] [--jobs N] [--max-new-tokens T] [--precision NAME] "
-               "[--export DIR] [--json FILE] [--time-cap SECONDS]\n",
-               why.c_str());
+  std::fprintf(
+      stderr,
+      "gpu_throughput_bench: %s\nusage: gpu_throughput_bench [--model DIR] [--backend B] "
+      "[--lengths L1,L2,...] [--jobs N] [--slots K] [--max-new-tokens T] [--precision NAME] "
+      "[--export DIR] [--json FILE] [--time-cap SECONDS]\n",
+      why.c_str());
   std::exit(2);
 }
 
@@ -83,6 +90,8 @@ Args ParseArgs(int argc, char** argv) {
         }
       } else if (k == "--jobs") {
         a.jobs = std::stoi(v);
+      } else if (k == "--slots") {
+        a.slots = std::stoi(v);
       } else if (k == "--max-new-tokens") {
         a.max_new_tokens = std::stoi(v);
       } else if (k == "--precision") {
@@ -101,6 +110,7 @@ Args ParseArgs(int argc, char** argv) {
     }
   }
   if (a.jobs < 1) Usage("--jobs must be at least 1");
+  if (a.slots < 1 || a.slots > 64) Usage("--slots must be 1..64");
   if (a.max_new_tokens < 1) Usage("--max-new-tokens must be at least 1");
   for (int64_t l : a.lengths) {
     if (l < 64) Usage("lengths must be at least 64 tokens");
@@ -194,7 +204,8 @@ int Main(int argc, char** argv) {
   eo.worker_id = "bench";
   eo.backends = {a.backend};
   eo.max_loaded_engines = 1;
-  EngineExecutor exec(eo);
+  std::vector<std::unique_ptr<EngineExecutor>> slots;
+  for (int k = 0; k < a.slots; ++k) slots.push_back(std::make_unique<EngineExecutor>(eo));
 
   json rows = json::array();
   // Rewritten after every length, so a run stopped by a time limit keeps what it measured.
@@ -208,9 +219,11 @@ int Main(int argc, char** argv) {
                                      .dump(1)
                               << "\n";
   };
-  std::printf("%s, backend %s, precision %s, top-k %d, up to %d new tokens, %d jobs per length\n",
-              a.model.string().c_str(), a.backend.c_str(), a.precision.c_str(), topk,
-              a.max_new_tokens, a.jobs);
+  std::printf(
+      "%s, backend %s, precision %s, top-k %d, up to %d new tokens, %d jobs per length, %d "
+      "slot(s)\n",
+      a.model.string().c_str(), a.backend.c_str(), a.precision.c_str(), topk, a.max_new_tokens,
+      a.jobs, a.slots);
   std::printf("%9s %6s %10s %11s %10s %7s %s\n", "tokens", "jobs", "needles/s", "prefill ms",
               "decode ms", "passes", "note");
   for (int64_t length : a.lengths) {
@@ -218,10 +231,22 @@ int Main(int argc, char** argv) {
     const std::string digest = dir == a.model
                                    ? base.files.digest
                                    : OrDie(LocateModel(dir), "model copy " + dir.string()).digest;
-    json row{{"length", length}, {"backend", a.backend}, {"precision", a.precision}};
-    // Warm-up job (engine load for this folder, first allocations at this length): not timed.
+    json row{
+        {"length", length}, {"backend", a.backend}, {"precision", a.precision}, {"slots", a.slots}};
+    // Warm-up job per slot (engine load for this folder, first allocations at this length), all
+    // slots at once: not timed.
     const JobSpec warm = SpecFor(a, dir, digest, length, topk, precision, a.jobs);
-    const JobResult w = exec.Execute(warm, warm.Key(), 1);
+    std::vector<JobResult> warmed(slots.size());
+    {
+      std::vector<std::jthread> threads;
+      for (size_t k = 0; k < slots.size(); ++k) {
+        threads.emplace_back([&, k] { warmed[k] = slots[k]->Execute(warm, warm.Key(), 1); });
+      }
+    }
+    const auto failed = std::find_if(warmed.begin(), warmed.end(), [](const JobResult& r) {
+      return r.outcome == Outcome::kEngineError || r.outcome == Outcome::kTimeout;
+    });
+    const JobResult& w = failed == warmed.end() ? warmed.front() : *failed;
     if (w.outcome == Outcome::kEngineError || w.outcome == Outcome::kTimeout) {
       std::printf("%9lld %6s %10s %11s %10s %7s %s: %s\n", static_cast<long long>(length), "-", "-",
                   "-", "-", "-", w.error_code.c_str(), w.error_message.c_str());
@@ -236,20 +261,41 @@ int Main(int argc, char** argv) {
       }
       index.flush();
     }
+    // Each slot takes the next job index until the jobs or the time cap run out.
+    struct Tally {
+      int done = 0, passes = 0, errors = 0;
+      double prefill = 0, decode = 0;
+    };
+    std::vector<Tally> tallies(slots.size());
+    std::atomic<int> next{0};
+    const auto t0 = Clock::now();
+    {
+      std::vector<std::jthread> threads;
+      for (size_t k = 0; k < slots.size(); ++k) {
+        threads.emplace_back([&, k] {
+          Tally& t = tallies[k];
+          for (int i = next++; i < a.jobs; i = next++) {
+            const JobSpec s = SpecFor(a, dir, digest, length, topk, precision, i);
+            const JobResult r = slots[k]->Execute(s, s.Key(), 1);
+            ++t.done;
+            t.passes += r.outcome == Outcome::kPass;
+            t.errors += r.outcome == Outcome::kEngineError || r.outcome == Outcome::kTimeout;
+            t.prefill += r.prefill_ms;
+            t.decode += r.decode_ms;
+            if (std::chrono::duration<double>(Clock::now() - t0).count() > a.time_cap_s) break;
+          }
+        });
+      }
+    }
+    const double wall = std::chrono::duration<double>(Clock::now() - t0).count();
     int done = 0, passes = 0, errors = 0;
     double prefill = 0, decode = 0;
-    const auto t0 = Clock::now();
-    double wall = 0;
-    for (int i = 0; i < a.jobs; ++i) {
-      const JobSpec s = SpecFor(a, dir, digest, length, topk, precision, i);
-      const JobResult r = exec.Execute(s, s.Key(), 1);
-      ++done;
-      passes += r.outcome == Outcome::kPass;
-      errors += r.outcome == Outcome::kEngineError || r.outcome == Outcome::kTimeout;
-      prefill += r.prefill_ms;
-      decode += r.decode_ms;
-      wall = std::chrono::duration<double>(Clock::now() - t0).count();
-      if (wall > a.time_cap_s) break;
+    for (const Tally& t : tallies) {
+      done += t.done;
+      passes += t.passes;
+      errors += t.errors;
+      prefill += t.prefill;
+      decode += t.decode;
     }
     const double rate = done / wall;
     std::printf("%9lld %6d %10.2f %11.1f %10.1f %4d/%-2d %s\n", static_cast<long long>(length),

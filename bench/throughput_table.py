@@ -1,7 +1,8 @@
 """Markdown table from gpu_throughput_bench --json and torch_baselines.py --out (same prompts):
-needles/s per length and implementation, and needlework's ratio to the best of each baseline.
+needles/s per length and implementation, and the ratio of needlework's best column to the best
+of each baseline.
 
-  python3 bench/throughput_table.py NEEDLEWORK.json TORCH.json
+  python3 bench/throughput_table.py TORCH.json NEEDLEWORK.json [NEEDLEWORK_SLOTS_K.json ...]
 """
 
 from __future__ import annotations
@@ -19,28 +20,34 @@ def cell(row: dict | None) -> str:
 
 
 def main() -> None:
-    nw = json.load(open(sys.argv[1]))
-    torch_rows = json.load(open(sys.argv[2]))["rows"]
+    torch_rows = json.load(open(sys.argv[1]))["rows"]
+    runs = [json.load(open(f)) for f in sys.argv[2:]]
     impls = []
     for r in torch_rows:
         if r["impl"] not in impls:
             impls.append(r["impl"])
     by = {(r["impl"], r.get("length")): r for r in torch_rows}
-    head = ["prompt tokens", f"needlework `{nw['rows'][0]['backend']}`"] + [f"`{i}`" for i in impls]
-    head += ["vs best HF", "vs best v4.py"]
+    nw_by = [{r["length"]: r for r in run["rows"]} for run in runs]
+    lengths = sorted({length for m in nw_by for length in m})
+    head = ["prompt tokens"]
+    for run in runs:
+        r0 = run["rows"][0]
+        head.append(f"needlework `{r0['backend']}`, {r0.get('slots', 1)} slot(s)")
+    head += [f"`{i}`" for i in impls] + ["vs best HF", "vs best v4.py"]
     print("| " + " | ".join(head) + " |")
     print("|" + "---:|" * len(head))
-    for r in nw["rows"]:
-        length = r["length"]
-        cells = [f"{length:,}", cell(r)] + [cell(by.get((i, length))) for i in impls]
+    for length in lengths:
+        rows = [m.get(length) for m in nw_by]
+        cells = [f"{length:,}"] + [cell(r) for r in rows]
+        cells += [cell(by.get((i, length))) for i in impls]
+        ours = max((r["needles_per_s"] for r in rows if r and "needles_per_s" in r), default=None)
         for fam in ("hf", "v4"):
             best = max(
                 (by[(i, length)]["needles_per_s"] for i in impls
                  if i.startswith(fam) and "needles_per_s" in by.get((i, length), {})),
                 default=None,
             )
-            ok = "needles_per_s" in r
-            cells.append(f"{r['needles_per_s'] / best:.1f}x" if ok and best else "-")
+            cells.append(f"{ours / best:.1f}x" if ours and best else "-")
         print("| " + " | ".join(cells) + " |")
     print()
     print("cells: needles/s (found or passed / judged); needlework runs the product path (prompt "

@@ -2,6 +2,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <chrono>
 #include <map>
 #include <string>
@@ -61,8 +62,30 @@ class CudaBackend final : public Backend {
   Result<std::unique_ptr<CudaSequence>> NewCudaSequence(const SequenceSpec& spec, KvLayout layout,
                                                         int64_t chunk) {
     NW_RETURN_IF_ERROR(spec.precision.Validate());
+    NW_RETURN_IF_ERROR(CudaSequence::CheckFits(config_, chunk, spec));
     NW_ASSIGN_OR_RETURN(const DeviceModel* model, ModelFor(spec.precision.weights));
-    return CudaSequence::Create(config_, *model, layout, chunk, spec, stream_.get());
+    NW_ASSIGN_OR_RETURN(const DeviceRope* rope, RopeFor(spec.max_tokens));
+    return CudaSequence::Create(config_, *model, *rope, layout, chunk, spec, stream_.get());
+  }
+
+  // RoPE tables with at least `rows` positions, uploaded once (65,536 positions or the request's,
+  // at most max_position_embeddings) and grown (to at least twice the last size, at most
+  // max_position_embeddings) when a longer request comes. Older tables stay until the backend goes:
+  // a sequence alive in the same batch may still read them.
+  Result<const DeviceRope*> RopeFor(int64_t rows) {
+    if (!ropes_.empty() && ropes_.back()->rows >= rows) return ropes_.back().get();
+    int64_t want = std::max<int64_t>(rows, ropes_.empty() ? 65536 : 2 * ropes_.back()->rows);
+    if (config_.max_position_embeddings > 0) {
+      want = std::max<int64_t>(rows, std::min<int64_t>(want, config_.max_position_embeddings));
+    }
+    Result<DeviceRope> up = DeviceRope::Upload(config_, want);
+    if (!up.ok()) {
+      return Status::ResourceExhausted("uploading RoPE tables for " + std::to_string(want) +
+                                       " positions to " + device_ +
+                                       " failed: " + up.status().message());
+    }
+    ropes_.push_back(std::make_unique<DeviceRope>(std::move(up).value()));
+    return ropes_.back().get();
   }
 
   Result<const DeviceModel*> ModelFor(NumFormat format) {
@@ -117,6 +140,7 @@ class CudaBackend final : public Backend {
   Stream stream_;
   std::string device_;
   std::map<NumFormat, std::unique_ptr<DeviceModel>> models_;
+  std::vector<std::unique_ptr<DeviceRope>> ropes_;
 };
 
 }  // namespace
@@ -157,6 +181,8 @@ Result<std::unique_ptr<Backend>> CreateCudaBackend(const BackendInfo& info,
   cudaDeviceProp prop{};
   NW_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, dev));
   NW_ASSIGN_OR_RETURN(Stream stream, Stream::Create());
+  // Sequences allocate in stream order from the default pool; keep what they free for the next.
+  NW_RETURN_IF_ERROR(RetainPoolMemory());
   return std::unique_ptr<Backend>(std::make_unique<CudaBackend>(
       info, config, std::move(weights), std::move(stream), std::string(prop.name)));
 }

@@ -27,17 +27,19 @@ constexpr int kPageSize = 64;
 // Indexer logits of one query block are kept under this many floats (256 MiB).
 constexpr int64_t kMaxScoreFloats = int64_t{64} << 20;
 
+// Buffers of a sequence are stream-ordered on the sequence's stream (DeviceBuffer::AllocateOn): a
+// buffer replaced here while kernels that read it are still queued is freed after them.
 template <typename T>
-Status Grow(DeviceBuffer<T>& b, int64_t count) {
+Status Grow(DeviceBuffer<T>& b, int64_t count, cudaStream_t stream) {
   if (count <= static_cast<int64_t>(b.size())) return Status::Ok();
-  NW_ASSIGN_OR_RETURN(b,
-                      DeviceBuffer<T>::Allocate(static_cast<size_t>(std::max<int64_t>(count, 1))));
+  NW_ASSIGN_OR_RETURN(
+      b, DeviceBuffer<T>::AllocateOn(static_cast<size_t>(std::max<int64_t>(count, 1)), stream));
   return Status::Ok();
 }
 
 template <typename T>
 Status Upload(DeviceBuffer<T>& b, const std::vector<T>& v, cudaStream_t stream) {
-  NW_RETURN_IF_ERROR(Grow(b, static_cast<int64_t>(v.size())));
+  NW_RETURN_IF_ERROR(Grow(b, static_cast<int64_t>(v.size()), stream));
   if (v.empty()) return Status::Ok();
   NW_CUDA_RETURN_IF_ERROR(
       cudaMemcpyAsync(b.data(), v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice, stream));
@@ -163,6 +165,7 @@ Status IndexFormat(NumFormat f, float* x, int64_t rows, int64_t cols, cudaStream
 struct CudaSequence::Impl {
   const ModelConfig& cfg;
   const DeviceModel& m;
+  const DeviceRope& rope;
   KvLayout layout;
   int64_t prefill_chunk;
   SequenceSpec spec;
@@ -171,7 +174,6 @@ struct CudaSequence::Impl {
   bool act_bf16 = false;
   int64_t pos = 0;
 
-  DevTensor rope_plain_cos, rope_plain_sin, rope_comp_cos, rope_comp_sin;
   DevTensor kv_pool, idx_pool;
   int kv_next_page = 0, idx_next_page = 0;
   std::vector<LayerState> layers;
@@ -189,9 +191,9 @@ struct CudaSequence::Impl {
   DevTensor pr_score, pr_kth, pr_next;
   int64_t comp_stride = 0;
 
-  Impl(const ModelConfig& c, const DeviceModel& model, KvLayout l, int64_t chunk,
-       const SequenceSpec& s, cudaStream_t st)
-      : cfg(c), m(model), layout(l), prefill_chunk(chunk), spec(s), stream(st) {}
+  Impl(const ModelConfig& c, const DeviceModel& model, const DeviceRope& r, KvLayout l,
+       int64_t chunk, const SequenceSpec& s, cudaStream_t st)
+      : cfg(c), m(model), rope(r), layout(l), prefill_chunk(chunk), spec(s), stream(st) {}
 
   Status Init();
   Status EnsureScratch(int64_t n);
@@ -280,28 +282,10 @@ Status CudaSequence::Impl::Init() {
                                    std::to_string(kMaxTopK) + "] on the CUDA backends");
   }
   if (cfg.hc_mult > kMaxHcMult) return Status::InvalidArgument("hc_mult above 8");
-  // RoPE tables: the CPU's, uploaded as is.
-  cpu::RopeParams plain;
-  plain.rope_dim = cfg.rope_head_dim;
-  plain.base = cfg.rope_theta;
-  plain.original_seq_len = 0;
-  cpu::RopeParams yarn = plain;
-  yarn.base = cfg.compress_rope_theta;
-  yarn.original_seq_len = cfg.original_seq_len;
-  yarn.factor = cfg.rope_factor;
-  yarn.beta_fast = cfg.beta_fast;
-  yarn.beta_slow = cfg.beta_slow;
-  const int64_t pairs = cfg.rope_head_dim / 2;
-  auto upload_table = [&](const cpu::RopeParams& rp, DevTensor& c, DevTensor& s) -> Status {
-    const cpu::RopeTable t(rp, spec.max_tokens);
-    const size_t count = static_cast<size_t>(spec.max_tokens * pairs);
-    NW_ASSIGN_OR_RETURN(c, DevTensor::Allocate(count));
-    NW_ASSIGN_OR_RETURN(s, DevTensor::Allocate(count));
-    NW_RETURN_IF_ERROR(c.CopyFromHost(t.cos(0), count));
-    return s.CopyFromHost(t.sin(0), count);
-  };
-  NW_RETURN_IF_ERROR(upload_table(plain, rope_plain_cos, rope_plain_sin));
-  NW_RETURN_IF_ERROR(upload_table(yarn, rope_comp_cos, rope_comp_sin));
+  if (rope.rows < spec.max_tokens) {
+    return Status::Internal("the engine's RoPE tables hold " + std::to_string(rope.rows) +
+                            " positions, the sequence needs " + std::to_string(spec.max_tokens));
+  }
 
   const bool paged = layout == KvLayout::kPaged;
   const int64_t d = cfg.head_dim, cI = cfg.index_head_dim;
@@ -313,17 +297,19 @@ Status CudaSequence::Impl::Init() {
   }
   if (paged) {
     NW_ASSIGN_OR_RETURN(
-        kv_pool,
-        DevTensor::Allocate(static_cast<size_t>(std::max<int64_t>(kv_pages, 1) * kPageSize * d)));
+        kv_pool, DevTensor::AllocateOn(
+                     static_cast<size_t>(std::max<int64_t>(kv_pages, 1) * kPageSize * d), stream));
     NW_ASSIGN_OR_RETURN(
         idx_pool,
-        DevTensor::Allocate(static_cast<size_t>(std::max<int64_t>(idx_pages, 1) * kPageSize * cI)));
+        DevTensor::AllocateOn(static_cast<size_t>(std::max<int64_t>(idx_pages, 1) * kPageSize * cI),
+                              stream));
   }
   layers.resize(static_cast<size_t>(cfg.n_layers));
   for (int l = 0; l < cfg.n_layers; ++l) {
     LayerState& L = layers[static_cast<size_t>(l)];
     L.ratio = cfg.ratio(l);
-    NW_ASSIGN_OR_RETURN(L.ring, DevTensor::Allocate(static_cast<size_t>(cfg.window_size * d)));
+    NW_ASSIGN_OR_RETURN(L.ring,
+                        DevTensor::AllocateOn(static_cast<size_t>(cfg.window_size * d), stream));
     auto make_store = [&](RowStore& st, int64_t width, int64_t entries, DevTensor* pool, int* next,
                           int64_t pool_pages) -> Status {
       st.width = width;
@@ -331,13 +317,15 @@ Status CudaSequence::Impl::Init() {
         st.pool = pool;
         st.next_page = next;
         st.pool_pages = pool_pages;
-        NW_ASSIGN_OR_RETURN(st.pages_dev, DeviceBuffer<int32_t>::Allocate(static_cast<size_t>(
-                                              (entries + kPageSize - 1) / kPageSize + 1)));
+        NW_ASSIGN_OR_RETURN(
+            st.pages_dev,
+            DeviceBuffer<int32_t>::AllocateOn(
+                static_cast<size_t>((entries + kPageSize - 1) / kPageSize + 1), stream));
         return Status::Ok();
       }
-      NW_ASSIGN_OR_RETURN(
-          st.contiguous,
-          DevTensor::Allocate(static_cast<size_t>(std::max<int64_t>(entries, 1) * width)));
+      NW_ASSIGN_OR_RETURN(st.contiguous,
+                          DevTensor::AllocateOn(
+                              static_cast<size_t>(std::max<int64_t>(entries, 1) * width), stream));
       return Status::Ok();
     };
     if (L.ratio > 0) {
@@ -348,18 +336,20 @@ Status CudaSequence::Impl::Init() {
       L.kv_state.width = coff * d;
       NW_ASSIGN_OR_RETURN(
           L.kv_state.kv,
-          DevTensor::Allocate(static_cast<size_t>(L.kv_state.span * L.kv_state.width)));
+          DevTensor::AllocateOn(static_cast<size_t>(L.kv_state.span * L.kv_state.width), stream));
       NW_ASSIGN_OR_RETURN(
           L.kv_state.score,
-          DevTensor::Allocate(static_cast<size_t>(L.kv_state.span * L.kv_state.width)));
+          DevTensor::AllocateOn(static_cast<size_t>(L.kv_state.span * L.kv_state.width), stream));
     }
     if (L.ratio == 4) {
       NW_RETURN_IF_ERROR(
           make_store(L.ikeys, cI, spec.max_tokens / 4, &idx_pool, &idx_next_page, idx_pages));
       L.ix_state.span = 8;
       L.ix_state.width = 2 * cI;
-      NW_ASSIGN_OR_RETURN(L.ix_state.kv, DevTensor::Allocate(static_cast<size_t>(8 * 2 * cI)));
-      NW_ASSIGN_OR_RETURN(L.ix_state.score, DevTensor::Allocate(static_cast<size_t>(8 * 2 * cI)));
+      NW_ASSIGN_OR_RETURN(L.ix_state.kv,
+                          DevTensor::AllocateOn(static_cast<size_t>(8 * 2 * cI), stream));
+      NW_ASSIGN_OR_RETURN(L.ix_state.score,
+                          DevTensor::AllocateOn(static_cast<size_t>(8 * 2 * cI), stream));
       if (spec.probe) {
         L.probe_slot = static_cast<int>(probes.size());
         IndexerProbe p;
@@ -383,60 +373,60 @@ Status CudaSequence::Impl::EnsureScratch(int64_t n) {
   const int64_t mixw = (2 + hc) * hc;
   const int64_t slots = n * k;
   const int64_t max_tiles = slots / kLinearTileRows + E + 1;
-  NW_RETURN_IF_ERROR(Grow(tokens, n));
-  NW_RETURN_IF_ERROR(Grow(positions, n));
-  NW_RETURN_IF_ERROR(Grow(ent_pos, n / 4 + 2));
-  NW_RETURN_IF_ERROR(Grow(visible, n));
-  NW_RETURN_IF_ERROR(Grow(zeros, n));
-  NW_RETURN_IF_ERROR(Grow(win_idx, n * W));
-  NW_RETURN_IF_ERROR(Grow(win_len, n));
-  NW_RETURN_IF_ERROR(Grow(comp_idx, n * comp_stride));
-  NW_RETURN_IF_ERROR(Grow(comp_len, n));
-  NW_RETURN_IF_ERROR(Grow(sel, n * std::max(topk, 1)));
-  NW_RETURN_IF_ERROR(Grow(experts, slots));
-  NW_RETURN_IF_ERROR(Grow(offsets, E + 1));
-  NW_RETURN_IF_ERROR(Grow(list_token, slots));
-  NW_RETURN_IF_ERROR(Grow(slot_pos, slots));
-  NW_RETURN_IF_ERROR(Grow(tile_expert, max_tiles));
-  NW_RETURN_IF_ERROR(Grow(tile_row0, max_tiles));
-  NW_RETURN_IF_ERROR(Grow(tile_rows, max_tiles));
-  NW_RETURN_IF_ERROR(Grow(iota, slots));
-  NW_RETURN_IF_ERROR(Grow(X, n * hc * D));
-  NW_RETURN_IF_ERROR(Grow(Xn, n * hc * D));
-  NW_RETURN_IF_ERROR(Grow(mix, n * mixw));
-  NW_RETURN_IF_ERROR(Grow(coeffs, n * (2 * hc + hc * hc)));
-  NW_RETURN_IF_ERROR(Grow(u, n * D));
-  NW_RETURN_IF_ERROR(Grow(xn, n * D));
-  NW_RETURN_IF_ERROR(Grow(y, n * D));
-  NW_RETURN_IF_ERROR(Grow(qr, n * q));
-  NW_RETURN_IF_ERROR(Grow(qh, n * H * d));
-  NW_RETURN_IF_ERROR(Grow(kvbuf, (W + n) * d));
-  NW_RETURN_IF_ERROR(Grow(o, n * H * d));
-  NW_RETURN_IF_ERROR(Grow(oa, n * g * R));
-  NW_RETURN_IF_ERROR(Grow(ckv, (128 + n) * 2 * d));
-  NW_RETURN_IF_ERROR(Grow(cscore, (128 + n) * 2 * d));
-  NW_RETURN_IF_ERROR(Grow(ikv, (8 + n) * 2 * cI));
-  NW_RETURN_IF_ERROR(Grow(iscore, (8 + n) * 2 * cI));
-  NW_RETURN_IF_ERROR(Grow(iq, n * hI * cI));
-  NW_RETURN_IF_ERROR(Grow(iw, n * hI));
-  NW_RETURN_IF_ERROR(Grow(ent, (n / 4 + 2) * std::max(d, cI)));
-  NW_RETURN_IF_ERROR(Grow(glog, n * E));
-  NW_RETURN_IF_ERROR(Grow(rweights, slots));
-  NW_RETURN_IF_ERROR(Grow(lweights, slots));
-  NW_RETURN_IF_ERROR(Grow(g1, slots * I));
-  NW_RETURN_IF_ERROR(Grow(g3, slots * I));
-  NW_RETURN_IF_ERROR(Grow(Y, slots * D));
-  NW_RETURN_IF_ERROR(Grow(sh1, n * I));
-  NW_RETURN_IF_ERROR(Grow(sh3, n * I));
-  NW_RETURN_IF_ERROR(Grow(S, n * D));
-  NW_RETURN_IF_ERROR(Grow(hmix, n * hc));
-  NW_RETURN_IF_ERROR(Grow(hu, n * D));
-  NW_RETURN_IF_ERROR(Grow(hn, n * D));
-  NW_RETURN_IF_ERROR(Grow(pr_rank, n));
-  NW_RETURN_IF_ERROR(Grow(pr_hit, n));
-  NW_RETURN_IF_ERROR(Grow(pr_score, n));
-  NW_RETURN_IF_ERROR(Grow(pr_kth, n));
-  NW_RETURN_IF_ERROR(Grow(pr_next, n));
+  NW_RETURN_IF_ERROR(Grow(tokens, n, stream));
+  NW_RETURN_IF_ERROR(Grow(positions, n, stream));
+  NW_RETURN_IF_ERROR(Grow(ent_pos, n / 4 + 2, stream));
+  NW_RETURN_IF_ERROR(Grow(visible, n, stream));
+  NW_RETURN_IF_ERROR(Grow(zeros, n, stream));
+  NW_RETURN_IF_ERROR(Grow(win_idx, n * W, stream));
+  NW_RETURN_IF_ERROR(Grow(win_len, n, stream));
+  NW_RETURN_IF_ERROR(Grow(comp_idx, n * comp_stride, stream));
+  NW_RETURN_IF_ERROR(Grow(comp_len, n, stream));
+  NW_RETURN_IF_ERROR(Grow(sel, n * std::max(topk, 1), stream));
+  NW_RETURN_IF_ERROR(Grow(experts, slots, stream));
+  NW_RETURN_IF_ERROR(Grow(offsets, E + 1, stream));
+  NW_RETURN_IF_ERROR(Grow(list_token, slots, stream));
+  NW_RETURN_IF_ERROR(Grow(slot_pos, slots, stream));
+  NW_RETURN_IF_ERROR(Grow(tile_expert, max_tiles, stream));
+  NW_RETURN_IF_ERROR(Grow(tile_row0, max_tiles, stream));
+  NW_RETURN_IF_ERROR(Grow(tile_rows, max_tiles, stream));
+  NW_RETURN_IF_ERROR(Grow(iota, slots, stream));
+  NW_RETURN_IF_ERROR(Grow(X, n * hc * D, stream));
+  NW_RETURN_IF_ERROR(Grow(Xn, n * hc * D, stream));
+  NW_RETURN_IF_ERROR(Grow(mix, n * mixw, stream));
+  NW_RETURN_IF_ERROR(Grow(coeffs, n * (2 * hc + hc * hc), stream));
+  NW_RETURN_IF_ERROR(Grow(u, n * D, stream));
+  NW_RETURN_IF_ERROR(Grow(xn, n * D, stream));
+  NW_RETURN_IF_ERROR(Grow(y, n * D, stream));
+  NW_RETURN_IF_ERROR(Grow(qr, n * q, stream));
+  NW_RETURN_IF_ERROR(Grow(qh, n * H * d, stream));
+  NW_RETURN_IF_ERROR(Grow(kvbuf, (W + n) * d, stream));
+  NW_RETURN_IF_ERROR(Grow(o, n * H * d, stream));
+  NW_RETURN_IF_ERROR(Grow(oa, n * g * R, stream));
+  NW_RETURN_IF_ERROR(Grow(ckv, (128 + n) * 2 * d, stream));
+  NW_RETURN_IF_ERROR(Grow(cscore, (128 + n) * 2 * d, stream));
+  NW_RETURN_IF_ERROR(Grow(ikv, (8 + n) * 2 * cI, stream));
+  NW_RETURN_IF_ERROR(Grow(iscore, (8 + n) * 2 * cI, stream));
+  NW_RETURN_IF_ERROR(Grow(iq, n * hI * cI, stream));
+  NW_RETURN_IF_ERROR(Grow(iw, n * hI, stream));
+  NW_RETURN_IF_ERROR(Grow(ent, (n / 4 + 2) * std::max(d, cI), stream));
+  NW_RETURN_IF_ERROR(Grow(glog, n * E, stream));
+  NW_RETURN_IF_ERROR(Grow(rweights, slots, stream));
+  NW_RETURN_IF_ERROR(Grow(lweights, slots, stream));
+  NW_RETURN_IF_ERROR(Grow(g1, slots * I, stream));
+  NW_RETURN_IF_ERROR(Grow(g3, slots * I, stream));
+  NW_RETURN_IF_ERROR(Grow(Y, slots * D, stream));
+  NW_RETURN_IF_ERROR(Grow(sh1, n * I, stream));
+  NW_RETURN_IF_ERROR(Grow(sh3, n * I, stream));
+  NW_RETURN_IF_ERROR(Grow(S, n * D, stream));
+  NW_RETURN_IF_ERROR(Grow(hmix, n * hc, stream));
+  NW_RETURN_IF_ERROR(Grow(hu, n * D, stream));
+  NW_RETURN_IF_ERROR(Grow(hn, n * D, stream));
+  NW_RETURN_IF_ERROR(Grow(pr_rank, n, stream));
+  NW_RETURN_IF_ERROR(Grow(pr_hit, n, stream));
+  NW_RETURN_IF_ERROR(Grow(pr_score, n, stream));
+  NW_RETURN_IF_ERROR(Grow(pr_kth, n, stream));
+  NW_RETURN_IF_ERROR(Grow(pr_next, n, stream));
   std::vector<int32_t> host(static_cast<size_t>(slots));
   for (int64_t i = 0; i < slots; ++i) host[static_cast<size_t>(i)] = static_cast<int32_t>(i);
   NW_RETURN_IF_ERROR(Upload(iota, host, stream));
@@ -523,7 +513,7 @@ Status CudaSequence::Impl::Select(int l, int64_t n, int64_t s) {
   const int64_t max_visible = (s + n) / 4;
   const int64_t cols = std::max<int64_t>(max_visible, 1);
   const int64_t qb = std::max<int64_t>(1, std::min<int64_t>(n, kMaxScoreFloats / cols));
-  NW_RETURN_IF_ERROR(Grow(scores, qb * cols));
+  NW_RETURN_IF_ERROR(Grow(scores, qb * cols, stream));
   NW_RETURN_IF_ERROR(L.ikeys.Reserve(max_visible, stream));
   for (int64_t t0 = 0; t0 < n; t0 += qb) {
     const int64_t t1 = std::min(n, t0 + qb), mq = t1 - t0;
@@ -624,8 +614,8 @@ Status CudaSequence::Impl::Attention(int l, int64_t n, int64_t s) {
   const int64_t g = cfg.o_groups, R = cfg.o_lora_rank;
   const int64_t hI = cfg.index_n_heads, cI = cfg.index_head_dim;
   const int ratio = L.ratio;
-  const DevTensor& cos = ratio > 0 ? rope_comp_cos : rope_plain_cos;
-  const DevTensor& sin = ratio > 0 ? rope_comp_sin : rope_plain_sin;
+  const DevTensor& cos = ratio > 0 ? rope.comp_cos : rope.plain_cos;
+  const DevTensor& sin = ratio > 0 ? rope.comp_sin : rope.plain_sin;
   const PrecisionProfile& prof = spec.precision;
   float* kvc = kvbuf.data() + W * d;  // the chunk's raw KV, after the ring's copy
 
@@ -959,7 +949,7 @@ Status CudaSequence::Impl::Forward(std::span<const int32_t> toks, std::vector<fl
   NW_RETURN_IF_ERROR(LaunchMhcPre(hp, stream));
   NW_RETURN_IF_ERROR(Act(prof, hu.data(), rows, D, stream));
   NW_RETURN_IF_ERROR(Norm(hu.data(), m.norm.data(), rows, D));
-  NW_RETURN_IF_ERROR(Grow(logits, rows * V));
+  NW_RETURN_IF_ERROR(Grow(logits, rows * V, stream));
   NW_RETURN_IF_ERROR(Lin(hu.data(), rows, D, m.head, V, logits.data()));
   std::vector<float> out;
   NW_RETURN_IF_ERROR(Download(logits.data(), static_cast<size_t>(rows * V), &out, stream));
@@ -984,11 +974,8 @@ int64_t CudaSequence::Impl::StateBytes() const {
 CudaSequence::CudaSequence(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 CudaSequence::~CudaSequence() = default;
 
-Result<std::unique_ptr<CudaSequence>> CudaSequence::Create(const ModelConfig& cfg,
-                                                           const DeviceModel& model,
-                                                           KvLayout layout, int64_t prefill_chunk,
-                                                           const SequenceSpec& spec,
-                                                           cudaStream_t stream) {
+Status CudaSequence::CheckFits(const ModelConfig& cfg, int64_t prefill_chunk,
+                               const SequenceSpec& spec) {
   if (spec.max_tokens <= 0) {
     return Status::InvalidArgument("sequence capacity (max_tokens) must be positive");
   }
@@ -1021,12 +1008,24 @@ Result<std::unique_ptr<CudaSequence>> CudaSequence::Create(const ModelConfig& cf
   size_t free_bytes = 0, total_bytes = 0;
   NW_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_bytes, &total_bytes));
   if (need > 0.9 * static_cast<double>(free_bytes)) {
+    // Memory earlier sequences returned to the pool counts as taken until it is trimmed.
+    NW_RETURN_IF_ERROR(TrimPoolMemory());
+    NW_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_bytes, &total_bytes));
+  }
+  if (need > 0.9 * static_cast<double>(free_bytes)) {
     return Status::ResourceExhausted(
         "a sequence of " + std::to_string(spec.max_tokens) + " tokens needs about " +
         std::to_string(static_cast<int64_t>(need / (1 << 20))) + " MiB on the GPU, which has " +
         std::to_string(free_bytes >> 20) + " MiB free");
   }
-  auto impl = std::make_unique<Impl>(cfg, model, layout, prefill_chunk, spec, stream);
+  return Status::Ok();
+}
+
+Result<std::unique_ptr<CudaSequence>> CudaSequence::Create(
+    const ModelConfig& cfg, const DeviceModel& model, const DeviceRope& rope, KvLayout layout,
+    int64_t prefill_chunk, const SequenceSpec& spec, cudaStream_t stream) {
+  NW_RETURN_IF_ERROR(CheckFits(cfg, prefill_chunk, spec));
+  auto impl = std::make_unique<Impl>(cfg, model, rope, layout, prefill_chunk, spec, stream);
   const Status st = impl->Init();
   if (!st.ok()) {
     if (st.code() == StatusCode::kInternal) {

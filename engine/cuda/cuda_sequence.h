@@ -40,12 +40,17 @@ namespace nw::cuda {
 
 class CudaSequence final : public BackendSequence {
  public:
-  /// `prefill_chunk` 0 runs the prompt in one pass. Allocates the caches for spec.max_tokens.
-  static Result<std::unique_ptr<CudaSequence>> Create(const ModelConfig& cfg,
-                                                      const DeviceModel& model, KvLayout layout,
-                                                      int64_t prefill_chunk,
-                                                      const SequenceSpec& spec,
-                                                      cudaStream_t stream);
+  /// `prefill_chunk` 0 runs the prompt in one pass. Allocates the caches for spec.max_tokens, in
+  /// stream order on `stream` (which must outlive the sequence). `rope` (the engine's tables,
+  /// at least spec.max_tokens rows) and `model` must outlive it too.
+  static Result<std::unique_ptr<CudaSequence>> Create(
+      const ModelConfig& cfg, const DeviceModel& model, const DeviceRope& rope, KvLayout layout,
+      int64_t prefill_chunk, const SequenceSpec& spec, cudaStream_t stream);
+  /// Whether a sequence for `spec` fits on the current device, from an estimate of what it will
+  /// hold (caches for spec.max_tokens, RoPE tables, one chunk's scratch), checked before anything
+  /// is allocated: ResourceExhausted naming the need and the free memory; InvalidArgument for a
+  /// bad spec. Create checks it too.
+  static Status CheckFits(const ModelConfig& cfg, int64_t prefill_chunk, const SequenceSpec& spec);
   ~CudaSequence() override;
 
   int64_t position() const override;

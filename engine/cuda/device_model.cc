@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include "kernels/cpu/rope.h"
+
 namespace nw::cuda {
 namespace {
 
@@ -105,6 +107,33 @@ Result<DeviceModel> DeviceModel::Upload(const ModelConfig& cfg, const ModelWeigh
   }
   m.bytes = up.bytes;
   return m;
+}
+
+Result<DeviceRope> DeviceRope::Upload(const ModelConfig& cfg, int64_t rows) {
+  cpu::RopeParams plain;
+  plain.rope_dim = cfg.rope_head_dim;
+  plain.base = cfg.rope_theta;
+  plain.original_seq_len = 0;
+  cpu::RopeParams yarn = plain;
+  yarn.base = cfg.compress_rope_theta;
+  yarn.original_seq_len = cfg.original_seq_len;
+  yarn.factor = cfg.rope_factor;
+  yarn.beta_fast = cfg.beta_fast;
+  yarn.beta_slow = cfg.beta_slow;
+  const int64_t pairs = cfg.rope_head_dim / 2;
+  DeviceRope r;
+  r.rows = rows;
+  auto upload = [&](const cpu::RopeParams& rp, DevTensor& c, DevTensor& s) -> Status {
+    const cpu::RopeTable t(rp, rows);
+    const size_t count = static_cast<size_t>(rows * pairs);
+    NW_ASSIGN_OR_RETURN(c, DevTensor::Allocate(count));
+    NW_ASSIGN_OR_RETURN(s, DevTensor::Allocate(count));
+    NW_RETURN_IF_ERROR(c.CopyFromHost(t.cos(0), count));
+    return s.CopyFromHost(t.sin(0), count);
+  };
+  NW_RETURN_IF_ERROR(upload(plain, r.plain_cos, r.plain_sin));
+  NW_RETURN_IF_ERROR(upload(yarn, r.comp_cos, r.comp_sin));
+  return r;
 }
 
 }  // namespace nw::cuda

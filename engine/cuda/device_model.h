@@ -56,4 +56,16 @@ struct DeviceModel {
   static Result<DeviceModel> Upload(const ModelConfig& cfg, const ModelWeights& w);
 };
 
+/// The RoPE tables of a model on the GPU, for positions [0, rows): the CPU's cpu::RopeTable
+/// values uploaded as is, plain (rope_theta, no YaRN) for ratio-0 layers and YaRN
+/// (compress_rope_theta) for compressed layers and their indexer, [rows, rope_head_dim / 2] each.
+/// A position's values do not depend on `rows`, so one upload per engine serves every sequence.
+/// Thread-safety: immutable after Upload.
+struct DeviceRope {
+  int64_t rows = 0;
+  DevTensor plain_cos, plain_sin, comp_cos, comp_sin;
+
+  static Result<DeviceRope> Upload(const ModelConfig& cfg, int64_t rows);
+};
+
 }  // namespace nw::cuda

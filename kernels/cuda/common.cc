@@ -36,6 +36,25 @@ int MultiprocessorCount() {
   return sms > 0 ? sms : 1;
 }
 
+Status RetainPoolMemory() {
+  int dev = 0;
+  NW_CUDA_RETURN_IF_ERROR(cudaGetDevice(&dev));
+  cudaMemPool_t pool = nullptr;
+  NW_CUDA_RETURN_IF_ERROR(cudaDeviceGetDefaultMemPool(&pool, dev));
+  uint64_t keep = UINT64_MAX;
+  NW_CUDA_RETURN_IF_ERROR(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
+  return Status::Ok();
+}
+
+Status TrimPoolMemory() {
+  int dev = 0;
+  NW_CUDA_RETURN_IF_ERROR(cudaGetDevice(&dev));
+  cudaMemPool_t pool = nullptr;
+  NW_CUDA_RETURN_IF_ERROR(cudaDeviceGetDefaultMemPool(&pool, dev));
+  NW_CUDA_RETURN_IF_ERROR(cudaMemPoolTrimTo(pool, 0));
+  return Status::Ok();
+}
+
 Result<Stream> Stream::Create() {
   Stream s;
   NW_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&s.s_, cudaStreamNonBlocking));

@@ -48,7 +48,15 @@ int MultiprocessorCount();
 
 namespace nw::cuda {
 
-/// Owns `count` elements of device memory (cudaMalloc). Move-only; frees on destruction.
+/// Owns `count` elements of device memory. Move-only; frees on destruction.
+///
+/// Allocate: cudaMalloc / cudaFree (cudaFree waits for the whole device, so a process whose
+/// threads drive one GPU through several streams stalls them all at every free).
+/// AllocateOn(count, stream): stream-ordered, cudaMallocAsync / cudaFreeAsync on `stream` from
+/// the device's default memory pool: no device-wide synchronisation, and the free is ordered
+/// after every kernel queued on `stream` before it, so a buffer may be dropped (or replaced)
+/// while kernels that read it are still queued. The stream must outlive the buffer, and the
+/// buffer must be used only by work on that stream (or work the host has waited for).
 template <typename T>
 class DeviceBuffer {
  public:
@@ -56,12 +64,17 @@ class DeviceBuffer {
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
   DeviceBuffer(DeviceBuffer&& o) noexcept
-      : ptr_(std::exchange(o.ptr_, nullptr)), count_(std::exchange(o.count_, 0)) {}
+      : ptr_(std::exchange(o.ptr_, nullptr)),
+        count_(std::exchange(o.count_, 0)),
+        stream_(std::exchange(o.stream_, nullptr)),
+        ordered_(std::exchange(o.ordered_, false)) {}
   DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
     if (this != &o) {
       Reset();
       ptr_ = std::exchange(o.ptr_, nullptr);
       count_ = std::exchange(o.count_, 0);
+      stream_ = std::exchange(o.stream_, nullptr);
+      ordered_ = std::exchange(o.ordered_, false);
     }
     return *this;
   }
@@ -83,33 +96,85 @@ class DeviceBuffer {
     return b;
   }
 
+  /// Allocates `count` elements (uninitialised) in stream order on `stream` (see above).
+  static Result<DeviceBuffer> AllocateOn(size_t count, cudaStream_t stream) {
+    DeviceBuffer b;
+    if (count == 0) return b;
+    void* p = nullptr;
+    const cudaError_t err = cudaMallocAsync(&p, count * sizeof(T), stream);
+    if (err != cudaSuccess) {
+      return CudaStatus(
+          err, ("cudaMallocAsync of " + std::to_string(count * sizeof(T)) + " bytes").c_str(),
+          __FILE__, __LINE__);
+    }
+    b.ptr_ = static_cast<T*>(p);
+    b.count_ = count;
+    b.stream_ = stream;
+    b.ordered_ = true;
+    return b;
+  }
+
   T* data() { return ptr_; }
   const T* data() const { return ptr_; }
   size_t size() const { return count_; }
   size_t bytes() const { return count_ * sizeof(T); }
 
-  /// Copies `n` elements from host memory into elements [offset, offset + n) (synchronous).
+  /// Copies `n` elements from host memory into elements [offset, offset + n) (synchronous; a
+  /// stream-ordered buffer copies on its stream, after the work queued there).
   Status CopyFromHost(const T* src, size_t n, size_t offset = 0) {
     if (offset + n > count_) return Status::OutOfRange("DeviceBuffer::CopyFromHost past the end");
+    if (ordered_) {
+      NW_CUDA_RETURN_IF_ERROR(
+          cudaMemcpyAsync(ptr_ + offset, src, n * sizeof(T), cudaMemcpyHostToDevice, stream_));
+      NW_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+      return Status::Ok();
+    }
     NW_CUDA_RETURN_IF_ERROR(cudaMemcpy(ptr_ + offset, src, n * sizeof(T), cudaMemcpyHostToDevice));
     return Status::Ok();
   }
-  /// Copies elements [offset, offset + n) to host memory (synchronous).
+  /// Copies elements [offset, offset + n) to host memory (synchronous; a stream-ordered buffer
+  /// copies on its stream, after the work queued there).
   Status CopyToHost(T* dst, size_t n, size_t offset = 0) const {
     if (offset + n > count_) return Status::OutOfRange("DeviceBuffer::CopyToHost past the end");
+    if (ordered_) {
+      NW_CUDA_RETURN_IF_ERROR(
+          cudaMemcpyAsync(dst, ptr_ + offset, n * sizeof(T), cudaMemcpyDeviceToHost, stream_));
+      NW_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+      return Status::Ok();
+    }
     NW_CUDA_RETURN_IF_ERROR(cudaMemcpy(dst, ptr_ + offset, n * sizeof(T), cudaMemcpyDeviceToHost));
     return Status::Ok();
   }
 
  private:
   void Reset() {
-    if (ptr_ != nullptr) cudaFree(ptr_);
+    if (ptr_ != nullptr) {
+      if (ordered_) {
+        cudaFreeAsync(ptr_, stream_);
+      } else {
+        cudaFree(ptr_);
+      }
+    }
     ptr_ = nullptr;
     count_ = 0;
+    stream_ = nullptr;
+    ordered_ = false;
   }
   T* ptr_ = nullptr;
   size_t count_ = 0;
+  cudaStream_t stream_ = nullptr;  // AllocateOn's stream
+  bool ordered_ = false;           // freed with cudaFreeAsync on stream_
 };
+
+/// Keeps memory that stream-ordered frees (DeviceBuffer::AllocateOn) return in the current
+/// device's default pool instead of handing it back to the driver at every synchronisation, so
+/// the next request's buffers come from the pool. A setting of the device (shared by every user
+/// of its default pool in this process), idempotent.
+Status RetainPoolMemory();
+
+/// Returns the default pool's unused memory of the current device to the driver (before a
+/// free-memory check, so pooled bytes do not count as taken).
+Status TrimPoolMemory();
 
 /// Owns a non-blocking cudaStream_t.
 class Stream {
