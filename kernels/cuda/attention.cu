@@ -184,21 +184,21 @@ Status LaunchSparseAttention(const SparseAttentionParams& p, cudaStream_t stream
                   static_cast<unsigned>((p.n_heads + kHeads - 1) / kHeads));
   switch (p.kv_format) {
     case KvFormat::kFp32:
-      NW_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(SparseAttentionKernel<KvFormat::kFp32>,
-                                                   cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                   static_cast<int>(smem)));
+      NW_RETURN_IF_ERROR(AllowDynamicSharedMemory(
+          reinterpret_cast<const void*>(&SparseAttentionKernel<KvFormat::kFp32>), smem,
+          "SparseAttentionKernel"));
       SparseAttentionKernel<KvFormat::kFp32><<<grid, kThreads, smem, stream>>>(p);
       break;
     case KvFormat::kBf16:
-      NW_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(SparseAttentionKernel<KvFormat::kBf16>,
-                                                   cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                   static_cast<int>(smem)));
+      NW_RETURN_IF_ERROR(AllowDynamicSharedMemory(
+          reinterpret_cast<const void*>(&SparseAttentionKernel<KvFormat::kBf16>), smem,
+          "SparseAttentionKernel"));
       SparseAttentionKernel<KvFormat::kBf16><<<grid, kThreads, smem, stream>>>(p);
       break;
     case KvFormat::kV4Fp8:
-      NW_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(SparseAttentionKernel<KvFormat::kV4Fp8>,
-                                                   cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                   static_cast<int>(smem)));
+      NW_RETURN_IF_ERROR(AllowDynamicSharedMemory(
+          reinterpret_cast<const void*>(&SparseAttentionKernel<KvFormat::kV4Fp8>), smem,
+          "SparseAttentionKernel"));
       SparseAttentionKernel<KvFormat::kV4Fp8><<<grid, kThreads, smem, stream>>>(p);
       break;
   }

@@ -258,9 +258,9 @@ __global__ void __launch_bounds__(kThreads, 1) SparseAttentionMmaKernel(SparseAt
 template <int kDim, bool kFp8>
 Status Launch(const SparseAttentionParams& p, cudaStream_t stream) {
   const size_t smem = MmaSmem<kDim>::kBytes;
-  NW_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(SparseAttentionMmaKernel<kDim, kFp8>,
-                                               cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               static_cast<int>(smem)));
+  NW_RETURN_IF_ERROR(
+      AllowDynamicSharedMemory(reinterpret_cast<const void*>(&SparseAttentionMmaKernel<kDim, kFp8>),
+                               smem, "SparseAttentionMmaKernel"));
   SparseAttentionMmaKernel<kDim, kFp8><<<static_cast<unsigned>(p.m), kThreads, smem, stream>>>(p);
   return NW_CUDA_LAUNCH_STATUS("SparseAttentionMmaKernel");
 }

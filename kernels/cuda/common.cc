@@ -36,6 +36,24 @@ int MultiprocessorCount() {
   return sms > 0 ? sms : 1;
 }
 
+Status AllowDynamicSharedMemory(const void* kernel, size_t bytes, const char* name) {
+  int dev = 0, optin = 0;
+  NW_CUDA_RETURN_IF_ERROR(cudaGetDevice(&dev));
+  NW_CUDA_RETURN_IF_ERROR(
+      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  cudaFuncAttributes attr{};
+  NW_CUDA_RETURN_IF_ERROR(cudaFuncGetAttributes(&attr, kernel));
+  const int64_t limit = int64_t{optin} - static_cast<int64_t>(attr.sharedSizeBytes);
+  if (static_cast<int64_t>(bytes) > limit) {
+    return Status::InvalidArgument(std::string(name) + ": " + std::to_string(bytes) +
+                                   " bytes of shared memory, the device allows " +
+                                   std::to_string(limit));
+  }
+  NW_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               static_cast<int>(limit)));
+  return Status::Ok();
+}
+
 Status RetainPoolMemory() {
   int dev = 0;
   NW_CUDA_RETURN_IF_ERROR(cudaGetDevice(&dev));

@@ -31,6 +31,14 @@ bool HasCudaDevice();
 /// Number of multiprocessors of the current device (1 if the query fails).
 int MultiprocessorCount();
 
+/// Lets `kernel` launch with `bytes` of dynamic shared memory by raising its
+/// cudaFuncAttributeMaxDynamicSharedMemorySize to the most the current device allows it (the
+/// opt-in maximum less its static shared memory). The attribute is process-wide: setting it to
+/// the launch's own size would let a thread launching the kernel with a larger size fail
+/// (cudaErrorInvalidValue) when another thread has just set a smaller one; every caller sets the
+/// same value here. InvalidArgument when `bytes` exceed what the device allows.
+Status AllowDynamicSharedMemory(const void* kernel, size_t bytes, const char* name);
+
 }  // namespace nw::cuda
 
 /// Returns an Internal Status from the enclosing function when `expr` (a cudaError_t) fails.

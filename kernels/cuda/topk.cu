@@ -187,8 +187,8 @@ Status LaunchTopK(const TopKParams& params, cudaStream_t stream) {
   }
   const int64_t cache_len = std::min(p.n, kTopKCachedLen);
   const size_t smem = static_cast<size_t>(cache_len) * sizeof(uint32_t);
-  NW_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(
-      TopKKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  NW_RETURN_IF_ERROR(
+      AllowDynamicSharedMemory(reinterpret_cast<const void*>(&TopKKernel), smem, "TopKKernel"));
   const unsigned blocks =
       static_cast<unsigned>(std::clamp<int64_t>(p.rows, 1, 8LL * MultiprocessorCount()));
   TopKKernel<<<blocks, kThreads, smem, stream>>>(p, cache_len);

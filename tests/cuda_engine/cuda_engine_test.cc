@@ -369,6 +369,46 @@ TEST_F(CudaEngine, PagedAndPdEqualContiguousJobForJob) {
   }
 }
 
+// Several engine slots on one GPU, as `nw worker --gpu 0 --slots K` runs them: K threads, each
+// with its own backend (own stream), on prompts of mixed lengths at once. Every answer and probe
+// must equal the single-slot run bit for bit (no state shared between slots, no process-wide
+// kernel setting one slot changes under another; before AllowDynamicSharedMemory the top-k
+// kernel's shared-memory attribute raced and a 128K-token slot failed with an invalid launch).
+TEST_F(CudaEngine, ConcurrentSlotsOnOneGpuEqualOneSlot) {
+  const Model& md = Shipped();
+  const std::vector<Case> cases = MakeCases(md.m.tokenizer);
+  std::vector<GenerateRequest> reqs;
+  for (size_t i = 0; i < cases.size(); i += 3) {
+    reqs.push_back(RequestFor(cases[i], md.m.config, PrecisionProfile{}));
+  }
+  std::unique_ptr<Backend> one = MakeBackend("cuda");
+  ASSERT_NE(one, nullptr);
+  const auto want = RunOn(*one, reqs);
+  constexpr int kSlots = 6;
+  std::vector<Result<GenerateResult>> got(reqs.size(), Status::Internal("not run"));
+  std::atomic<size_t> next{0};
+  {
+    std::vector<std::jthread> slots;
+    for (int k = 0; k < kSlots; ++k) {
+      slots.emplace_back([&, k] {
+        std::unique_ptr<Backend> b = MakeBackend(k % 2 ? "cuda-paged" : "cuda");
+        if (!b) return;
+        for (size_t i = next++; i < reqs.size(); i = next++) got[i] = Generate(*b, reqs[i]);
+      });
+    }
+  }
+  int same = 0;
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    ASSERT_TRUE(want[i].ok()) << want[i].status().ToString();
+    ASSERT_TRUE(got[i].ok()) << Describe(cases[3 * i]) << ": " << got[i].status().ToString();
+    EXPECT_EQ(got[i]->tokens, want[i]->tokens) << Describe(cases[3 * i]);
+    EXPECT_EQ(ProbeDiff(*got[i], *want[i]), "") << Describe(cases[3 * i]);
+    same += got[i]->tokens == want[i]->tokens && ProbeDiff(*got[i], *want[i]).empty();
+  }
+  Report(std::to_string(kSlots) + " concurrent slots vs one: identical tokens and probes on " +
+         std::to_string(same) + "/" + std::to_string(reqs.size()) + " prompts\n");
+}
+
 TEST_F(CudaEngine, QuantizedProfilesAgreeWithCpu) {
   const Model& md = Shipped();
   std::vector<Case> cases = MakeCases(md.m.tokenizer);
