@@ -40,6 +40,7 @@ namespace {
 struct RunArgs {
   std::string campaign;
   int workers = 0;
+  int gpu_slots = 1;
   int64_t max_jobs = 0;
   bool rerun = false;
   bool ipc = false;
@@ -185,8 +186,8 @@ int Run(const RunArgs& a, const Globals& g) {
   if (workers <= 0) workers = c.http ? std::max(2, c.http->spec.concurrency) : 2;
   auto http_pool = std::make_shared<HttpBackendPool>();
   std::vector<std::unique_ptr<JobExecutor>> executors;
-  // The CPU slots advertise the CPU backends only; the cuda* jobs go to one slot per GPU, each
-  // running its engines on its own device.
+  // The CPU slots advertise the CPU backends only; the cuda* jobs go to --gpu-slots slots per
+  // GPU, each running its own engines (own weights on the GPU, own stream) on that device.
   std::vector<std::string> cpu_backends, gpu_backends;
   for (const std::string& b : AvailableBackends()) {
     const BackendInfo* info = FindBackend(b);
@@ -197,11 +198,14 @@ int Run(const RunArgs& a, const Globals& g) {
   if (CampaignUsesDevice(*loaded, DeviceKind::kCuda)) {
     gpus = CudaDeviceCount();
     for (int i = 0; i < gpus; ++i) {
-      EngineExecutorOptions eo;
-      eo.worker_id = "embedded-gpu" + std::to_string(i);
-      eo.backends = gpu_backends;
-      eo.gpu = i;
-      executors.push_back(std::make_unique<EngineExecutor>(eo));
+      for (int k = 0; k < a.gpu_slots; ++k) {
+        EngineExecutorOptions eo;
+        eo.worker_id = "embedded-gpu" + std::to_string(i) +
+                       (a.gpu_slots > 1 ? "-" + std::to_string(k) : std::string());
+        eo.backends = gpu_backends;
+        eo.gpu = i;
+        executors.push_back(std::make_unique<EngineExecutor>(eo));
+      }
     }
   }
   for (int i = 0; i < workers; ++i) {
@@ -219,7 +223,10 @@ int Run(const RunArgs& a, const Globals& g) {
                                " in the grid)"
                          : std::string())
               << ", " << already << " already done, " << workers << " workers"
-              << (gpus > 0 ? " + " + std::to_string(gpus) + " GPU" : std::string()) << ", database "
+              << (gpus > 0 ? " + " + std::to_string(gpus) + " GPU x " +
+                                 std::to_string(a.gpu_slots) + " slot(s)"
+                           : std::string())
+              << ", database "
               << g.db_path << "\n";
   }
 
@@ -292,6 +299,11 @@ void RegisterRun(CLI::App& app, Globals& g) {
   auto a = std::make_shared<RunArgs>();
   cmd->add_option("campaign", a->campaign, "Campaign YAML")->required();
   cmd->add_option("--workers", a->workers, "Local workers (default: one per GPU, else 2 CPU)");
+  cmd->add_option("--gpu-slots", a->gpu_slots,
+                  "Engine slots per GPU for cuda* jobs (each holds its own copy of the weights on "
+                  "the GPU; more slots overlap small jobs, docs/throughput.md)")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
   cmd->add_option("--max-jobs", a->max_jobs, "Raise the job-count limit");
   cmd->add_flag("--rerun", a->rerun, "Run finished jobs again (old results are kept)");
   cmd->add_flag("--ipc", a->ipc, "Use ipc:// instead of inproc:// between coordinator and workers");
