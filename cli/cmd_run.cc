@@ -171,6 +171,16 @@ int Run(const RunArgs& a, const Globals& g) {
   }
   if (s.ok()) s = (*store)->SetCampaignJobs(*campaign_id, jobs, clock.WallMs());
   if (s.ok() && a.rerun) s = (*store)->RequeueJobs(keys, clock.WallMs());
+  if (s.ok() && !a.rerun) {
+    // Jobs that failed only because workers did not finish them (expired leases, lost workers)
+    // are not the jobs' fault: they run again; finished jobs stay finished.
+    auto retried = (*store)->RequeueInfrastructureFailures(keys, clock.WallMs());
+    s = retried.status();
+    if (s.ok() && *retried > 0) {
+      std::cerr << "nw run: " << *retried
+                << " jobs that failed only through expired leases or lost workers run again\n";
+    }
+  }
   if (!s.ok()) {
     std::cerr << "nw run: " << s.ToString() << "\n";
     return 2;

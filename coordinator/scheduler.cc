@@ -513,8 +513,8 @@ SchedulerEvents Scheduler::OnReady(const WorkerInfo& info, const std::vector<Att
   } else {
     it = workers_.emplace(info.id, Worker{}).first;
     auto remembered = credit_memory_.find(info.id);
-    it->second.credit = remembered != credit_memory_.end() ? remembered->second
-                                                          : options_.initial_worker_credit;
+    it->second.credit =
+        remembered != credit_memory_.end() ? remembered->second : options_.initial_worker_credit;
   }
   Worker& w = it->second;
   w.info = info;

@@ -160,7 +160,7 @@ struct WorkerView {
   std::string host;
   int slots = 1;
   int prefetch = 0;
-  int busy = 0;  // leases + expired attempts it is presumably still running
+  int busy = 0;    // leases + expired attempts it is presumably still running
   int credit = 0;  // jobs it may hold now (measured throughput, capped by slots + prefetch)
   std::vector<std::string> backends;
   nlohmann::json capabilities;

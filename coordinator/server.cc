@@ -454,11 +454,17 @@ struct Server::Loop {
     keys.reserve(st.jobs.size());
     for (const auto& j : st.jobs) keys.push_back(j.Key());
     int64_t id = 0;
+    int64_t retried_infra = 0;
     const Status written = s.store_.InTransaction([&]() -> Status {
       NW_ASSIGN_OR_RETURN(id,
                           s.store_.UpsertCampaign(h.campaign, h.source_path, h.source_text, wall));
       NW_RETURN_IF_ERROR(s.store_.SetCampaignJobs(id, st.jobs, wall));
-      if (h.rerun) NW_RETURN_IF_ERROR(s.store_.RequeueJobs(keys, wall));
+      if (h.rerun) {
+        NW_RETURN_IF_ERROR(s.store_.RequeueJobs(keys, wall));
+      } else {
+        // Jobs that failed only because workers did not finish them run again.
+        NW_ASSIGN_OR_RETURN(retried_infra, s.store_.RequeueInfrastructureFailures(keys, wall));
+      }
       return Status::Ok();
     });
     if (!written.ok()) return written;
@@ -488,7 +494,11 @@ struct Server::Loop {
     Log("coordinator: campaign " + h.campaign + " submitted (priority " +
         std::to_string(h.priority) + "): " + std::to_string(counts.jobs) + " jobs, " +
         std::to_string(counts.done) + " already done, " + std::to_string(counts.runnable) +
-        " to run");
+        " to run" +
+        (retried_infra > 0 ? " (" + std::to_string(retried_infra) +
+                                 " of them failed before only through expired leases or lost "
+                                 "workers)"
+                           : std::string()));
     return reply;
   }
 

@@ -627,6 +627,29 @@ Status Store::RequeueJobs(const std::vector<std::string>& keys, int64_t now_ms) 
   });
 }
 
+Result<int64_t> Store::RequeueInfrastructureFailures(const std::vector<std::string>& keys,
+                                                     int64_t now_ms) {
+  int64_t n = 0;
+  const Status st = impl_->Write("requeueing jobs failed by the infrastructure", [&]() -> Status {
+    // The scheduler's own failures carry these codes; an engine's error (even with one of these
+    // codes) says "engine error on worker ..." (coordinator/scheduler.cc).
+    for (const std::string& key : keys) {
+      Query q(*impl_->db,
+              "UPDATE jobs SET state = 'queued', updated_ms = ?1 WHERE key = ?2 AND state = "
+              "'failed' AND NOT EXISTS (SELECT 1 FROM attempts WHERE job_key = ?2 AND status = "
+              "'failed' AND (error_code NOT IN ('deadline_exceeded', 'unavailable', 'cancelled')"
+              " OR error_message LIKE 'engine error on worker %'))",
+              "requeueing a job failed by the infrastructure in table jobs");
+      q.Bind(1, now_ms).Bind(2, key);
+      NW_RETURN_IF_ERROR(q.Run());
+      n += q.Changes();
+    }
+    return Status::Ok();
+  });
+  if (!st.ok()) return st;
+  return n;
+}
+
 Result<int64_t> Store::RequeueLeased(int64_t now_ms) {
   int64_t n = 0;
   const Status st = impl_->Write("requeueing leased jobs", [&]() -> Status {

@@ -256,6 +256,13 @@ class Store {
   /// reported until a new result replaces them). Leased jobs are left alone (their running
   /// attempt will deliver a fresh result). An unknown key fails the whole call (NotFound).
   Status RequeueJobs(const std::vector<std::string>& keys, int64_t now_ms);
+  /// A campaign run or submitted again (without --rerun): of the given keys, the failed jobs
+  /// whose every failed attempt was the infrastructure's doing (a lease that expired, a worker
+  /// lost, gone or re-registered without it, a coordinator that stopped; never an engine error)
+  /// go back to queued, so a worker that took jobs and never finished them does not fail them
+  /// for good. Done jobs stay done. Returns how many were requeued; unknown keys are skipped.
+  Result<int64_t> RequeueInfrastructureFailures(const std::vector<std::string>& keys,
+                                                int64_t now_ms);
   /// After a coordinator restart: every leased job goes back to queued and its running attempts
   /// are closed as 'lost'; returns how many jobs.
   Result<int64_t> RequeueLeased(int64_t now_ms);

@@ -548,12 +548,12 @@ TEST_F(SchedulerTest, CreditGrowsWithDeliveredResultsUpToTheClaimAndSurvivesReco
   s.OnReady(Worker("w", {"cpu"}, 6), {});
   auto ev = s.Tick();
   ASSERT_EQ(ev.grants.size(), 2u);
-  for (const Grant& g : ev.grants) ASSERT_EQ(s.OnResult("w", ResultFor(g)).verdict,
-                                             ResultVerdict::kCommit);
+  for (const Grant& g : ev.grants)
+    ASSERT_EQ(s.OnResult("w", ResultFor(g)).verdict, ResultVerdict::kCommit);
   ev = s.Tick();
   ASSERT_EQ(ev.grants.size(), 4u);  // two delivered: credit 4
-  for (const Grant& g : ev.grants) ASSERT_EQ(s.OnResult("w", ResultFor(g)).verdict,
-                                             ResultVerdict::kCommit);
+  for (const Grant& g : ev.grants)
+    ASSERT_EQ(s.OnResult("w", ResultFor(g)).verdict, ResultVerdict::kCommit);
   ev = s.Tick();
   ASSERT_EQ(ev.grants.size(), 6u);  // credit 8, capped by the 6 slots it claims
   // Lost and back: the credit is the id's, not the connection's.

@@ -310,6 +310,38 @@ TEST_F(StoreTest, RecordFailureRequeuesOrFails) {
             StatusCode::kInvalidArgument);
 }
 
+// Issue 19: a job failed only through expired leases and lost workers runs again when its
+// campaign is run or submitted again; a job an engine failed, and a done job, stay as they are.
+TEST_F(StoreTest, RequeueInfrastructureFailuresRetriesOnlyJobsWorkersDidNotFinish) {
+  JobSpec expired = MakeSpec(1024, 0.0), engine = MakeSpec(2048, 0.0), done = MakeSpec(4096, 0.0),
+          engine_code = MakeSpec(8192, 0.0);
+  ASSERT_TRUE(store_->AddJobs(campaign_, {expired, engine, done, engine_code}, 1000).ok());
+  auto fail = [&](const JobSpec& j, int attempt, const Status& why, bool retry) {
+    ASSERT_TRUE(store_->RecordLease(j.Key(), attempt, "w", 9000, 1000).ok());
+    ASSERT_TRUE(store_->RecordFailure(j.Key(), attempt, why, retry, 1100).ok());
+  };
+  fail(expired, 1, Status::DeadlineExceeded("lease of attempt 1 on w expired after 5 ms"), true);
+  fail(expired, 2, Status::Unavailable("worker w lost: silent for 4000 ms"), true);
+  fail(expired, 3, Status::DeadlineExceeded("lease of attempt 3 on w expired after 5 ms"), false);
+  fail(engine, 1, Status::DeadlineExceeded("lease of attempt 1 on w expired after 5 ms"), true);
+  fail(engine, 2, Status::ResourceExhausted("engine error on worker w: out of memory"), false);
+  fail(engine_code, 1, Status::Unavailable("engine error on worker w: device lost"), false);
+  ASSERT_TRUE(store_->RecordLease(done.Key(), 1, "w", 9000, 1000).ok());
+  ASSERT_TRUE(store_->CommitResults({MakeResult(done, 1, Outcome::kPass)}, 1200).ok());
+  ASSERT_EQ(StateOf(expired), JobState::kFailed);
+
+  auto n = store_->RequeueInfrastructureFailures(
+      {expired.Key(), engine.Key(), done.Key(), engine_code.Key(), "0unknown"}, 2000);
+  ASSERT_TRUE(n.ok()) << n.status().ToString();
+  EXPECT_EQ(*n, 1);
+  EXPECT_EQ(StateOf(expired), JobState::kQueued);
+  EXPECT_EQ(StateOf(engine), JobState::kFailed);
+  EXPECT_EQ(StateOf(engine_code), JobState::kFailed);
+  EXPECT_EQ(StateOf(done), JobState::kDone);
+  // Its attempts continue from the highest one.
+  EXPECT_TRUE(store_->RecordLease(expired.Key(), 4, "w2", 9000, 2100).ok());
+}
+
 // The coordinator's batch: failures then leases in one transaction, all or nothing.
 TEST_F(StoreTest, RecordAttemptsIsOneAllOrNothingBatch) {
   JobSpec a = MakeSpec(1024, 0.0), b = MakeSpec(2048, 0.0), c = MakeSpec(4096, 0.0);
