@@ -5,6 +5,7 @@
 // answers); 1 some jobs ended in engine_error/timeout or failed; 2 bad input; 130 interrupted.
 #include <unistd.h>
 
+#include <atomic>
 #include <csignal>
 #include <iostream>
 #include <optional>
@@ -155,6 +156,13 @@ int Run(const RunArgs& a, const Globals& g) {
     std::cerr << "nw run: " << store.status().ToString() << "\n";
     return 2;
   }
+  // Another process holding the database's lock past the busy timeout: wait, retry, report
+  // (Ctrl-C still stops the run: the signal ends the process before the run starts, and the
+  // run's stop request ends the wait once it has).
+  auto stop_requested = std::make_shared<std::atomic<bool>>(false);
+  (*store)->SetBusyRetry(Store::WaitForLocks(
+      "nw run", [](const std::string& line) { std::cerr << line << "\n"; },
+      [stop_requested] { return stop_requested->load(); }));
   auto campaign_id = (*store)->UpsertCampaign(c.name, a.campaign, c.text, clock.WallMs());
   Status s = campaign_id.status();
   // A search starts from what the database knows (restart recovery); a grid runs every job.
@@ -235,6 +243,7 @@ int Run(const RunArgs& a, const Globals& g) {
 
   std::stop_source stop;
   SignalStopper stopper(stop);
+  std::stop_callback end_waits(stop.get_token(), [stop_requested] { *stop_requested = true; });
   ProgressLine progress(stderr, !g.quiet);
   RunOptions ro;
   ro.transport = a.ipc ? EmbeddedTransport::kIpc : EmbeddedTransport::kInproc;

@@ -964,6 +964,12 @@ std::string Scheduler::StateOf(const std::string& key) const {
   return "unknown";
 }
 
+std::optional<JobSpec> Scheduler::SpecOfJob(const std::string& key) const {
+  auto it = jobs_.find(key);
+  if (it == jobs_.end()) return std::nullopt;
+  return SpecOf(it->second);
+}
+
 std::string Scheduler::LastErrorOf(const std::string& key) const {
   auto it = jobs_.find(key);
   return it == jobs_.end() ? std::string() : it->second.last_error;

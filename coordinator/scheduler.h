@@ -273,6 +273,8 @@ class Scheduler {
   /// The current attempt number of a job (0 if never leased), and its state name.
   int AttemptOf(const std::string& key) const;
   std::string StateOf(const std::string& key) const;  // queued|leased|done|failed|unknown
+  /// The spec of a job of this run, or nullopt.
+  std::optional<JobSpec> SpecOfJob(const std::string& key) const;
   /// The last failure reason of a job (for tests and logs).
   std::string LastErrorOf(const std::string& key) const;
 

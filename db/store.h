@@ -221,6 +221,22 @@ class Store {
   Mode mode() const;
   /// How long a statement waits for another connection's lock before failing (default 5000).
   Status SetBusyTimeout(int ms);
+  /// Another process holding the database's lock longer than the busy timeout: a write
+  /// transaction that fails for that (Unavailable: SQLITE_BUSY / SQLITE_LOCKED) is run again
+  /// from the start, after a pause of 100 ms doubling to 2 s, until it succeeds, `max_wait_ms`
+  /// have passed, or `on_wait` returns false. `on_wait(reason, waited_ms)` is called before each
+  /// pause (to report; return false to give up, e.g. on a stop request). Off (max_wait_ms = 0)
+  /// unless set; only outermost transactions are retried (a write inside InTransaction() fails
+  /// the whole batch, which is retried as one).
+  struct BusyRetry {
+    int64_t max_wait_ms = 0;
+    std::function<bool(const Status& reason, int64_t waited_ms)> on_wait;
+  };
+  void SetBusyRetry(BusyRetry retry);
+  /// The policy of `nw coordinator` and `nw run`: wait without limit while `stopping()` is false,
+  /// reporting through `report` the first wait and then one line every 30 s, naming the file.
+  static BusyRetry WaitForLocks(std::string who, std::function<void(const std::string&)> report,
+                                std::function<bool()> stopping);
 
   /// Runs `body` inside one transaction (BEGIN IMMEDIATE): write methods called inside it join
   /// the transaction instead of committing on their own. Commits if `body` returns OK, rolls

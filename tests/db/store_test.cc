@@ -4,8 +4,11 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tests/db/campaign_fixture.h"
@@ -561,6 +564,53 @@ TEST_F(StoreTest, InTransactionCommitsOrRollsBackEverything) {
                   .ok());
   EXPECT_EQ(StateOf(a), JobState::kLeased);
   EXPECT_EQ(StateOf(b), JobState::kLeased);
+}
+
+// Issue 19: a writer whose lock is held by another process longer than its busy timeout waits,
+// retries and reports (SetBusyRetry), and its write lands once the lock is free.
+TEST_F(StoreTest, BusyRetryWaitsOutAnotherProcesssLock) {
+  auto second = Store::Open(file_);
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  ASSERT_TRUE((*second)->SetBusyTimeout(20).ok());
+  std::atomic<int> waits{0};
+  std::atomic<bool> holding{false};
+  std::atomic<bool> release{false};
+  std::thread holder([&] {
+    EXPECT_TRUE(store_
+                    ->InTransaction([&]() -> Status {
+                      NW_RETURN_IF_ERROR(store_->AddJobs(campaign_, {MakeSpec(1024, 0)}, 1));
+                      holding = true;
+                      while (!release) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+                      return Status::Ok();
+                    })
+                    .ok());
+  });
+  while (!holding) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  // Without the retry the write fails at once (the busy timeout is 20 ms) ...
+  EXPECT_EQ((*second)->UpsertCampaign("x", "", "", 1).status().code(), StatusCode::kUnavailable);
+  // ... with it, the write waits; the lock is released once it has reported a wait.
+  Store::BusyRetry retry;
+  retry.max_wait_ms = 60'000;
+  retry.on_wait = [&](const Status& reason, int64_t) {
+    EXPECT_EQ(reason.code(), StatusCode::kUnavailable);
+    if (++waits >= 2) release = true;
+    return true;
+  };
+  (*second)->SetBusyRetry(retry);
+  auto id = (*second)->UpsertCampaign("x", "", "", 1);
+  holder.join();
+  ASSERT_TRUE(id.ok()) << id.status().ToString();
+  EXPECT_GE(waits.load(), 2);
+  // A stop request ends the wait with the reason.
+  std::atomic<bool> stop{false};
+  retry.on_wait = [&](const Status&, int64_t) { return !stop.exchange(true); };
+  (*second)->SetBusyRetry(retry);
+  Status held = store_->InTransaction([&]() -> Status {
+    auto again = (*second)->UpsertCampaign("y", "", "", 1);
+    EXPECT_EQ(again.status().code(), StatusCode::kUnavailable);
+    return Status::Ok();
+  });
+  EXPECT_TRUE(held.ok());
 }
 
 TEST_F(StoreTest, OneWriterAtATime) {
