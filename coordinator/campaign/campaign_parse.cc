@@ -86,7 +86,7 @@ constexpr int64_t kMaxRangeValues = 10'000;
 constexpr int64_t kMaxMatrixCombinations = 10'000'000;
 // Steps of the plan (combinations x exclude entries, include items x cells, ...): well under a
 // second of work. Counted as the plan is made, so no file under the size limit takes longer.
-constexpr int64_t kMaxPlanSteps = 200'000'000;
+constexpr int64_t kMaxPlanSteps = 50'000'000;
 constexpr size_t kMaxNameLength = 64;
 
 constexpr std::string_view kCoreTagPrefix = "tag:yaml.org,2002:";
