@@ -86,7 +86,7 @@ struct Server::Loop {
   std::map<std::string, std::string> identity_of;  // worker id -> routing identity
   std::map<std::string, WorkerRecord> records;     // worker id -> what we told the Store
   std::map<std::string, std::string> owner_of;     // worker id -> its CURVE key or session
-  std::set<std::string> seen;                      // worker ids ever registered
+  int64_t registrations = 0;                       // READYs of ids not registered at the time
   std::vector<JobResult> batch;                    // accepted, not yet committed
   int64_t batch_started_ms = 0;
   std::vector<PendingAck> acks;       // sent after the batch commits
@@ -150,7 +150,14 @@ struct Server::Loop {
     if (it == records.end()) return Status::Ok();
     it->second.state = state;
     it->second.last_seen_ms = Wall();
-    return s.store_.UpsertWorker(it->second);
+    const Status st = s.store_.UpsertWorker(it->second);
+    if (state != "active") {
+      // A worker that left is forgotten here (the database keeps its row): memory follows the
+      // workers registered now, whatever ids peers come and go with.
+      records.erase(it);
+      owner_of.erase(worker_id);
+    }
+    return st;
   }
 
   // Records failures and leases in one transaction, then sends the JOBs.
@@ -262,7 +269,7 @@ struct Server::Loop {
     worker_of[identity] = r.worker_id;
     identity_of[r.worker_id] = identity;
     owner_of[r.worker_id] = owner;
-    seen.insert(r.worker_id);
+    if (!scheduler.HasWorker(r.worker_id)) ++registrations;
     r.capabilities.erase("session");  // a nonce, not a capability: never stored or shown
     WorkerInfo info{r.worker_id, r.host, r.slots, r.capabilities};
     SchedulerEvents ev = scheduler.OnReady(info, r.held);
@@ -994,7 +1001,7 @@ struct Server::Loop {
     router.set(zmq::sockopt::linger, 1000);
     summary.done = summary.done_before + summary.committed;
     summary.failed = summary.failed_before + summary.failed_now;
-    summary.workers_seen = static_cast<int64_t>(seen.size());
+    summary.workers_seen = registrations;
     ReportProgress();
     Log("coordinator: campaign " + std::to_string(campaign_id) + " " + reason + ": " +
         std::to_string(summary.done) + " done, " + std::to_string(summary.failed) + " failed of " +
@@ -1014,7 +1021,7 @@ struct Server::Loop {
     router.set(zmq::sockopt::linger, 500);
     summary.done = summary.committed;
     summary.failed = summary.failed_now;
-    summary.workers_seen = static_cast<int64_t>(seen.size());
+    summary.workers_seen = registrations;
     Log("coordinator: stopped after committing " + std::to_string(summary.committed) + " results");
     return summary;
   }

@@ -76,7 +76,7 @@ struct RunSummary {
   int64_t duplicate_results = 0;  // results of attempts already committed (re-ACKed)
   int64_t unknown_worker_messages = 0;  // from connections that had not sent READY
   int64_t malformed_messages = 0;       // dropped: undecodable or not a worker's command
-  int64_t workers_seen = 0;             // distinct worker ids that registered
+  int64_t workers_seen = 0;             // registrations of ids not registered at the time
   int64_t workers_lost = 0;             // declared dead (missed heartbeats)
   int64_t control_requests = 0;         // Serve(): control requests answered (errors included)
   int64_t orphans_adopted = 0;          // Serve(): leases from before a restart kept

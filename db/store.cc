@@ -45,6 +45,9 @@ Result<JobState> ParseJobState(std::string_view name) {
 namespace {
 
 constexpr int kDefaultBusyTimeoutMs = 5000;
+// Rows of workers that are lost or gone kept in table workers (the newest by last_seen_ms).
+constexpr int64_t kMaxInactiveWorkerRows = 4096;
+constexpr int64_t kWorkerPruneEvery = 64;
 // WAL size (pages) that wakes the checkpointer: SQLite's own auto-checkpoint default.
 constexpr int kCheckpointPages = 1000;
 // The writer's page cache, KiB (SQLite's default is 2 MiB).
@@ -141,6 +144,7 @@ struct Store::Impl {
     return txn.Commit();
   }
   BusyRetry busy_retry;
+  int64_t departures = 0;  // workers recorded lost or gone (UpsertWorker's pruning)
 
   Status CheckCampaign(int64_t campaign_id) {
     Query q(*db, "SELECT 1 FROM campaigns WHERE id = ?", "looking up a campaign");
@@ -841,7 +845,17 @@ Status Store::UpsertWorker(const WorkerRecord& w) {
         .Bind(5, w.first_seen_ms)
         .Bind(6, w.last_seen_ms)
         .Bind(7, state);
-    return q.Run();
+    NW_RETURN_IF_ERROR(q.Run());
+    // Workers that left are history: only the newest kMaxInactiveWorkerRows are kept (checked
+    // every kWorkerPruneEvery departures, so at most that many more), so peers registering ever
+    // new ids cannot grow the table without bound (results and attempts keep their worker ids).
+    if (state == "active" || ++impl_->departures % kWorkerPruneEvery != 0) return Status::Ok();
+    Query prune(*impl_->db,
+                "DELETE FROM workers WHERE state <> 'active' AND id NOT IN (SELECT id FROM"
+                " workers WHERE state <> 'active' ORDER BY last_seen_ms DESC, id LIMIT ?)",
+                "pruning table workers");
+    prune.Bind(1, kMaxInactiveWorkerRows);
+    return prune.Run();
   });
 }
 

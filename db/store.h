@@ -310,7 +310,9 @@ class Store {
                        int64_t now_ms);
 
   // ---- Workers ----
-  /// Inserts or updates by id; first_seen_ms of an existing worker is kept.
+  /// Inserts or updates by id; first_seen_ms of an existing worker is kept. Recording a worker
+  /// as lost or gone also drops (every 64th time) the oldest inactive rows beyond the newest
+  /// 4096, so the table stays bounded whatever ids peers register.
   Status UpsertWorker(const WorkerRecord& w);
   Result<std::vector<WorkerRecord>> ListWorkers();
 

@@ -271,7 +271,7 @@ Status CheckResultBounds(const JobResult& r, const JobSpec* spec) {
   NW_RETURN_IF_ERROR(size_ok("job_key", r.job_key, kMaxResultFieldBytes));
   NW_RETURN_IF_ERROR(size_ok("generated_text", r.generated_text, kMaxResultTextBytes));
   NW_RETURN_IF_ERROR(size_ok("error_message", r.error_message, kMaxResultTextBytes));
-  NW_RETURN_IF_ERROR(size_ok("expected", r.expected, kMaxResultFieldBytes));
+  NW_RETURN_IF_ERROR(size_ok("expected", r.expected, kMaxResultTextBytes));
   NW_RETURN_IF_ERROR(size_ok("prompt_hash", r.prompt_hash, kMaxResultFieldBytes));
   NW_RETURN_IF_ERROR(size_ok("worker_id", r.worker_id, kMaxResultFieldBytes));
   NW_RETURN_IF_ERROR(size_ok("device", r.device, kMaxResultFieldBytes));

@@ -129,11 +129,11 @@ struct JobResult {
 };
 
 /// Bounds on what a worker reports, so a result fits its columns and means something.
-inline constexpr size_t kMaxResultTextBytes = 64 * 1024;  // generated_text, error_message
-inline constexpr size_t kMaxResultFieldBytes = 256;       // expected, hashes, ids, codes
-inline constexpr size_t kMaxProbes = 1024;                // probe summaries per result
-inline constexpr int kMaxProbeLayer = 4095;               // layer indices 0..this
-inline constexpr size_t kMaxProbeEntries = 1 << 20;       // ranks + topk_last, all probes
+inline constexpr size_t kMaxResultTextBytes = 1 << 20;  // generated_text, error_message, expected
+inline constexpr size_t kMaxResultFieldBytes = 256;     // hashes, ids, codes
+inline constexpr size_t kMaxProbes = 1024;              // probe summaries per result
+inline constexpr int kMaxProbeLayer = 4095;             // layer indices 0..this
+inline constexpr size_t kMaxProbeEntries = 1 << 20;     // ranks + topk_last, all probes
 inline constexpr int64_t kMaxResultTokens = int64_t{1} << 32;
 inline constexpr double kMaxResultMs = 1e10;  // about 115 days
 

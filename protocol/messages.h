@@ -157,6 +157,6 @@ std::string HexId(const zmq::message_t& id);
 std::string LogSafe(std::string_view text, size_t max_bytes = 4096);
 
 /// Bound on the serialized READY capabilities object (its lists are bounded too).
-inline constexpr size_t kMaxCapabilityBytes = 64 * 1024;
+inline constexpr size_t kMaxCapabilityBytes = 256 * 1024;
 
 }  // namespace nw

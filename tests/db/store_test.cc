@@ -613,6 +613,37 @@ TEST_F(StoreTest, BusyRetryWaitsOutAnotherProcesssLock) {
   EXPECT_TRUE(held.ok());
 }
 
+// Issue 19: peers that register ever new ids cannot grow table workers without bound: rows of
+// departed workers beyond the newest 4096 are dropped; active workers are never dropped.
+TEST_F(StoreTest, DepartedWorkerRowsAreBounded) {
+  WorkerRecord active;
+  active.id = "still-here";
+  active.first_seen_ms = active.last_seen_ms = 1;
+  active.state = "active";
+  ASSERT_TRUE(store_->UpsertWorker(active).ok());
+  ASSERT_TRUE(store_
+                  ->InTransaction([&]() -> Status {
+                    for (int i = 0; i < 5000; ++i) {
+                      WorkerRecord w;
+                      w.id = "w" + std::to_string(i);
+                      w.first_seen_ms = w.last_seen_ms = 10 + i;
+                      w.state = i % 2 ? "lost" : "gone";
+                      NW_RETURN_IF_ERROR(store_->UpsertWorker(w));
+                    }
+                    return Status::Ok();
+                  })
+                  .ok());
+  auto workers = store_->ListWorkers();
+  ASSERT_TRUE(workers.ok());
+  EXPECT_LE(workers->size(), 4096u + 64u + 1u);
+  EXPECT_GE(workers->size(), 4096u + 1u);
+  std::set<std::string> ids;
+  for (const auto& w : *workers) ids.insert(w.id);
+  EXPECT_EQ(ids.count("still-here"), 1u);
+  EXPECT_EQ(ids.count("w4999"), 1u);  // the newest stay
+  EXPECT_EQ(ids.count("w0"), 0u);     // the oldest went
+}
+
 TEST_F(StoreTest, OneWriterAtATime) {
   auto second = Store::Open(file_);
   ASSERT_TRUE(second.ok()) << second.status().ToString();
