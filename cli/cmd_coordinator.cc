@@ -3,11 +3,17 @@
 // `nw worker`, until SIGINT/SIGTERM. Restarting it on the same database recovers everything
 // (docs/distributed.md). Without CURVE keys it listens only on loopback, unless --insecure.
 // Exit codes: 0 stopped by a signal; 1 a runtime failure (database, socket); 2 bad arguments.
+#include <atomic>
 #include <chrono>
 #include <ctime>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <mutex>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "cli/commands.h"
 #include "common/clock.h"
@@ -23,8 +29,12 @@ namespace {
 struct CoordinatorArgs {
   std::string listen;
   bool insecure = false;
-  std::string curve_key;  // the coordinator's NAME.key
-  std::string allow;      // allow-list file or directory
+  std::string curve_key;     // the coordinator's NAME.key
+  std::string allow;         // allow-list file or directory
+  std::string allow_work;    // keys that may only work
+  std::string allow_submit;  // keys that may only submit and control
+  std::vector<std::string> model_roots;
+  int max_workers = 4096;
   std::string endpoint_file;
   int64_t heartbeat_ms = 1000;
   int64_t lease_s = 2 * 60 * 60;
@@ -47,22 +57,45 @@ std::string Timestamp() {
 int Coordinator(const CoordinatorArgs& a, const Globals& g) {
   ServerOptions so;
   so.endpoint = a.listen;
-  if (!a.curve_key.empty() || !a.allow.empty()) {
-    if (a.curve_key.empty() || a.allow.empty()) {
+  const bool any_allow = !a.allow.empty() || !a.allow_work.empty() || !a.allow_submit.empty();
+  if (!a.curve_key.empty() || any_allow) {
+    if (a.curve_key.empty() || !any_allow) {
       std::cerr << "nw coordinator: CURVE needs both --curve-key (this coordinator's key pair) "
-                   "and --allow (the workers' and clients' public keys)\n";
+                   "and --allow, --allow-work or --allow-submit (the workers' and clients' "
+                   "public keys)\n";
       return 2;
     }
     auto keys = ReadCurveSecretKeyFile(a.curve_key);
-    auto allow = ReadCurveAllowList(a.allow);
-    if (!keys.ok() || !allow.ok()) {
-      std::cerr << "nw coordinator: " << (!keys.ok() ? keys.status() : allow.status()).ToString()
-                << "\n";
+    if (!keys.ok()) {
+      std::cerr << "nw coordinator: " << keys.status().ToString() << "\n";
       return 2;
     }
     so.curve = *keys;
-    so.curve_allow = *allow;
+    for (const auto& [path, out] :
+         {std::pair<const std::string*, std::set<std::string>*>{&a.allow, &so.curve_allow},
+          {&a.allow_work, &so.curve_allow_work},
+          {&a.allow_submit, &so.curve_allow_submit}}) {
+      if (path->empty()) continue;
+      auto allow = ReadCurveAllowList(*path);
+      if (!allow.ok()) {
+        std::cerr << "nw coordinator: " << allow.status().ToString() << "\n";
+        return 2;
+      }
+      *out = *allow;
+    }
   }
+  for (const std::string& root : a.model_roots) {
+    if (!std::filesystem::path(root).is_absolute()) {
+      std::cerr << "nw coordinator: --model-root " << root << ": must be an absolute path\n";
+      return 2;
+    }
+    so.job_check.model_roots.emplace_back(root);
+  }
+  if (a.max_workers < 1) {
+    std::cerr << "nw coordinator: --max-workers must be >= 1\n";
+    return 2;
+  }
+  so.max_workers = a.max_workers;
   if (!so.curve && !a.insecure && !IsLocalOnlyEndpoint(a.listen)) {
     std::cerr << "nw coordinator: refusing to listen on " << a.listen
               << " without encryption: use a loopback address (tcp://127.0.0.1:PORT), give "
@@ -129,7 +162,15 @@ int Coordinator(const CoordinatorArgs& a, const Globals& g) {
   SystemClock clock;
   zmq::context_t context;
   Server server(context, **store, clock, so);
-  SignalStopper stopper([&server](int) { server.Stop(); });
+  std::atomic<bool> stopping{false};
+  // Another process holding the database's lock past the busy timeout: wait, retry, report.
+  (*store)->SetBusyRetry(Store::WaitForLocks(
+      "nw coordinator", [&so](const std::string& line) { so.log(line); },
+      [&stopping] { return stopping.load(); }));
+  SignalStopper stopper([&server, &stopping](int) {
+    stopping = true;
+    server.Stop();
+  });
   auto summary = server.Serve();
   if (!summary.ok()) {
     std::cerr << "nw coordinator: " << summary.status().ToString() << "\n";
@@ -158,6 +199,15 @@ void RegisterCoordinator(CLI::App& app, Globals& g) {
   cmd->add_option("--allow", a->allow,
                   "Public keys of the workers and clients allowed in (a file, or a directory of "
                   ".pub files)");
+  cmd->add_option("--allow-work", a->allow_work,
+                  "Public keys that may only work (READY, RESULT): a file or a directory");
+  cmd->add_option("--allow-submit", a->allow_submit,
+                  "Public keys that may only submit and control campaigns: a file or a directory");
+  cmd->add_option("--model-root", a->model_roots,
+                  "Submitted jobs' model folders must lie inside one of these (repeatable; "
+                  "default: anywhere)");
+  cmd->add_option("--max-workers", a->max_workers, "Workers registered at once, at most")
+      ->capture_default_str();
   cmd->add_option("--endpoint-file", a->endpoint_file,
                   "Write the bound endpoint here (useful with tcp://127.0.0.1:*)");
   cmd->add_option("--heartbeat-ms", a->heartbeat_ms, "Heartbeat interval")->capture_default_str();

@@ -5,6 +5,7 @@
 // answers); 1 some jobs ended in engine_error/timeout or failed; 2 bad input; 130 interrupted.
 #include <unistd.h>
 
+#include <atomic>
 #include <csignal>
 #include <iostream>
 #include <optional>
@@ -156,6 +157,13 @@ int Run(const RunArgs& a, const Globals& g) {
     std::cerr << "nw run: " << store.status().ToString() << "\n";
     return 2;
   }
+  // Another process holding the database's lock past the busy timeout: wait, retry, report
+  // (Ctrl-C still stops the run: the signal ends the process before the run starts, and the
+  // run's stop request ends the wait once it has).
+  auto stop_requested = std::make_shared<std::atomic<bool>>(false);
+  (*store)->SetBusyRetry(Store::WaitForLocks(
+      "nw run", [](const std::string& line) { std::cerr << line << "\n"; },
+      [stop_requested] { return stop_requested->load(); }));
   auto campaign_id = (*store)->UpsertCampaign(c.name, a.campaign, c.text, clock.WallMs());
   Status s = campaign_id.status();
   // A search starts from what the database knows (restart recovery); a grid runs every job.
@@ -172,6 +180,16 @@ int Run(const RunArgs& a, const Globals& g) {
   }
   if (s.ok()) s = (*store)->SetCampaignJobs(*campaign_id, jobs, clock.WallMs());
   if (s.ok() && a.rerun) s = (*store)->RequeueJobs(keys, clock.WallMs());
+  if (s.ok() && !a.rerun) {
+    // Jobs that failed only because workers did not finish them (expired leases, lost workers)
+    // are not the jobs' fault: they run again; finished jobs stay finished.
+    auto retried = (*store)->RequeueInfrastructureFailures(keys, clock.WallMs());
+    s = retried.status();
+    if (s.ok() && *retried > 0) {
+      std::cerr << "nw run: " << *retried
+                << " jobs that failed only through expired leases or lost workers run again\n";
+    }
+  }
   if (!s.ok()) {
     std::cerr << "nw run: " << s.ToString() << "\n";
     return 2;
@@ -232,6 +250,7 @@ int Run(const RunArgs& a, const Globals& g) {
 
   std::stop_source stop;
   SignalStopper stopper(stop);
+  std::stop_callback end_waits(stop.get_token(), [stop_requested] { *stop_requested = true; });
   ProgressLine progress(stderr, !g.quiet);
   RunOptions ro;
   ro.transport = a.ipc ? EmbeddedTransport::kIpc : EmbeddedTransport::kInproc;

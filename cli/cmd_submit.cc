@@ -3,6 +3,7 @@
 // daemon, which queues them with the given priority. Submitting a campaign again updates its
 // jobs and priority and makes it active again (also after `nw cancel`).
 // Exit codes: 0 submitted; 1 the coordinator refused it or could not be reached; 2 bad input.
+#include <algorithm>
 #include <iostream>
 
 #include "cli/campaign_load.h"
@@ -17,7 +18,7 @@ struct SubmitArgs {
   std::string coordinator;
   std::string server_key;
   std::string curve_key;
-  int64_t timeout_ms = 5000;
+  int64_t timeout_ms = 300'000;
   int priority = 0;
   int64_t max_jobs = 0;
   bool rerun = false;
@@ -34,6 +35,11 @@ int Submit(const SubmitArgs& a, const Globals& g) {
     std::cerr << "nw submit: " << options.status().message() << "\n";
     return 2;
   }
+  // --timeout-ms bounds the whole submission: every part, every retry and the final commit.
+  // Each try of a part still gives up after 5 s (then a fresh socket resends), within it.
+  options->total_timeout_ms = a.timeout_ms;
+  options->timeout_ms = std::min<int64_t>(5000, a.timeout_ms);
+  options->commit_timeout_ms = a.timeout_ms;
   LoadOptions lo;
   if (a.max_jobs > 0) lo.max_jobs = a.max_jobs;
   auto loaded = LoadCampaign(a.campaign, lo);
@@ -88,7 +94,9 @@ void RegisterSubmit(CLI::App& app, Globals& g) {
   cmd->add_option("--server-key", a->server_key,
                   "The coordinator's public key (NAME.pub or Z85): use CURVE");
   cmd->add_option("--curve-key", a->curve_key, "This client's key pair (NAME.key)");
-  cmd->add_option("--timeout-ms", a->timeout_ms, "Wait this long for each reply (3 tries)")
+  cmd->add_option("--timeout-ms", a->timeout_ms,
+                  "The whole submission (every part, retries, the final commit) ends within "
+                  "this long")
       ->capture_default_str();
   cmd->callback([a, &g] { g.exit_code = Submit(*a, g); });
 }

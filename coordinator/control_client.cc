@@ -61,7 +61,9 @@ Result<ControlClientOptions> ClientOptionsFromFlags(const std::string& endpoint,
 ControlClient::ControlClient(zmq::context_t& context, ControlClientOptions options)
     : context_(context), options_(std::move(options)) {}
 
-Result<ControlReply> ControlClient::Call(const ControlRequest& request, int64_t timeout_ms) {
+Result<ControlReply> ControlClient::Call(
+    const ControlRequest& request, int64_t timeout_ms,
+    std::optional<std::chrono::steady_clock::time_point> deadline) {
   const CodecLimits limits{options_.max_frame_bytes};
   NW_ASSIGN_OR_RETURN(zmq::multipart_t encoded, EncodeControlRequest(request, limits));
   const bool curve = !options_.curve_server_key.empty();
@@ -71,6 +73,18 @@ Result<ControlReply> ControlClient::Call(const ControlRequest& request, int64_t 
   const int tries = std::max(1, options_.tries);
   try {
     for (int attempt = 1; attempt <= tries; ++attempt) {
+      int64_t wait_ms = timeout_ms;
+      if (deadline) {
+        const int64_t left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                                 *deadline - std::chrono::steady_clock::now())
+                                 .count();
+        if (left <= 0) {
+          return Status::DeadlineExceeded("no reply from a coordinator at " + options_.endpoint +
+                                          " before the deadline (" + std::to_string(attempt - 1) +
+                                          " tries)");
+        }
+        wait_ms = std::min(wait_ms, left);
+      }
       zmq::socket_t req(context_, zmq::socket_type::req);
       req.set(zmq::sockopt::linger, 0);
       req.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(options_.max_frame_bytes));
@@ -84,7 +98,7 @@ Result<ControlReply> ControlClient::Call(const ControlRequest& request, int64_t 
       zmq::multipart_t out = encoded.clone();
       if (!out.send(req, ZMQ_DONTWAIT)) continue;
       std::vector<zmq_pollitem_t> items = {{req.handle(), 0, ZMQ_POLLIN, 0}};
-      zmq::poll(items, std::chrono::milliseconds(std::max<int64_t>(1, timeout_ms)));
+      zmq::poll(items, std::chrono::milliseconds(std::max<int64_t>(1, wait_ms)));
       if ((items[0].revents & ZMQ_POLLIN) == 0) continue;
       zmq::multipart_t in;
       if (!in.recv(req, ZMQ_DONTWAIT)) continue;
@@ -112,6 +126,11 @@ Result<SubmitReply> ControlClient::Submit(const Submission& s,
                                    " jobs are more than one submission may carry");
   }
   const std::string id = RandomId();
+  std::optional<std::chrono::steady_clock::time_point> deadline;
+  if (options_.total_timeout_ms > 0) {
+    deadline =
+        std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.total_timeout_ms);
+  }
   Result<SubmitReply> last = Status::Internal("submit: nothing sent");
   for (size_t p = 0; p < parts; ++p) {
     SubmitRequest r;
@@ -130,10 +149,19 @@ Result<SubmitReply> ControlClient::Submit(const Submission& s,
                   s.jobs.begin() + static_cast<std::ptrdiff_t>(end));
     const bool final_part = p + 1 == parts;
     last = Expect<SubmitReply>(
-        Call(r, final_part ? options_.commit_timeout_ms : options_.timeout_ms), "SUBMIT");
-    if (!last.ok())
-      return last.status().WithContext("submit part " + std::to_string(p + 1) + " of " +
-                                       std::to_string(parts));
+        Call(r, final_part ? options_.commit_timeout_ms : options_.timeout_ms, deadline), "SUBMIT");
+    if (!last.ok()) {
+      Status st = last.status().WithContext("submit part " + std::to_string(p + 1) + " of " +
+                                            std::to_string(parts));
+      if (st.code() == StatusCode::kDeadlineExceeded) {
+        st = Status(st.code(), st.message() + ": the whole submission is limited to " +
+                                   std::to_string(options_.total_timeout_ms) + " ms" +
+                                   (final_part ? " (the coordinator may still write the campaign; "
+                                                 "`nw status` shows whether it did)"
+                                               : " (nothing was written)"));
+      }
+      return st;
+    }
     if (on_part) on_part(static_cast<int>(p + 1), static_cast<int>(parts));
   }
   if (!last->complete) return Status::Internal("submit: the coordinator did not complete it");

@@ -10,8 +10,10 @@
 // Thread-safety: one ControlClient per thread; the zmq::context_t is borrowed.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 #include <zmq.hpp>
@@ -28,6 +30,9 @@ struct ControlClientOptions {
   /// A submission's last part waits this long per try: the coordinator writes the whole
   /// campaign before it answers.
   int64_t commit_timeout_ms = 120'000;
+  /// > 0: Submit() as a whole (every part, every try, the final commit) ends within this long,
+  /// with DeadlineExceeded naming the part it reached (`nw submit --timeout-ms`).
+  int64_t total_timeout_ms = 0;
   size_t max_frame_bytes = kDefaultMaxFrameBytes;
   /// CURVE: the coordinator's public key and this client's key pair (Z85), all or none.
   std::string curve_server_key;
@@ -64,8 +69,10 @@ class ControlClient {
                              const std::function<void(int, int)>& on_part = nullptr);
   Result<StatusReply> QueryStatus(const std::string& campaign);
   Result<CampaignOpReply> Op(CampaignOp op, const std::string& campaign);
-  /// One request, one reply (with retries). ERROR replies are returned as a value.
-  Result<ControlReply> Call(const ControlRequest& request, int64_t timeout_ms);
+  /// One request, one reply (with retries). ERROR replies are returned as a value. With a
+  /// deadline, no try waits past it, and none starts after it (DeadlineExceeded).
+  Result<ControlReply> Call(const ControlRequest& request, int64_t timeout_ms,
+                            std::optional<std::chrono::steady_clock::time_point> deadline = {});
 
  private:
   zmq::context_t& context_;

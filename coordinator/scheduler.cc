@@ -48,13 +48,18 @@ Status SchedulerOptions::Validate() const {
   if (heartbeat_liveness < 1) {
     return Status::InvalidArgument("scheduler.heartbeat_liveness: must be >= 1");
   }
-  if (lease_ms <= 0) return Status::InvalidArgument("scheduler.lease_ms: must be > 0");
+  if (lease_ms <= 0 || lease_ms > int64_t{30} * 24 * 3600 * 1000) {
+    return Status::InvalidArgument("scheduler.lease_ms: must be > 0 and at most 30 days");
+  }
   if (retry_backoff_initial_ms < 0 || retry_backoff_max_ms < retry_backoff_initial_ms) {
     return Status::InvalidArgument("scheduler.retry_backoff: need 0 <= initial_ms <= max_ms");
   }
   if (max_attempts < 1) return Status::InvalidArgument("scheduler.max_attempts: must be >= 1");
   if (orphan_grace_ms < 0) return Status::InvalidArgument("scheduler.orphan_grace_ms: < 0");
   if (hedge_after_ms < 0) return Status::InvalidArgument("scheduler.hedge_after_ms: < 0");
+  if (initial_worker_credit < 1) {
+    return Status::InvalidArgument("scheduler.initial_worker_credit: must be >= 1");
+  }
   return Status::Ok();
 }
 
@@ -470,7 +475,17 @@ void Scheduler::RemoveWorker(const std::string& worker_id, const Status& reason,
     }
     for (int a : mine) ev->failures.push_back(FailLease(job, a, reason));
   }
+  RememberCredit(worker_id, it->second.credit);
   workers_.erase(worker_id);
+}
+
+void Scheduler::RememberCredit(const std::string& worker_id, int credit) {
+  auto [it, inserted] = credit_memory_.insert_or_assign(worker_id, credit);
+  if (inserted) credit_order_.push_back(worker_id);
+  while (credit_memory_.size() > kCreditMemory && !credit_order_.empty()) {
+    credit_memory_.erase(credit_order_.front());
+    credit_order_.pop_front();
+  }
 }
 
 SchedulerEvents Scheduler::OnReady(const WorkerInfo& info, const std::vector<AttemptRef>& held) {
@@ -497,6 +512,9 @@ SchedulerEvents Scheduler::OnReady(const WorkerInfo& info, const std::vector<Att
     }
   } else {
     it = workers_.emplace(info.id, Worker{}).first;
+    auto remembered = credit_memory_.find(info.id);
+    it->second.credit =
+        remembered != credit_memory_.end() ? remembered->second : options_.initial_worker_credit;
   }
   Worker& w = it->second;
   w.info = info;
@@ -619,6 +637,8 @@ ResultDecision Scheduler::OnResult(const std::string& worker_id, const JobResult
     job.done_attempt = r.attempt;
     SetState(job, State::kDone);
     if (job.campaigns.empty()) detached_.push_back(*job.key);
+    // Delivered: the worker earns one more job it may hold (up to what it claims).
+    w.credit = std::min(w.credit + 1, w.info.slots + w.prefetch);
     d.verdict = ResultVerdict::kCommit;
     return d;
   }
@@ -685,8 +705,10 @@ SchedulerEvents Scheduler::Tick() {
                                            " on " + worker_id + " expired after " +
                                            std::to_string(options_.lease_ms) + " ms")));
     // The worker is presumably still running it: the slot stays occupied until it reports.
+    // It took a job and did not finish it in time while it kept talking: it gets fewer.
     if (auto w = workers_.find(worker_id); w != workers_.end()) {
       w->second.zombies.insert({key, e.attempt});
+      w->second.credit = std::max(1, w->second.credit / 2);
     }
   }
 
@@ -766,11 +788,16 @@ void Scheduler::Grant(SchedulerEvents* ev) {
         ++job.attempt;
         ++job.attempts_this_run;
         SetState(job, State::kLeased);
-        AddLease(job, *w, job.attempt, now + options_.lease_ms);
+        // Behind `queued` jobs in the worker's own queue (itself included), the job waits about
+        // ceil(queued / slots) lease times before it starts: that wait is not its fault.
+        const int64_t queued = std::max(0, w->Busy() - w->info.slots + 1);
+        const int64_t lease_ms =
+            options_.lease_ms * (1 + (queued + w->info.slots - 1) / w->info.slots);
+        AddLease(job, *w, job.attempt, now + lease_ms);
         w->last_model = job.common->model_digest;
         w->last_grant_seq = ++grant_seq_;
-        ev->grants.push_back({false, w->info.id, *job.key, job.attempt, options_.lease_ms,
-                              now + options_.lease_ms, SpecOf(job)});
+        ev->grants.push_back(
+            {false, w->info.id, *job.key, job.attempt, lease_ms, now + lease_ms, SpecOf(job)});
         granted_any = true;
         continue;
       }
@@ -793,8 +820,8 @@ void Scheduler::Grant(SchedulerEvents* ev) {
 Scheduler::Job* Scheduler::PickHedge(const Worker& w) {
   if (options_.hedge_after_ms <= 0) return nullptr;
   const int64_t now = clock_.NowMs();
-  // Leases in deadline order are in start order (one lease_ms for all): the first eligible one
-  // is the slowest.
+  // Leases in deadline order are roughly in start order (jobs that queued on their worker have
+  // longer leases): the first eligible one is among the slowest.
   for (const Expiry& e : expiries_) {
     Job& job = *e.job;
     if (job.leases.size() != 1) continue;
@@ -892,6 +919,7 @@ std::vector<WorkerView> Scheduler::Workers() const {
     v.slots = w.info.slots;
     v.prefetch = w.prefetch;
     v.busy = w.Busy();
+    v.credit = w.Capacity();
     v.backends.assign(w.backends.begin(), w.backends.end());
     v.capabilities = w.info.capabilities;
     out.push_back(std::move(v));
@@ -934,6 +962,12 @@ std::string Scheduler::StateOf(const std::string& key) const {
       return "failed";
   }
   return "unknown";
+}
+
+std::optional<JobSpec> Scheduler::SpecOfJob(const std::string& key) const {
+  auto it = jobs_.find(key);
+  if (it == jobs_.end()) return std::nullopt;
+  return SpecOf(it->second);
 }
 
 std::string Scheduler::LastErrorOf(const std::string& key) const {

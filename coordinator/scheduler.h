@@ -38,12 +38,26 @@
 // orphan leases (AddOrphanLease). A worker that re-registers listing such an attempt in `held`
 // adopts it (no new attempt); otherwise the attempt fails when the orphan grace period ends.
 //
+// Measured throughput, not the claim: a worker holds at most min(slots + prefetch, credit) jobs.
+// Its credit starts at initial_worker_credit, grows by one for every result it delivers that
+// completes a job (so it doubles per round trip, like TCP slow start, up to what it claims), and
+// halves whenever one of its leases expires while it is still heard from (it takes jobs and
+// does not finish them). A worker id keeps its credit across re-registration and loss (the last
+// kCreditMemory ids are remembered), so reconnecting does not reset it. A worker that claims
+// 1024 slots and never answers holds initial_worker_credit jobs, once.
+//
+// Queue wait counts: a job granted to a worker whose slots are all busy waits in its prefetch
+// queue, so its lease is lease_ms x (1 + ceil(q / slots)), q being the jobs queued ahead of it
+// and itself; a campaign of jobs that each fit the lease does not fail because they queued.
+//
 // Every input returns Events (grants to send, failures to record, workers lost); the caller
 // applies them in order: RecordFailure/RecordLease first, then sends. Time comes from a Clock.
 // Thread-safety: none; owned by the coordinator's loop thread.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -70,6 +84,8 @@ struct SchedulerOptions {
   int64_t orphan_grace_ms = 40'000;         // leases from before a restart wait this long for
                                             // their worker (> reconnect backoff max + liveness)
   int64_t hedge_after_ms = 0;               // > 0: straggler hedging (below); 0: off
+  int initial_worker_credit = 8;            // jobs a worker may hold before it has delivered
+                                            // any result (measured throughput, below)
 
   Status Validate() const;
 };
@@ -144,7 +160,8 @@ struct WorkerView {
   std::string host;
   int slots = 1;
   int prefetch = 0;
-  int busy = 0;  // leases + expired attempts it is presumably still running
+  int busy = 0;    // leases + expired attempts it is presumably still running
+  int credit = 0;  // jobs it may hold now (measured throughput, capped by slots + prefetch)
   std::vector<std::string> backends;
   nlohmann::json capabilities;
 };
@@ -256,6 +273,8 @@ class Scheduler {
   /// The current attempt number of a job (0 if never leased), and its state name.
   int AttemptOf(const std::string& key) const;
   std::string StateOf(const std::string& key) const;  // queued|leased|done|failed|unknown
+  /// The spec of a job of this run, or nullopt.
+  std::optional<JobSpec> SpecOfJob(const std::string& key) const;
   /// The last failure reason of a job (for tests and logs).
   std::string LastErrorOf(const std::string& key) const;
 
@@ -347,9 +366,13 @@ class Scheduler {
     std::set<std::string> leases;  // keys of jobs leased to it (current attempts)
     std::set<AttemptRef> zombies;  // attempts it holds that are not its leases (occupy slots)
     std::string last_model;        // model_digest of the last job granted (affinity)
+    int credit = 0;                // measured throughput: jobs it may hold (see the top)
     int Busy() const { return static_cast<int>(leases.size() + zombies.size()); }
-    int Capacity() const { return info.slots + prefetch; }
+    int Capacity() const { return std::min(info.slots + prefetch, credit); }
   };
+  // Credits of worker ids no longer registered, so that re-registering resets nothing.
+  static constexpr size_t kCreditMemory = 4096;
+  void RememberCredit(const std::string& worker_id, int credit);
 
   const SpecCommon* Intern(const JobSpec& spec);
   JobSpec SpecOf(const Job& job) const;
@@ -387,6 +410,8 @@ class Scheduler {
   std::set<std::pair<int64_t, Job*>, JobOrder> delayed_;  // (not_before_ms, job)
   std::set<Expiry> expiries_;                             // every lease's deadline
   std::vector<std::string> detached_;                     // keys of jobs left without a campaign
+  std::map<std::string, int> credit_memory_;              // worker id -> credit (bounded)
+  std::deque<std::string> credit_order_;                  // insertion order of credit_memory_
   uint64_t next_seq_ = 0;
   uint64_t grant_seq_ = 0;
   int64_t counts_[4] = {0, 0, 0, 0};  // by State

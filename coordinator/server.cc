@@ -46,10 +46,11 @@ Status ServerOptions::Validate() const {
     if (!IsZ85Key(curve->public_key) || !IsZ85Key(curve->secret_key)) {
       return Status::InvalidArgument("coordinator: curve keys must be 40-character Z85 keys");
     }
-    if (curve_allow.empty()) {
+    if (curve_allow.empty() && curve_allow_work.empty() && curve_allow_submit.empty()) {
       return Status::InvalidArgument("coordinator: CURVE needs an allow-list of client keys");
     }
   }
+  if (max_workers < 1) return Status::InvalidArgument("coordinator: max_workers must be >= 1");
   if (submission_idle_ms <= 0 || max_staged_submissions < 1) {
     return Status::InvalidArgument(
         "coordinator: submission_idle_ms and max_staged_submissions "
@@ -84,7 +85,8 @@ struct Server::Loop {
   std::map<std::string, std::string> worker_of;    // routing identity -> worker id
   std::map<std::string, std::string> identity_of;  // worker id -> routing identity
   std::map<std::string, WorkerRecord> records;     // worker id -> what we told the Store
-  std::set<std::string> seen;                      // worker ids ever registered
+  std::map<std::string, std::string> owner_of;     // worker id -> its CURVE key or session
+  int64_t registrations = 0;                       // READYs of ids not registered at the time
   std::vector<JobResult> batch;                    // accepted, not yet committed
   int64_t batch_started_ms = 0;
   std::vector<PendingAck> acks;       // sent after the batch commits
@@ -108,8 +110,9 @@ struct Server::Loop {
         scheduler(server.clock_, server.options_.scheduler),
         router(server.context_, zmq::socket_type::router) {}
 
+  // Every line may carry a peer's strings (ids, reasons, paths): made safe here, once.
   void Log(const std::string& line) const {
-    if (s.options_.log) s.options_.log(line);
+    if (s.options_.log) s.options_.log(LogSafe(line, 16 * 1024));
   }
   int64_t Wall() const { return s.clock_.WallMs(); }
 
@@ -147,7 +150,14 @@ struct Server::Loop {
     if (it == records.end()) return Status::Ok();
     it->second.state = state;
     it->second.last_seen_ms = Wall();
-    return s.store_.UpsertWorker(it->second);
+    const Status st = s.store_.UpsertWorker(it->second);
+    if (state != "active") {
+      // A worker that left is forgotten here (the database keeps its row): memory follows the
+      // workers registered now, whatever ids peers come and go with.
+      records.erase(it);
+      owner_of.erase(worker_id);
+    }
+    return st;
   }
 
   // Records failures and leases in one transaction, then sends the JOBs.
@@ -219,7 +229,36 @@ struct Server::Loop {
 
   // ---- Workers ---------------------------------------------------------------------------------
 
-  Status OnReady(const std::string& identity, ReadyMsg r) {
+  // Who registers a worker id: its CURVE key when there is one, else the session nonce its
+  // process chose (capabilities.session; docs/protocol.md, "Registration").
+  static std::string OwnerOf(const std::string& curve_key, const ReadyMsg& r) {
+    if (!curve_key.empty()) return "key:" + curve_key;
+    auto it = r.capabilities.find("session");
+    return it != r.capabilities.end() && it->is_string() ? "session:" + it->get<std::string>()
+                                                         : std::string("session:");
+  }
+
+  Status OnReady(const std::string& identity, ReadyMsg r, const std::string& curve_key) {
+    const std::string owner = OwnerOf(curve_key, r);
+    if (auto it = identity_of.find(r.worker_id);
+        it != identity_of.end() && it->second != identity && scheduler.HasWorker(r.worker_id)) {
+      auto o = owner_of.find(r.worker_id);
+      if (o != owner_of.end() && o->second != owner) {
+        // Another process (or key) wants a live worker's id: it waits until that worker leaves
+        // or is declared lost, then registers; its leases are never handed over.
+        ++summary.refused_messages;
+        Log("coordinator: refused READY for worker id " + r.worker_id + " from connection " +
+            Hex(identity) + ": the id is registered by another " +
+            (curve_key.empty() ? "process (session)" : "CURVE key") + " that is still alive");
+        return Status::Ok();
+      }
+    }
+    if (!scheduler.HasWorker(r.worker_id) && scheduler.Counts().workers >= s.options_.max_workers) {
+      ++summary.refused_messages;
+      Log("coordinator: refused READY of worker " + r.worker_id + ": " +
+          std::to_string(s.options_.max_workers) + " workers are registered already (the limit)");
+      return Status::Ok();
+    }
     // A connection that re-registers under another id: the old id has left.
     if (auto it = worker_of.find(identity); it != worker_of.end() && it->second != r.worker_id) {
       NW_RETURN_IF_ERROR(OnDisconnect(identity, "re-registered as " + r.worker_id));
@@ -229,7 +268,9 @@ struct Server::Loop {
     }
     worker_of[identity] = r.worker_id;
     identity_of[r.worker_id] = identity;
-    seen.insert(r.worker_id);
+    owner_of[r.worker_id] = owner;
+    if (!scheduler.HasWorker(r.worker_id)) ++registrations;
+    r.capabilities.erase("session");  // a nonce, not a capability: never stored or shown
     WorkerInfo info{r.worker_id, r.host, r.slots, r.capabilities};
     SchedulerEvents ev = scheduler.OnReady(info, r.held);
     if (!ev.adopted.empty()) {
@@ -278,6 +319,22 @@ struct Server::Loop {
     }
     const std::string& worker_id = it->second;
     r.worker_id = worker_id;  // the registered id, whatever the executor wrote
+    const std::optional<JobSpec> spec = scheduler.SpecOfJob(r.job_key);
+    if (Status plausible = CheckResultBounds(r, spec ? &*spec : nullptr); !plausible.ok()) {
+      // Not written: the attempt fails (retried elsewhere) and the worker is told why.
+      ++summary.implausible_results;
+      JobResult failed;
+      failed.job_key = r.job_key;
+      failed.attempt = r.attempt;
+      failed.worker_id = worker_id;
+      failed.outcome = Outcome::kEngineError;
+      failed.retryable = true;
+      failed.error_code = std::string(StatusCodeName(StatusCode::kInvalidArgument));
+      failed.error_message = "implausible result: " + plausible.message();
+      Log("coordinator: worker " + worker_id + " sent an implausible result for " + r.job_key +
+          " attempt " + std::to_string(r.attempt) + ": " + plausible.message());
+      r = std::move(failed);
+    }
     ResultDecision d = scheduler.OnResult(worker_id, r);
     AckMsg ack{r.job_key, r.attempt, AckStatus::kCommitted, ""};
     switch (d.verdict) {
@@ -309,7 +366,8 @@ struct Server::Loop {
     return Status::Ok();
   }
 
-  Status OnWorkerMessage(const std::string& identity, zmq::multipart_t& frames) {
+  Status OnWorkerMessage(const std::string& identity, zmq::multipart_t& frames,
+                         const std::string& curve_key) {
     auto msg = Decode(frames, limits);
     if (!msg.ok()) {
       ++summary.malformed_messages;
@@ -323,7 +381,16 @@ struct Server::Loop {
       Log("coordinator: dropped unexpected " + CommandName(cmd) + " from " + Hex(identity));
       return Status::Ok();
     }
-    if (auto* r = std::get_if<ReadyMsg>(&*msg)) return OnReady(identity, std::move(*r));
+    if (s.options_.curve && !MayWork(curve_key)) {
+      ++summary.refused_messages;
+      Log("coordinator: refused " + CommandName(cmd) + " from CURVE key " + curve_key +
+          ": the key may submit, not work");
+      Send(identity, DisconnectMsg{"this key is not allowed to work for this coordinator", false});
+      return Status::Ok();
+    }
+    if (auto* r = std::get_if<ReadyMsg>(&*msg)) {
+      return OnReady(identity, std::move(*r), curve_key);
+    }
     if (auto* r = std::get_if<ResultMsg>(&*msg)) return OnResult(identity, std::move(r->result));
     if (auto* d = std::get_if<DisconnectMsg>(&*msg)) return OnDisconnect(identity, d->reason);
     // HEARTBEAT
@@ -334,16 +401,40 @@ struct Server::Loop {
     return Status::Ok();
   }
 
+  bool MayWork(const std::string& key) const {
+    return s.options_.curve_allow.count(key) != 0 || s.options_.curve_allow_work.count(key) != 0;
+  }
+  bool MaySubmit(const std::string& key) const {
+    return s.options_.curve_allow.count(key) != 0 || s.options_.curve_allow_submit.count(key) != 0;
+  }
+
+  // The CURVE public key the ZAP handler authenticated for this message ("" without CURVE).
+  std::string CurveKeyOf(zmq::multipart_t& frames) const {
+    if (!s.options_.curve || frames.empty()) return std::string();
+    const char* user = zmq_msg_gets(frames.back().handle(), "User-Id");
+    return user != nullptr ? std::string(user) : std::string();
+  }
+
   Status OnMessage(zmq::multipart_t& frames) {
     if (frames.empty()) return Status::Ok();
     const std::string identity = frames.popstr();
+    const std::string curve_key = CurveKeyOf(frames);
     // [""][NWC01][command][payload] from a REQ client; everything else is a worker's.
     if (frames.size() >= 2 && frames[0].size() == 0 &&
         frames[1].to_string_view() == kControlVersion) {
       frames.pop();  // the delimiter
+      if (s.options_.curve && !MaySubmit(curve_key)) {
+        ++summary.refused_messages;
+        Log("coordinator: refused a control request from CURVE key " + curve_key +
+            ": the key may work, not submit or control campaigns");
+        ReplyError(identity, Status::FailedPrecondition(
+                                 "this CURVE key may work for this coordinator, not submit or "
+                                 "control campaigns (it is not on the submit allow-list)"));
+        return Status::Ok();
+      }
       return OnControl(identity, frames);
     }
-    return OnWorkerMessage(identity, frames);
+    return OnWorkerMessage(identity, frames, curve_key);
   }
 
   // ---- Campaigns (Serve) -----------------------------------------------------------------------
@@ -454,11 +545,17 @@ struct Server::Loop {
     keys.reserve(st.jobs.size());
     for (const auto& j : st.jobs) keys.push_back(j.Key());
     int64_t id = 0;
+    int64_t retried_infra = 0;
     const Status written = s.store_.InTransaction([&]() -> Status {
       NW_ASSIGN_OR_RETURN(id,
                           s.store_.UpsertCampaign(h.campaign, h.source_path, h.source_text, wall));
       NW_RETURN_IF_ERROR(s.store_.SetCampaignJobs(id, st.jobs, wall));
-      if (h.rerun) NW_RETURN_IF_ERROR(s.store_.RequeueJobs(keys, wall));
+      if (h.rerun) {
+        NW_RETURN_IF_ERROR(s.store_.RequeueJobs(keys, wall));
+      } else {
+        // Jobs that failed only because workers did not finish them run again.
+        NW_ASSIGN_OR_RETURN(retried_infra, s.store_.RequeueInfrastructureFailures(keys, wall));
+      }
       return Status::Ok();
     });
     if (!written.ok()) return written;
@@ -488,7 +585,11 @@ struct Server::Loop {
     Log("coordinator: campaign " + h.campaign + " submitted (priority " +
         std::to_string(h.priority) + "): " + std::to_string(counts.jobs) + " jobs, " +
         std::to_string(counts.done) + " already done, " + std::to_string(counts.runnable) +
-        " to run");
+        " to run" +
+        (retried_infra > 0 ? " (" + std::to_string(retried_infra) +
+                                 " of them failed before only through expired leases or lost "
+                                 "workers)"
+                           : std::string()));
     return reply;
   }
 
@@ -540,8 +641,16 @@ struct Server::Loop {
       bad = Status::InvalidArgument("submission " + r.submission + ": more than total_jobs (" +
                                     std::to_string(h.total_jobs) + ") jobs");
     }
+    for (size_t i = 0; bad.ok() && i < r.jobs.size(); ++i) {
+      if (Status ok = CheckJobSpec(r.jobs[i], s.options_.job_check); !ok.ok()) {
+        bad = Status::InvalidArgument("submission " + r.submission + " of campaign " + h.campaign +
+                                      ": job " + std::to_string(st.jobs.size() + i) +
+                                      " refused: " + ok.message());
+      }
+    }
     if (!bad.ok()) {
       staged.erase(it);
+      Log("coordinator: " + bad.message());
       ReplyError(identity, bad);
       return;
     }
@@ -778,8 +887,10 @@ struct Server::Loop {
     router.set(zmq::sockopt::linger, 0);
     router.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(limits.max_frame_bytes));
     if (s.options_.curve) {
-      NW_ASSIGN_OR_RETURN(zap,
-                          ZapHandler::Start(s.context_, s.options_.curve_allow, s.options_.log));
+      std::set<std::string> allowed = s.options_.curve_allow;
+      allowed.insert(s.options_.curve_allow_work.begin(), s.options_.curve_allow_work.end());
+      allowed.insert(s.options_.curve_allow_submit.begin(), s.options_.curve_allow_submit.end());
+      NW_ASSIGN_OR_RETURN(zap, ZapHandler::Start(s.context_, std::move(allowed), s.options_.log));
       router.set(zmq::sockopt::curve_server, true);
       router.set(zmq::sockopt::curve_secretkey, s.options_.curve->secret_key);
       router.set(zmq::sockopt::curve_publickey, s.options_.curve->public_key);
@@ -815,6 +926,9 @@ struct Server::Loop {
       if (!batch.empty()) wake = std::min(wake, batch_started_ms + s.options_.result_batch_ms);
       if (!acks.empty() && batch.empty()) wake = now;
       zmq::poll(items, std::chrono::milliseconds(std::max<int64_t>(0, wake - now)));
+      // A stall of the loop (a write waiting for another process's database lock, a large
+      // submission) is not the workers' silence: excused at the end of this turn.
+      const int64_t turn_started = s.clock_.NowMs();
       if ((items[0].revents & ZMQ_POLLIN) != 0) {
         for (int i = 0; i < kMaxMessagesPerWake; ++i) {
           zmq::multipart_t frames;
@@ -861,6 +975,9 @@ struct Server::Loop {
         }
       }
       ReportProgress();
+      if (const int64_t stalled = s.clock_.NowMs() - turn_started; stalled > hb) {
+        scheduler.ExcuseSilence(stalled);
+      }
     }
     return Flush();
   }
@@ -884,7 +1001,7 @@ struct Server::Loop {
     router.set(zmq::sockopt::linger, 1000);
     summary.done = summary.done_before + summary.committed;
     summary.failed = summary.failed_before + summary.failed_now;
-    summary.workers_seen = static_cast<int64_t>(seen.size());
+    summary.workers_seen = registrations;
     ReportProgress();
     Log("coordinator: campaign " + std::to_string(campaign_id) + " " + reason + ": " +
         std::to_string(summary.done) + " done, " + std::to_string(summary.failed) + " failed of " +
@@ -904,7 +1021,7 @@ struct Server::Loop {
     router.set(zmq::sockopt::linger, 500);
     summary.done = summary.committed;
     summary.failed = summary.failed_now;
-    summary.workers_seen = static_cast<int64_t>(seen.size());
+    summary.workers_seen = registrations;
     Log("coordinator: stopped after committing " + std::to_string(summary.committed) + " results");
     return summary;
   }

@@ -41,6 +41,7 @@
 
 #include "common/clock.h"
 #include "common/status.h"
+#include "coordinator/campaign/job_check.h"
 #include "coordinator/curve.h"
 #include "coordinator/scheduler.h"
 #include "db/store.h"
@@ -75,11 +76,14 @@ struct RunSummary {
   int64_t duplicate_results = 0;  // results of attempts already committed (re-ACKed)
   int64_t unknown_worker_messages = 0;  // from connections that had not sent READY
   int64_t malformed_messages = 0;       // dropped: undecodable or not a worker's command
-  int64_t workers_seen = 0;             // distinct worker ids that registered
+  int64_t workers_seen = 0;             // registrations of ids not registered at the time
   int64_t workers_lost = 0;             // declared dead (missed heartbeats)
   int64_t control_requests = 0;         // Serve(): control requests answered (errors included)
   int64_t orphans_adopted = 0;          // Serve(): leases from before a restart kept
   int64_t hedged = 0;                   // second leases of straggling jobs (hedge_after_ms)
+  int64_t refused_messages = 0;         // READYs for an id another connection holds, messages
+                                        // outside their key's role, registrations over the cap
+  int64_t implausible_results = 0;      // results that failed CheckResultBounds
   bool stopped = false;                 // Stop() ended the run before the campaign finished
 };
 
@@ -112,6 +116,18 @@ struct ServerOptions {
   /// told --insecure (cli/cmd_coordinator.cc).
   std::optional<CurveKeyPair> curve;
   std::set<std::string> curve_allow;
+  /// Role-scoped allow lists (CURVE only): keys here may only work (READY, RESULT, ...) or only
+  /// submit and control campaigns (NWC01); keys in curve_allow may do both. A message outside
+  /// its key's role is refused with the reason.
+  std::set<std::string> curve_allow_work;
+  std::set<std::string> curve_allow_submit;
+  /// At most this many workers registered at once; a READY beyond it is refused (the worker
+  /// retries), so no peer can grow the coordinator's tables without bound.
+  int max_workers = 4096;
+  /// Serve(): every submitted job is checked as `nw validate` checks the jobs a campaign expands
+  /// to (coordinator/campaign/job_check.h); a submission with one bad job is refused whole, with
+  /// the job and the reason. model_roots here confine model paths (`--model-root`).
+  JobCheckOptions job_check = DefaultJobCheckOptions();
   /// Serve(): a staged SUBMIT (parts still to come) is dropped after this long without a part;
   /// at most this many submissions are staged at once.
   int64_t submission_idle_ms = 300'000;

@@ -1,8 +1,12 @@
 #include "db/store.h"
 
 #include <algorithm>
+#include <chrono>
+#include <limits>
+#include <memory>
 #include <set>
 #include <string>
+#include <thread>
 #include <utility>
 
 #include "db/checkpointer.h"
@@ -41,6 +45,9 @@ Result<JobState> ParseJobState(std::string_view name) {
 namespace {
 
 constexpr int kDefaultBusyTimeoutMs = 5000;
+// Rows of workers that are lost or gone kept in table workers (the newest by last_seen_ms).
+constexpr int64_t kMaxInactiveWorkerRows = 4096;
+constexpr int64_t kWorkerPruneEvery = 64;
 // WAL size (pages) that wakes the checkpointer: SQLite's own auto-checkpoint default.
 constexpr int kCheckpointPages = 1000;
 // The writer's page cache, KiB (SQLite's default is 2 MiB).
@@ -103,15 +110,41 @@ struct Store::Impl {
     return Status::Ok();
   }
 
-  // Runs body() in one write transaction (or a savepoint inside InTransaction()).
+  // Runs body() in one write transaction (or a savepoint inside InTransaction()). An outermost
+  // transaction that another process's lock made fail is run again (SetBusyRetry); body() must
+  // therefore only assign its results, never accumulate them across runs.
   template <typename F>
   Status Write(std::string_view purpose, F&& body) {
     NW_RETURN_IF_ERROR(Writable(purpose));
+    const bool outermost = db->txn_depth() == 0;
+    const auto start = std::chrono::steady_clock::now();
+    int64_t pause_ms = 100;
+    while (true) {
+      Status st = WriteOnce(purpose, body);
+      if (st.code() != StatusCode::kUnavailable || !outermost || busy_retry.max_wait_ms <= 0) {
+        return st;
+      }
+      const int64_t waited = std::chrono::duration_cast<std::chrono::milliseconds>(
+                                 std::chrono::steady_clock::now() - start)
+                                 .count();
+      if (waited >= busy_retry.max_wait_ms) {
+        return Status(st.code(), st.message() + " (still locked after " + std::to_string(waited) +
+                                     " ms of retries)");
+      }
+      if (busy_retry.on_wait && !busy_retry.on_wait(st, waited)) return st;
+      std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms));
+      pause_ms = std::min<int64_t>(pause_ms * 2, 2000);
+    }
+  }
+  template <typename F>
+  Status WriteOnce(std::string_view purpose, F&& body) {
     Txn txn(*db);
     NW_RETURN_IF_ERROR(txn.Begin(purpose));
     NW_RETURN_IF_ERROR(body());
     return txn.Commit();
   }
+  BusyRetry busy_retry;
+  int64_t departures = 0;  // workers recorded lost or gone (UpsertWorker's pruning)
 
   Status CheckCampaign(int64_t campaign_id) {
     Query q(*db, "SELECT 1 FROM campaigns WHERE id = ?", "looking up a campaign");
@@ -458,6 +491,30 @@ Status Store::SetBusyTimeout(int ms) {
   return Status::Ok();
 }
 
+void Store::SetBusyRetry(BusyRetry retry) { impl_->busy_retry = std::move(retry); }
+
+Store::BusyRetry Store::WaitForLocks(std::string who,
+                                     std::function<void(const std::string&)> report,
+                                     std::function<bool()> stopping) {
+  BusyRetry r;
+  r.max_wait_ms = std::numeric_limits<int64_t>::max();
+  // One report on the first wait, then at most one every 30 s, across transactions.
+  auto next_report = std::make_shared<std::chrono::steady_clock::time_point>();
+  r.on_wait = [who = std::move(who), report = std::move(report), stopping = std::move(stopping),
+               next_report](const Status& reason, int64_t waited_ms) {
+    if (stopping && stopping()) return false;
+    const auto now = std::chrono::steady_clock::now();
+    if (now < *next_report) return true;
+    *next_report = now + std::chrono::seconds(30);
+    if (report) {
+      report(who + ": another process holds the database lock (" + reason.message() +
+             "); waiting and retrying (" + std::to_string(waited_ms / 1000) + " s so far)");
+    }
+    return true;
+  };
+  return r;
+}
+
 Status Store::InTransaction(const std::function<Status()>& body) {
   return impl_->Write("running a batch", body);
 }
@@ -627,6 +684,30 @@ Status Store::RequeueJobs(const std::vector<std::string>& keys, int64_t now_ms) 
   });
 }
 
+Result<int64_t> Store::RequeueInfrastructureFailures(const std::vector<std::string>& keys,
+                                                     int64_t now_ms) {
+  int64_t n = 0;
+  const Status st = impl_->Write("requeueing jobs failed by the infrastructure", [&]() -> Status {
+    n = 0;  // the body may run again (SetBusyRetry)
+    // The scheduler's own failures carry these codes; an engine's error (even with one of these
+    // codes) says "engine error on worker ..." (coordinator/scheduler.cc).
+    for (const std::string& key : keys) {
+      Query q(*impl_->db,
+              "UPDATE jobs SET state = 'queued', updated_ms = ?1 WHERE key = ?2 AND state = "
+              "'failed' AND NOT EXISTS (SELECT 1 FROM attempts WHERE job_key = ?2 AND status = "
+              "'failed' AND (error_code NOT IN ('deadline_exceeded', 'unavailable', 'cancelled')"
+              " OR error_message LIKE 'engine error on worker %'))",
+              "requeueing a job failed by the infrastructure in table jobs");
+      q.Bind(1, now_ms).Bind(2, key);
+      NW_RETURN_IF_ERROR(q.Run());
+      n += q.Changes();
+    }
+    return Status::Ok();
+  });
+  if (!st.ok()) return st;
+  return n;
+}
+
 Result<int64_t> Store::RequeueLeased(int64_t now_ms) {
   int64_t n = 0;
   const Status st = impl_->Write("requeueing leased jobs", [&]() -> Status {
@@ -764,7 +845,17 @@ Status Store::UpsertWorker(const WorkerRecord& w) {
         .Bind(5, w.first_seen_ms)
         .Bind(6, w.last_seen_ms)
         .Bind(7, state);
-    return q.Run();
+    NW_RETURN_IF_ERROR(q.Run());
+    // Workers that left are history: only the newest kMaxInactiveWorkerRows are kept (checked
+    // every kWorkerPruneEvery departures, so at most that many more), so peers registering ever
+    // new ids cannot grow the table without bound (results and attempts keep their worker ids).
+    if (state == "active" || ++impl_->departures % kWorkerPruneEvery != 0) return Status::Ok();
+    Query prune(*impl_->db,
+                "DELETE FROM workers WHERE state <> 'active' AND id NOT IN (SELECT id FROM"
+                " workers WHERE state <> 'active' ORDER BY last_seen_ms DESC, id LIMIT ?)",
+                "pruning table workers");
+    prune.Bind(1, kMaxInactiveWorkerRows);
+    return prune.Run();
   });
 }
 

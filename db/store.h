@@ -221,6 +221,22 @@ class Store {
   Mode mode() const;
   /// How long a statement waits for another connection's lock before failing (default 5000).
   Status SetBusyTimeout(int ms);
+  /// Another process holding the database's lock longer than the busy timeout: a write
+  /// transaction that fails for that (Unavailable: SQLITE_BUSY / SQLITE_LOCKED) is run again
+  /// from the start, after a pause of 100 ms doubling to 2 s, until it succeeds, `max_wait_ms`
+  /// have passed, or `on_wait` returns false. `on_wait(reason, waited_ms)` is called before each
+  /// pause (to report; return false to give up, e.g. on a stop request). Off (max_wait_ms = 0)
+  /// unless set; only outermost transactions are retried (a write inside InTransaction() fails
+  /// the whole batch, which is retried as one).
+  struct BusyRetry {
+    int64_t max_wait_ms = 0;
+    std::function<bool(const Status& reason, int64_t waited_ms)> on_wait;
+  };
+  void SetBusyRetry(BusyRetry retry);
+  /// The policy of `nw coordinator` and `nw run`: wait without limit while `stopping()` is false,
+  /// reporting through `report` the first wait and then one line every 30 s, naming the file.
+  static BusyRetry WaitForLocks(std::string who, std::function<void(const std::string&)> report,
+                                std::function<bool()> stopping);
 
   /// Runs `body` inside one transaction (BEGIN IMMEDIATE): write methods called inside it join
   /// the transaction instead of committing on their own. Commits if `body` returns OK, rolls
@@ -256,6 +272,13 @@ class Store {
   /// reported until a new result replaces them). Leased jobs are left alone (their running
   /// attempt will deliver a fresh result). An unknown key fails the whole call (NotFound).
   Status RequeueJobs(const std::vector<std::string>& keys, int64_t now_ms);
+  /// A campaign run or submitted again (without --rerun): of the given keys, the failed jobs
+  /// whose every failed attempt was the infrastructure's doing (a lease that expired, a worker
+  /// lost, gone or re-registered without it, a coordinator that stopped; never an engine error)
+  /// go back to queued, so a worker that took jobs and never finished them does not fail them
+  /// for good. Done jobs stay done. Returns how many were requeued; unknown keys are skipped.
+  Result<int64_t> RequeueInfrastructureFailures(const std::vector<std::string>& keys,
+                                                int64_t now_ms);
   /// After a coordinator restart: every leased job goes back to queued and its running attempts
   /// are closed as 'lost'; returns how many jobs.
   Result<int64_t> RequeueLeased(int64_t now_ms);
@@ -287,7 +310,9 @@ class Store {
                        int64_t now_ms);
 
   // ---- Workers ----
-  /// Inserts or updates by id; first_seen_ms of an existing worker is kept.
+  /// Inserts or updates by id; first_seen_ms of an existing worker is kept. Recording a worker
+  /// as lost or gone also drops (every 64th time) the oldest inactive rows beyond the newest
+  /// 4096, so the table stays bounded whatever ids peers register.
   Status UpsertWorker(const WorkerRecord& w);
   Result<std::vector<WorkerRecord>> ListWorkers();
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <memory>
 #include <string>
 #include <utility>
@@ -29,6 +30,19 @@ int32_t Argmax(const float* logits, int64_t n) {
     if (v > b || (b != b && v == v)) best = static_cast<int32_t>(i);
   }
   return best;
+}
+
+Status CheckLogitsFinite(const float* logits, int64_t n, size_t step) {
+  for (int64_t i = 0; i < n; ++i) {
+    if (!std::isfinite(logits[i])) {
+      return Status::Internal("the model produced a non-finite logit (" +
+                              std::string(std::isnan(logits[i]) ? "NaN" : "infinity") +
+                              ") for token " + std::to_string(i) + " at generated token " +
+                              std::to_string(step) +
+                              ": the answer would mean nothing (bad weights or an overflow)");
+    }
+  }
+  return Status::Ok();
 }
 
 Result<SequenceSpec> CheckRequest(const ModelConfig& cfg, const GenerateRequest& request) {
@@ -61,6 +75,7 @@ Status DecodeGreedy(const ModelConfig& cfg, const GenerateRequest& request, Back
                     std::vector<float>* logits, GenerateResult* result) {
   const int64_t V = cfg.vocab_size;
   while (static_cast<int>(result->tokens.size()) < request.max_new_tokens) {
+    NW_RETURN_IF_ERROR(CheckLogitsFinite(logits->data(), V, result->tokens.size()));
     const int32_t next = Argmax(logits->data(), V);
     result->tokens.push_back(next);
     if (IsStop(request, next)) {
@@ -145,6 +160,7 @@ Result<std::vector<GenerateResult>> GenerateBatch(Backend& backend,
         r.decode_ms = MsSince(t1);
         continue;
       }
+      NW_RETURN_IF_ERROR(CheckLogitsFinite(last[i].data(), V, r.tokens.size()));
       const int32_t tok = Argmax(last[i].data(), V);
       r.tokens.push_back(tok);
       const bool stop = IsStop(rq, tok);

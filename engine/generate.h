@@ -27,6 +27,10 @@ namespace nw {
 
 /// Index of the largest logit; ties go to the lowest id (NaN never wins over a number).
 int32_t Argmax(const float* logits, int64_t n);
+/// Internal (never retried: the same weights give the same logits) when a logit is NaN or
+/// infinite: a token picked from such logits would score as a "miss" that says nothing about
+/// retrieval. Checked before every greedy pick (DecodeGreedy, GenerateBatch).
+Status CheckLogitsFinite(const float* logits, int64_t n, size_t step);
 
 /// Checks `request` against the model and returns the spec of its sequence (max_tokens = prompt
 /// + max_new_tokens). InvalidArgument for a bad request, OutOfRange for a length above

@@ -107,6 +107,36 @@ Result<tcp::endpoint> ParseListen(const std::string& listen) {
   return tcp::endpoint(address, static_cast<uint16_t>(port));
 }
 
+// JSON bodies nest at most this deep (a request has 3 or 4 levels).
+constexpr int kMaxJsonNesting = 64;
+
+// Whether `text`'s brackets nest at most `max` deep, outside strings: one linear pass, so a
+// body of a million '[' is refused before any parser recurses or allocates for it.
+bool JsonNestingWithin(std::string_view text, int max) {
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  for (char c : text) {
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+      continue;
+    }
+    if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > max) return false;
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return true;
+}
+
 std::string Ms(double ms) {
   char buf[32];
   auto r = std::to_chars(buf, buf + sizeof(buf), ms, std::chars_format::fixed, 3);
@@ -135,7 +165,7 @@ struct HttpServer::Impl {
   std::atomic<bool> stopped{false};
   std::atomic<uint64_t> next_id{1};
   std::atomic<int64_t> n_connections{0}, n_requests{0}, n_completions{0}, n_busy{0}, n_timed_out{0},
-      n_client_errors{0}, n_disconnected{0};
+      n_client_errors{0}, n_disconnected{0}, n_evicted{0};
   std::mt19937_64 seeds{std::random_device{}()};  // scheduler thread: seeds of unseeded requests
 
   std::thread io_thread;
@@ -160,6 +190,14 @@ class Session : public std::enable_shared_from_this<Session> {
 
   void Start() { ReadHeader(); }
 
+  // Waiting for a request (idle keep-alive, or a header/body still arriving) or draining after
+  // the last answer: nothing of the engine's is at stake, so at the connection cap the one
+  // waiting longest is closed to admit a new connection (slow or idle clients cannot hold every
+  // slot, and /health stays answerable).
+  bool Evictable() const { return !closed_ && waiting_; }
+  std::chrono::steady_clock::time_point waiting_since() const { return waiting_since_; }
+  bool closed() const { return closed_; }
+
   // Answers 503 and closes: the server has too many connections.
   void RejectBusy() {
     Send(Error(503, "overloaded_error", "too many connections; try again later"), true);
@@ -167,6 +205,7 @@ class Session : public std::enable_shared_from_this<Session> {
 
   // Ends the connection now (I/O thread, or Stop after the I/O thread has ended).
   void Close() {
+    closed_ = true;
     beast::error_code ignored;
     timer_.cancel();
     stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
@@ -175,6 +214,8 @@ class Session : public std::enable_shared_from_this<Session> {
 
  private:
   void ReadHeader() {
+    waiting_ = true;
+    waiting_since_ = std::chrono::steady_clock::now();
     parser_.emplace();
     parser_->header_limit(16 * 1024);
     parser_->body_limit(impl_->options.max_body_bytes);
@@ -217,6 +258,7 @@ class Session : public std::enable_shared_from_this<Session> {
   void OnBody(beast::error_code ec) {
     if (ec) return OnReadError(ec);
     req_ = parser_->release();
+    waiting_ = false;
     stream_.expires_never();
     ++impl_->n_requests;
     Handle();
@@ -285,6 +327,12 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   void Complete(ApiKind kind) {
+    if (!JsonNestingWithin(req_.body(), kMaxJsonNesting)) {
+      return Send(Error(400, "invalid_request_error",
+                        "the request body nests deeper than " + std::to_string(kMaxJsonNesting) +
+                            " levels"),
+                  false);
+    }
     const json body = json::parse(req_.body(), nullptr, /*allow_exceptions=*/false);
     if (body.is_discarded()) {
       return Send(Error(400, "invalid_request_error", "the request body is not valid JSON"), false);
@@ -386,6 +434,8 @@ class Session : public std::enable_shared_from_this<Session> {
   // (so the close does not reset the connection before it read the answer), then close.
   void DrainAndClose() {
     beast::error_code ignored;
+    waiting_ = true;
+    waiting_since_ = std::chrono::steady_clock::time_point::min();  // evicted first
     stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
     stream_.expires_after(std::chrono::seconds(2));
     Drain(std::make_shared<std::array<char, 4096>>());
@@ -408,6 +458,9 @@ class Session : public std::enable_shared_from_this<Session> {
   std::weak_ptr<Task> task_;  // the engine queue owns it
   uint64_t seq_ = 0;          // requests read on this connection
   bool answered_ = false;
+  bool waiting_ = false;  // see Evictable()
+  bool closed_ = false;
+  std::chrono::steady_clock::time_point waiting_since_;
   unsigned version_ = 11;
   bool keep_alive_ = true;
 };
@@ -423,7 +476,26 @@ void HttpServer::Impl::Accept() {
       return;
     }
     ++n_connections;
-    std::erase_if(sessions, [](const std::weak_ptr<Session>& s) { return s.expired(); });
+    std::erase_if(sessions, [](const std::weak_ptr<Session>& s) {
+      auto p = s.lock();
+      return p == nullptr || p->closed();
+    });
+    if (static_cast<int>(sessions.size()) >= options.max_connections) {
+      // At the cap: the connection waiting longest for a request makes room.
+      std::shared_ptr<Session> oldest;
+      for (const auto& w : sessions) {
+        auto p = w.lock();
+        if (p && p->Evictable() && (!oldest || p->waiting_since() < oldest->waiting_since())) {
+          oldest = p;
+        }
+      }
+      if (oldest) {
+        ++n_evicted;
+        oldest->Close();
+        std::erase_if(sessions,
+                      [&](const std::weak_ptr<Session>& s) { return s.lock() == oldest; });
+      }
+    }
     auto session = std::make_shared<Session>(this, std::move(socket));
     sessions.push_back(session);
     if (static_cast<int>(sessions.size()) > options.max_connections) {

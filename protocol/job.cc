@@ -1,6 +1,10 @@
 #include "protocol/job.h"
 
+#include <cmath>
 #include <cstring>
+#include <limits>
+#include <type_traits>
+#include <utility>
 
 #include "common/sha256.h"
 
@@ -15,6 +19,21 @@ Status Field(const json& j, const char* key, T* out, const char* what) {
   auto it = j.find(key);
   if (it == j.end()) return Status::InvalidArgument(std::string(what) + "." + key + ": missing");
   try {
+    if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+      // A number that does not fit the field is refused, never wrapped into one that does.
+      if (!it->is_number_integer()) {
+        return Status::InvalidArgument(std::string(what) + "." + key + ": must be an integer");
+      }
+      const bool fits =
+          it->is_number_unsigned()
+              ? it->template get<uint64_t>() <= static_cast<uint64_t>(std::numeric_limits<T>::max())
+              : it->template get<int64_t>() >= std::numeric_limits<T>::min() &&
+                    it->template get<int64_t>() <= std::numeric_limits<T>::max();
+      if (!fits) {
+        return Status::InvalidArgument(std::string(what) + "." + key + ": " + it->dump() +
+                                       " does not fit the field");
+      }
+    }
     *out = it->template get<T>();
   } catch (const json::exception& e) {
     return Status::InvalidArgument(std::string(what) + "." + key + ": wrong type (" + e.what() +
@@ -238,6 +257,92 @@ json JobResult::ToJson() const {
               {"error_message", error_message},
               {"retryable", retryable},
               {"probes", probes_j}};
+}
+
+Status CheckResultBounds(const JobResult& r, const JobSpec* spec) {
+  auto bad = [](const std::string& field, const std::string& why) {
+    return Status::InvalidArgument("result." + field + ": " + why);
+  };
+  auto size_ok = [&](const std::string& field, const std::string& v, size_t max) {
+    return v.size() <= max ? Status::Ok()
+                           : bad(field, std::to_string(v.size()) + " bytes, over the " +
+                                            std::to_string(max) + "-byte limit");
+  };
+  NW_RETURN_IF_ERROR(size_ok("job_key", r.job_key, kMaxResultFieldBytes));
+  NW_RETURN_IF_ERROR(size_ok("generated_text", r.generated_text, kMaxResultTextBytes));
+  NW_RETURN_IF_ERROR(size_ok("error_message", r.error_message, kMaxResultTextBytes));
+  NW_RETURN_IF_ERROR(size_ok("expected", r.expected, kMaxResultTextBytes));
+  NW_RETURN_IF_ERROR(size_ok("prompt_hash", r.prompt_hash, kMaxResultFieldBytes));
+  NW_RETURN_IF_ERROR(size_ok("worker_id", r.worker_id, kMaxResultFieldBytes));
+  NW_RETURN_IF_ERROR(size_ok("device", r.device, kMaxResultFieldBytes));
+  NW_RETURN_IF_ERROR(size_ok("engine_version", r.engine_version, kMaxResultFieldBytes));
+  NW_RETURN_IF_ERROR(size_ok("error_code", r.error_code, kMaxResultFieldBytes));
+  if (r.attempt < 1) return bad("attempt", "must be >= 1");
+  if (!r.error_code.empty() && !StatusCodeFromName(r.error_code).has_value()) {
+    return bad("error_code", "'" + r.error_code + "' is not a status code name");
+  }
+  if (r.needle_token_offset < -1 || r.needle_token_offset > kMaxResultTokens) {
+    return bad("needle_token_offset", "must be -1 or a token offset");
+  }
+  for (const auto& [name, v] : {std::pair<const char*, int64_t>{"prompt_tokens", r.prompt_tokens},
+                                {"generated_tokens", r.generated_tokens}}) {
+    if (v < 0 || v > kMaxResultTokens) {
+      return bad(name, std::to_string(v) + " is outside 0.." + std::to_string(kMaxResultTokens));
+    }
+  }
+  for (const auto& [name, v] : {std::pair<const char*, double>{"prefill_ms", r.prefill_ms},
+                                {"decode_ms", r.decode_ms},
+                                {"total_ms", r.total_ms}}) {
+    if (!std::isfinite(v) || v < 0 || v > kMaxResultMs) {
+      return bad(name, "must be a finite number of milliseconds in 0..1e10");
+    }
+  }
+  if (r.probes.size() > kMaxProbes) {
+    return bad("probes", std::to_string(r.probes.size()) + " probes, over the limit of " +
+                             std::to_string(kMaxProbes));
+  }
+  if (spec != nullptr && !r.probes.empty() && !spec->probe) {
+    return bad("probes", "the job did not ask for probes");
+  }
+  size_t entries = 0;
+  for (size_t i = 0; i < r.probes.size(); ++i) {
+    const ProbeSummary& p = r.probes[i];
+    const std::string f = "probes[" + std::to_string(i) + "].";
+    if (p.layer < 0 || p.layer > kMaxProbeLayer) {
+      return bad(f + "layer", std::to_string(p.layer) + " is not a layer index (0.." +
+                                  std::to_string(kMaxProbeLayer) + ")");
+    }
+    if (p.positions < 0) return bad(f + "positions", "must be >= 0");
+    if (spec != nullptr && spec->context_length > 0 && p.positions > 2 * spec->context_length) {
+      return bad(f + "positions", std::to_string(p.positions) + " positions for a prompt of " +
+                                      std::to_string(spec->context_length) + " tokens");
+    }
+    if (p.topk < 0) return bad(f + "topk", "must be >= 0");
+    if (p.needle_rank_min < -1) return bad(f + "needle_rank_min", "must be >= -1");
+    if (!std::isfinite(p.needle_rank_median) || p.needle_rank_median < -1 ||
+        (p.positions > 0 && p.needle_rank_median > kMaxResultTokens)) {
+      return bad(f + "needle_rank_median", "must be a finite rank >= -1");
+    }
+    if (!std::isfinite(p.in_topk_fraction) || p.in_topk_fraction < 0 || p.in_topk_fraction > 1) {
+      return bad(f + "in_topk_fraction", "must be in [0, 1]");
+    }
+    if (p.ranks.size() > static_cast<size_t>(p.positions)) {
+      return bad(f + "ranks", std::to_string(p.ranks.size()) + " ranks for " +
+                                  std::to_string(p.positions) + " positions");
+    }
+    for (int32_t rank : p.ranks) {
+      if (rank < -1) return bad(f + "ranks", "a rank below -1");
+    }
+    if (p.topk_last.size() > static_cast<size_t>(p.topk)) {
+      return bad(f + "topk_last", std::to_string(p.topk_last.size()) + " entries for top-k " +
+                                      std::to_string(p.topk));
+    }
+    entries += p.ranks.size() + p.topk_last.size();
+    if (entries > kMaxProbeEntries) {
+      return bad("probes", "more than " + std::to_string(kMaxProbeEntries) + " entries in all");
+    }
+  }
+  return Status::Ok();
 }
 
 Result<JobResult> JobResult::FromJson(const json& j) {

@@ -128,4 +128,21 @@ struct JobResult {
   static Result<JobResult> FromJson(const nlohmann::json& j);
 };
 
+/// Bounds on what a worker reports, so a result fits its columns and means something.
+inline constexpr size_t kMaxResultTextBytes = 1 << 20;  // generated_text, error_message, expected
+inline constexpr size_t kMaxResultFieldBytes = 256;     // hashes, ids, codes
+inline constexpr size_t kMaxProbes = 1024;              // probe summaries per result
+inline constexpr int kMaxProbeLayer = 4095;             // layer indices 0..this
+inline constexpr size_t kMaxProbeEntries = 1 << 20;     // ranks + topk_last, all probes
+inline constexpr int64_t kMaxResultTokens = int64_t{1} << 32;
+inline constexpr double kMaxResultMs = 1e10;  // about 115 days
+
+/// A result's plausibility (docs/protocol.md, "Size limits"): text and id sizes, non-negative
+/// counts (needle_token_offset >= -1), finite non-negative timings, an error_code that is a
+/// StatusCode name (or empty), probes with layers in 0..kMaxProbeLayer, ranks >= -1, fractions
+/// in [0, 1], a median within [-1, positions), and bounded lists. When `spec` is given, probes
+/// are allowed only for a job that asked for them, and no probe may look at more positions than
+/// the prompt has. InvalidArgument naming the field.
+Status CheckResultBounds(const JobResult& r, const JobSpec* spec = nullptr);
+
 }  // namespace nw

@@ -1,5 +1,6 @@
 #include "protocol/messages.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <limits>
 #include <utility>
@@ -61,6 +62,13 @@ Result<Message> DecodeReady(const json& p) {
                                        " bytes");
       }
     }
+  }
+  // Stored with the worker's record and shown in status: bounded as a whole.
+  const size_t caps_bytes = caps->dump(-1, ' ', false, json::error_handler_t::replace).size();
+  if (caps_bytes > kMaxCapabilityBytes) {
+    return Status::InvalidArgument(w + ".capabilities: " + std::to_string(caps_bytes) +
+                                   " bytes, over the " + std::to_string(kMaxCapabilityBytes) +
+                                   "-byte limit");
   }
   m.capabilities = *caps;
   const json* held = nullptr;
@@ -312,6 +320,25 @@ Result<Message> Decode(const zmq::multipart_t& frames, const CodecLimits& limits
     return Status::InvalidArgument(name + ": " + e.what());
   }
   return Status::InvalidArgument("message: unknown command " + name);
+}
+
+std::string LogSafe(std::string_view text, size_t max_bytes) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  const size_t n = std::min(text.size(), max_bytes);
+  out.reserve(n + 16);
+  for (size_t i = 0; i < n; ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c < 0x20 || c == 0x7f) {
+      out += "\\x";
+      out.push_back(kHex[c >> 4]);
+      out.push_back(kHex[c & 15]);
+    } else {
+      out.push_back(static_cast<char>(c));
+    }
+  }
+  if (text.size() > max_bytes) out += "...(" + std::to_string(text.size()) + " bytes)";
+  return out;
 }
 
 std::string HexId(const zmq::message_t& id) {

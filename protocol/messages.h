@@ -151,4 +151,12 @@ nlohmann::json PayloadOf(const Message& m);
 /// Printable form of a routing identity (hex), for logs.
 std::string HexId(const zmq::message_t& id);
 
+/// A peer's text made safe for a log line: control bytes (newline, carriage return, ESC, ...)
+/// and DEL become \xNN, and the text is cut at `max_bytes` (then "...(N bytes)"), so no peer can
+/// forge log lines, move the terminal's cursor or flood the log with one string.
+std::string LogSafe(std::string_view text, size_t max_bytes = 4096);
+
+/// Bound on the serialized READY capabilities object (its lists are bounded too).
+inline constexpr size_t kMaxCapabilityBytes = 256 * 1024;
+
 }  // namespace nw

@@ -10,6 +10,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <random>
 #include <set>
 #include <thread>
 #include <utility>
@@ -409,13 +410,32 @@ struct Worker::Loop {
   }
 };
 
+namespace {
+
+// A nonce for this process in READY's capabilities: the coordinator lets a new connection take
+// over this worker id only when it presents the same one (or the same CURVE key), so no other
+// process can (docs/protocol.md, "Registration").
+json WithSession(json caps) {
+  std::random_device rd;
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string session;
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t v = rd();
+    for (int b = 0; b < 8; ++b) session.push_back(kHex[(v >> (4 * b)) & 15]);
+  }
+  caps["session"] = session;
+  return caps;
+}
+
+}  // namespace
+
 Worker::Worker(zmq::context_t& context, const Clock& clock, WorkerOptions options,
                std::vector<std::unique_ptr<JobExecutor>> executors)
     : context_(context),
       clock_(clock),
       options_(std::move(options)),
       executors_(std::move(executors)),
-      capabilities_(MergedCapabilities(executors_, options_.extra_capabilities)) {}
+      capabilities_(WithSession(MergedCapabilities(executors_, options_.extra_capabilities))) {}
 
 Worker::~Worker() = default;
 

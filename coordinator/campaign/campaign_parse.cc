@@ -14,6 +14,7 @@
 
 #include "common/sha256.h"
 #include "coordinator/campaign/campaign.h"
+#include "coordinator/campaign/job_check.h"
 #include "coordinator/campaign/yaml_guard.h"
 #include "engine/backend_catalog.h"
 #include "engine/text/niah.h"
@@ -79,12 +80,13 @@ int64_t DeriveTrialSeed(int64_t campaign_seed, int trial) {
 
 namespace {
 
-constexpr int64_t kMaxTopk = 1 << 20;
-constexpr int64_t kMaxContextLength = int64_t{1} << 30;
-constexpr int64_t kMaxNewTokens = 4096;
-constexpr int64_t kMaxTrials = 10'000;
+// kMaxTopk, kMaxContextLength, kMaxNewTokens, kMaxTrials, kMaxHttp*: job_check.h (the daemon
+// checks submitted jobs against the same limits).
 constexpr int64_t kMaxRangeValues = 10'000;
 constexpr int64_t kMaxMatrixCombinations = 10'000'000;
+// Steps of the plan (combinations x exclude entries, include items x cells, ...): well under a
+// second of work. Counted as the plan is made, so no file under the size limit takes longer.
+constexpr int64_t kMaxPlanSteps = 50'000'000;
 constexpr size_t kMaxNameLength = 64;
 
 constexpr std::string_view kCoreTagPrefix = "tag:yaml.org,2002:";
@@ -120,9 +122,6 @@ constexpr std::string_view kHttpKeys[] = {"url",          "model",
 // Request headers that carry credentials: they belong in api_key_env / api_key_file.
 constexpr std::string_view kSecretHeaders[] = {"authorization", "proxy-authorization", "x-api-key",
                                                "api-key", "cookie"};
-constexpr int64_t kMaxHttpConcurrency = 256;
-constexpr int64_t kMaxHttpMs = 24LL * 3600 * 1000;
-constexpr int64_t kMaxHttpRetries = 100;
 
 size_t EditDistance(std::string_view a, std::string_view b) {
   std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
@@ -1123,6 +1122,18 @@ Status Parser::Plan(const YAML::Node& matrix_node) {
                                      std::to_string(kMaxMatrixCombinations) + " combinations");
     }
   }
+  // Matching exclude and include entries against the combinations is a product of their counts:
+  // bounded as a whole, before it can run for minutes.
+  int64_t steps = 0;
+  auto spend = [&](int64_t n, const SourceLocation& where) -> Status {
+    steps += n;
+    if (steps <= kMaxPlanSteps) return Status::Ok();
+    return Error(where, "matching the matrix (" + std::to_string(product) +
+                            " combinations) against " + std::to_string(c_.exclude.size()) +
+                            " exclude and " + std::to_string(c_.include.size()) +
+                            " include entries takes more than " + std::to_string(kMaxPlanSteps) +
+                            " steps; narrow the matrix or use fewer, broader entries");
+  };
   auto check_ceiling = [&](const SourceLocation& where) -> Status {
     if (static_cast<int64_t>(c_.cells.size()) * trials > kMaxJobsCeiling) {
       return Error(where, "the campaign expands to more than " + std::to_string(kMaxJobsCeiling) +
@@ -1142,6 +1153,8 @@ Status Parser::Plan(const YAML::Node& matrix_node) {
       const AxisValues& named = c_.exclude[e].axes[Ix(a)];
       if (named.empty()) continue;
       auto& m = masks[e].allowed[Ix(a)];
+      NW_RETURN_IF_ERROR(
+          spend(static_cast<int64_t>(c_.matrix[Ix(a)].size() * named.size()), c_.exclude[e].where));
       m.assign(c_.matrix[Ix(a)].size(), 0);
       for (size_t i = 0; i < c_.matrix[Ix(a)].size(); ++i) {
         for (const AxisValue& v : named) {
@@ -1155,6 +1168,7 @@ Status Parser::Plan(const YAML::Node& matrix_node) {
   cell.max_new_tokens = c_.max_new_tokens;
   cell.probe = c_.probe;
   for (int64_t k = 0; k < product; ++k) {
+    NW_RETURN_IF_ERROR(spend(1 + static_cast<int64_t>(masks.size()), matrix_where));
     bool excluded = false;
     for (Mask& m : masks) {
       bool match = true;
@@ -1190,6 +1204,7 @@ Status Parser::Plan(const YAML::Node& matrix_node) {
     for (Axis a : kAllAxes) {
       AxisValues& table = c_.values[Ix(a)];
       for (const AxisValue& v : inc.axes[Ix(a)]) {
+        NW_RETURN_IF_ERROR(spend(1 + static_cast<int64_t>(table.size()), inc.where));
         size_t i = 0;
         while (i < table.size() && !(table[i].value == v.value)) ++i;
         if (i == table.size()) table.push_back(v);
@@ -1227,6 +1242,7 @@ Status Parser::Plan(const YAML::Node& matrix_node) {
     bool any_created = false;
     bool any_extended = false;
     for (;;) {
+      NW_RETURN_IF_ERROR(spend(1 + static_cast<int64_t>(c_.cells.size()), inc.where));
       std::vector<Cell*> matched;
       for (Cell& existing : c_.cells) {
         bool match = true;
@@ -1247,6 +1263,7 @@ Status Parser::Plan(const YAML::Node& matrix_node) {
         apply(created);
         std::array<size_t, kNumAxes> fill{};
         for (;;) {
+          NW_RETURN_IF_ERROR(spend(1 + static_cast<int64_t>(c_.exclude.size()), inc.where));
           for (size_t a = 0; a < kNumAxes; ++a) {
             created.index[a] =
                 named[a].empty() ? static_cast<uint32_t>(fill[a]) : named[a][pick[a]];

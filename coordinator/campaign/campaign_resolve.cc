@@ -4,6 +4,7 @@
 
 #include "common/sha256.h"
 #include "coordinator/campaign/campaign.h"
+#include "coordinator/campaign/job_check.h"
 #include "coordinator/campaign/yaml_guard.h"
 #include "engine/checkpoint/model_files.h"
 #include "engine/engine.h"
@@ -147,6 +148,7 @@ Result<std::vector<JobSpec>> ExpandCampaign(const ResolvedCampaign& resolved) {
   }
   std::vector<JobSpec> jobs;
   jobs.reserve(static_cast<size_t>(c.job_count()));
+  const JobCheckOptions checks = DefaultJobCheckOptions();
   for (const Cell& cell : c.cells) {
     JobSpec base;
     base.model_dir = resolved.model_dir.string();
@@ -179,6 +181,11 @@ Result<std::vector<JobSpec>> ExpandCampaign(const ResolvedCampaign& resolved) {
       JobSpec job = base;
       job.seed = c.trial_seeds[t];
       job.trial = static_cast<int>(t);
+      // The check the daemon applies to a submitted job: what validates here is accepted there.
+      if (Status ok = CheckJobSpec(job, checks); !ok.ok()) {
+        return Status::InvalidArgument(
+            Located(c, {}, "job " + std::to_string(jobs.size()) + ": " + ok.message()));
+      }
       jobs.push_back(std::move(job));
     }
   }

@@ -257,6 +257,44 @@ Status ModelConfig::Validate() const {
       return bad(std::string(p.name) + " must be positive, got " + std::to_string(p.value));
     }
   }
+  // Upper bounds: every size here multiplies into an allocation or a loop per token, so a value
+  // far beyond any DeepSeek-V4 (V4-Pro: vocab 129,280, dim 7,168, 61 layers, 128 heads,
+  // head_dim 512, top-k 1,024, 384 experts, 1M positions) is refused with the reason before
+  // anything is allocated or iterated.
+  struct Bounded {
+    const char* name;
+    int64_t value;
+    int64_t max;
+    const char* why;
+  };
+  for (const Bounded& b :
+       {Bounded{"vocab_size", vocab_size, int64_t{1} << 22, "rows of the embedding and head"},
+        Bounded{"dim", dim, 65536, "the hidden size of every activation"},
+        Bounded{"n_layers", n_layers, 1024, "blocks run per token"},
+        Bounded{"n_mtp_layers", n_mtp_layers, 16, "MTP blocks loaded"},
+        Bounded{"n_heads", n_heads, 1024, "query heads per token"},
+        Bounded{"head_dim", head_dim, 4096, "dimensions per head"},
+        Bounded{"q_lora_rank", q_lora_rank, 65536, "the query low-rank size"},
+        Bounded{"o_lora_rank", o_lora_rank, 65536, "the output low-rank size"},
+        Bounded{"window_size", window_size, 65536, "keys attended densely per query"},
+        Bounded{"index_n_heads", index_n_heads, 1024, "indexer heads per query"},
+        Bounded{"index_head_dim", index_head_dim, 4096, "indexer dimensions per head"},
+        Bounded{"index_topk", index_topk, 65536, "compressed blocks selected per query"},
+        Bounded{"hc_mult", hc_mult, 64, "hyper-connection streams per token"},
+        Bounded{"hc_sinkhorn_iters", hc_sinkhorn_iters, 1000,
+                "Sinkhorn iterations per token and layer"},
+        Bounded{"n_routed_experts", n_routed_experts, 65536, "experts per MoE layer"},
+        Bounded{"n_activated_experts", n_activated_experts, 1024, "experts run per token"},
+        Bounded{"moe_inter_dim", moe_inter_dim, int64_t{1} << 18, "the expert hidden size"},
+        Bounded{"max_position_embeddings", max_position_embeddings, int64_t{1} << 24,
+                "positions of RoPE tables and caches"},
+        Bounded{"original_seq_len", original_seq_len, int64_t{1} << 24, "YaRN positions"}}) {
+    if (b.value > b.max) {
+      return bad(std::string(b.name) + " (" + std::to_string(b.value) + ") exceeds " +
+                 std::to_string(b.max) + ": it sizes " + b.why +
+                 ", and no DeepSeek-V4 model comes near it");
+    }
+  }
   if (n_mtp_layers < 0) return bad("n_mtp_layers must be >= 0");
   if (n_hash_layers < 0 || n_hash_layers >= n_layers) {
     return bad("n_hash_layers (" + std::to_string(n_hash_layers) +

@@ -7,8 +7,11 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <set>
+#include <string>
 #include <system_error>
+#include <unordered_set>
 #include <vector>
 
 namespace nw {
@@ -21,39 +24,67 @@ using FilePtr = std::unique_ptr<std::FILE, FileCloser>;
 
 }  // namespace
 
-Result<nlohmann::json> ParseJsonStrict(std::string_view text, const std::string& source) {
-  // One set of keys per open object; a key event belongs to the innermost open object.
-  std::vector<std::set<std::string>> open_objects;
-  std::string duplicate;
-  auto callback = [&](int /*depth*/, nlohmann::json::parse_event_t event,
-                      nlohmann::json& parsed) -> bool {
-    switch (event) {
-      case nlohmann::json::parse_event_t::object_start:
-        open_objects.emplace_back();
-        break;
-      case nlohmann::json::parse_event_t::object_end:
-        if (!open_objects.empty()) open_objects.pop_back();
-        break;
-      case nlohmann::json::parse_event_t::key:
-        if (!open_objects.empty() && parsed.is_string()) {
-          const std::string& key = parsed.get_ref<const std::string&>();
-          if (!open_objects.back().insert(key).second && duplicate.empty()) duplicate = key;
-        }
-        break;
-      default:
-        break;
+namespace {
+
+// A SAX pass that only looks for a repeated key in any object: one set of keys per open object,
+// no DOM. (nlohmann's parser callback cannot be used for this: after every nested value it
+// scans the whole enclosing object for discarded entries, so a header of n tensor entries took
+// O(n^2), hours for a million.)
+class DuplicateKeyFinder : public nlohmann::json_sax<nlohmann::json> {
+ public:
+  bool null() override { return true; }
+  bool boolean(bool) override { return true; }
+  bool number_integer(number_integer_t) override { return true; }
+  bool number_unsigned(number_unsigned_t) override { return true; }
+  bool number_float(number_float_t, const string_t&) override { return true; }
+  bool string(string_t&) override { return true; }
+  bool binary(binary_t&) override { return true; }
+  bool start_object(std::size_t) override {
+    open_.emplace_back();
+    return true;
+  }
+  bool key(string_t& k) override {
+    if (!open_.empty() && !open_.back().insert(k).second) {
+      duplicate_ = k;
+      return false;  // stop: one is enough
     }
     return true;
-  };
+  }
+  bool end_object() override {
+    if (!open_.empty()) open_.pop_back();
+    return true;
+  }
+  bool start_array(std::size_t) override { return true; }
+  bool end_array() override { return true; }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override {
+    return false;
+  }
+  const std::optional<std::string>& duplicate() const { return duplicate_; }
+
+ private:
+  std::vector<std::unordered_set<std::string>> open_;
+  std::optional<std::string> duplicate_;
+};
+
+}  // namespace
+
+Result<nlohmann::json> ParseJsonStrict(std::string_view text, const std::string& source) {
+  // Both passes are linear in the text: the DOM (with nlohmann's own errors), then the keys.
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(text.begin(), text.end(), callback, /*allow_exceptions=*/true,
-                              /*ignore_comments=*/false);
+    j = nlohmann::json::parse(text.begin(), text.end(), /*cb=*/nullptr,
+                              /*allow_exceptions=*/true, /*ignore_comments=*/false);
   } catch (const nlohmann::json::exception& e) {
     return Status::Corruption(source + ": invalid JSON: " + e.what());
   }
-  if (!duplicate.empty()) {
-    return Status::Corruption(source + ": duplicate key '" + duplicate + "'");
+  DuplicateKeyFinder finder;
+  try {
+    (void)nlohmann::json::sax_parse(text.begin(), text.end(), &finder);
+  } catch (const nlohmann::json::exception& e) {
+    return Status::Corruption(source + ": invalid JSON: " + e.what());
+  }
+  if (finder.duplicate()) {
+    return Status::Corruption(source + ": duplicate key '" + *finder.duplicate() + "'");
   }
   return j;
 }

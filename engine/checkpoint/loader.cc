@@ -1,8 +1,10 @@
 #include "engine/checkpoint/loader.h"
 
+#include <cmath>
 #include <cstring>
 #include <map>
 #include <set>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -89,6 +91,20 @@ Result<const StTensor*> NeedScale(const SafetensorsArchive& a, const std::string
 }
 
 // Checks (and, when `out` is non-null, decodes) a linear weight. Adds the consumed scale name.
+// A NaN or infinity in a weight makes every answer that touches it meaningless (and a "miss"
+// that says nothing about retrieval): refused at load, naming the tensor and the element.
+Status CheckFinite(const SafetensorsArchive& a, const std::string& name, const Tensor& t) {
+  const float* p = t.ptr();
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    if (!std::isfinite(p[i])) {
+      return Err(a, name,
+                 std::string(std::isnan(p[i]) ? "NaN" : "infinite") + " value at element " +
+                     std::to_string(i) + " (weights must be finite)");
+    }
+  }
+  return Status::Ok();
+}
+
 Status LoadLinear(const SafetensorsArchive& a, const std::string& name, int64_t rows, int64_t cols,
                   Tensor* out, std::set<std::string>* used_scales) {
   NW_ASSIGN_OR_RETURN(const StTensor* w, Need(a, name));
@@ -103,6 +119,7 @@ Status LoadLinear(const SafetensorsArchive& a, const std::string& name, int64_t 
     if (out) {
       *out = Tensor({rows, cols});
       DecodeFloats(*w, out->ptr());
+      NW_RETURN_IF_ERROR(CheckFinite(a, name, *out));
     }
     return Status::Ok();
   }
@@ -156,6 +173,7 @@ Status LoadPlain(const SafetensorsArchive& a, const TensorSpec& spec, Tensor* ou
   if (out) {
     *out = Tensor(spec.shape);
     DecodeFloats(*t, out->ptr());
+    NW_RETURN_IF_ERROR(CheckFinite(a, spec.name, *out));
   }
   return Status::Ok();
 }

@@ -2,6 +2,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <set>
 #include <string>
 #include <tuple>
@@ -182,6 +183,31 @@ TEST(CampaignParseTest, ExcludeRemovesPartialMatches) {
       m, "exclude:\n  - {backend: cpu-paged}\n  - {context_length: 256, needle_position: 0}\n"));
   EXPECT_EQ(two.cells.size(), 12u - 6 - 1);
   EXPECT_TRUE(two.warnings.empty());
+}
+
+// Issue 19: matching the matrix against exclude/include entries is bounded as a whole: a file
+// under the size limit that would take minutes is refused in about a second, with the reason.
+TEST(CampaignParseTest, ExcludeAndIncludeMatchingIsBounded) {
+  // 10,000 x 1,000 = 10 million combinations against 2,000 exclude entries: 2e10 steps before.
+  std::string m =
+      "  context_length: {linear: {from: 1, to: 10000, step: 1}}\n"
+      "  needle_position: 0.5\n  topk: {linear: {from: 1, to: 1000, step: 1}}\n";
+  std::string ex = "exclude:\n";
+  for (int i = 0; i < 2000; ++i) ex += "  - {context_length: " + std::to_string(i + 1) + "}\n";
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_THAT(ParseError(Yaml(m, ex)),
+              HasSubstr("narrow the matrix or use fewer, broader entries"));
+  // An include entry whose lists cross into a huge number of items.
+  std::string inc = "include:\n  - {context_length: [";
+  for (int i = 0; i < 3000; ++i) inc += (i ? ", " : "") + std::to_string(20000 + i);
+  inc += "], topk: [";
+  for (int i = 0; i < 3000; ++i) inc += (i ? ", " : "") + std::to_string(2000 + i);
+  inc += "]}\n";
+  EXPECT_THAT(
+      ParseError(Yaml("  context_length: [256, 512]\n  needle_position: 0.5\n  topk: 16\n", inc)),
+      HasSubstr("steps"));
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_LT(s, 30.0);  // ~1-2 s here; generous for a loaded 2-core CI box
 }
 
 TEST(CampaignParseTest, ExcludeThatMatchesNothingWarns) {

@@ -3,7 +3,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "checkpoint_test_util.h"
 #include "engine/checkpoint/json_util.h"
@@ -397,6 +399,52 @@ TEST(ConfigTest, LoadFromFolderAndErrors) {
   testing_util::WriteAll(dir / "broken.json", R"({"vocab_size": )");
   Result<ModelConfig> broken = LoadModelConfig(dir / "broken.json");
   EXPECT_THAT(broken.status().message(), HasSubstr("broken.json: invalid JSON"));
+}
+
+// Issue 19: sizes that multiply into allocations and per-token loops have upper bounds, with
+// the reason in the message.
+TEST(ConfigTest, UpperBoundsWithTheReason) {
+  struct Case {
+    const char* key;
+    json value;
+    const char* message;
+  };
+  const Case cases[] = {
+      {"hc_sinkhorn_iters", 2000000000, "hc_sinkhorn_iters (2000000000) exceeds 1000"},
+      {"sliding_window", 100000000, "window_size (100000000) exceeds 65536"},
+      {"max_position_embeddings", 2000000000, "max_position_embeddings (2000000000) exceeds"},
+      {"index_topk", 1 << 30, "index_topk (1073741824) exceeds 65536"},
+      {"vocab_size", 1 << 30, "vocab_size (1073741824) exceeds"},
+  };
+  for (const Case& c : cases) {
+    json j = ReadJson("tiny-a.json");
+    j[c.key] = c.value;
+    EXPECT_THAT(ParseError(j), HasSubstr(c.message)) << c.key << " = " << c.value;
+    EXPECT_THAT(ParseError(j), HasSubstr("no DeepSeek-V4 model comes near it")) << c.key;
+  }
+  // The real V4-Flash config is well inside.
+  EXPECT_EQ(ParseError(ReadJson("v4-flash.json")), "");
+}
+
+// Issue 19: the duplicate-key check stays linear. A safetensors header is one object of n
+// entries, each an object; the parser callback used before rescanned the enclosing object after
+// every entry (O(n^2): 40,000 entries took minutes, a million hours).
+TEST(JsonUtilTest, AHeaderOfManyEntriesParsesQuickly) {
+  std::string text = "{";
+  for (int i = 0; i < 200'000; ++i) {
+    if (i > 0) text += ",";
+    text +=
+        "\"t" + std::to_string(i) + "\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}";
+  }
+  text += "}";
+  const auto t0 = std::chrono::steady_clock::now();
+  Result<json> j = ParseJsonStrict(text, "big");
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_TRUE(j.ok()) << j.status().ToString();
+  EXPECT_EQ(j->size(), 200'000u);
+  EXPECT_LT(s, 30.0) << "quadratic?";  // ~1 s on a loaded 2-core box; hours before
+  text.insert(text.size() - 1, ",\"t7\":{}");
+  EXPECT_EQ(ParseJsonStrict(text, "big").status().message(), "big: duplicate key 't7'");
 }
 
 TEST(JsonUtilTest, DuplicateKeysAtAnyDepth) {

@@ -585,6 +585,23 @@ TEST_F(Bf16MutationTest, UnchangedLoadsAndScalesAreUnexpected) {
   EXPECT_THAT(LoadError(a_, v), HasSubstr("'layers.0.attn.wq_a.scale': unexpected scale"));
 }
 
+// Issue 19: non-finite float weights are refused at load, naming the tensor and element.
+TEST_F(Bf16MutationTest, NonFiniteWeightsAreRefused) {
+  // BF16 NaN 0x7FC0 and +inf 0x7F80, little-endian, at element 1.
+  EXPECT_THAT(LoadError(a_, Edited("layers.0.attn.wq_a.weight",
+                                   [](StWriteTensor& t) {
+                                     t.data[2] = 0xC0;
+                                     t.data[3] = 0x7F;
+                                   })),
+              HasSubstr("tensor 'layers.0.attn.wq_a.weight': NaN value at element 1"));
+  EXPECT_THAT(LoadError(a_, Edited("layers.0.attn_norm.weight",
+                                   [](StWriteTensor& t) {
+                                     t.data[0] = 0x80;
+                                     t.data[1] = 0x7F;
+                                   })),
+              HasSubstr("tensor 'layers.0.attn_norm.weight': infinite value at element 0"));
+}
+
 TEST_F(LoaderTest, ConfigMismatchIsReported) {
   TempDir dir("mismatch");
   ASSERT_TRUE(WriteRandomCheckpoint(a_, kSeed, CheckpointLayout::kBf16, dir.path()).ok());

@@ -32,7 +32,7 @@ constexpr int64_t kDeadlineMs = 20'000;
 JobSpec Spec(int trial, int64_t length = 256) {
   JobSpec s;
   s.model_dir = "/models/tiny";
-  s.model_digest = "digest";
+  s.model_digest = std::string(64, 'd');  // a sha256 in hex, as CheckJobSpec wants
   s.engine_version = "nw-test";
   s.task = "niah-single";
   s.haystack = "noise";
@@ -612,6 +612,45 @@ TEST_F(DaemonTest, AStragglerAtTheTailIsHedgedAndTheFirstResultWins) {
   EXPECT_EQ(hedged_jobs, 1);
 }
 
+// Issue 19: a worker that takes a job and never finishes it (while it heartbeats) can fail it
+// through lease expiry, but not for good: submitting the campaign again, without --rerun, runs
+// that job again and leaves finished ones alone.
+TEST_F(DaemonTest, JobsFailedOnlyThroughExpiredLeasesRunAgainOnResubmit) {
+  ServerOptions so = Options();
+  so.scheduler.lease_ms = 300;
+  so.scheduler.max_attempts = 1;
+  StartServer(so);
+  ControlClient c = Client();
+  ASSERT_TRUE(c.Submit(Campaign("expire", 1, 100)).ok());
+  WorkerOptions wo;
+  wo.endpoint = endpoint_;
+  wo.worker_id = "hoarder";
+  wo.heartbeat_interval_ms = 50;
+  std::vector<std::unique_ptr<JobExecutor>> ex;
+  ex.push_back(std::make_unique<GateExecutor>());
+  GateExecutor& gate = static_cast<GateExecutor&>(*ex[0]);
+  workers_.push_back(std::make_unique<Worker>(ctx_, clock_, wo, std::move(ex)));
+  Worker& hoarder = *workers_.back();
+  worker_threads_.emplace_back([&hoarder] { EXPECT_TRUE(hoarder.Run().ok()); });
+  ASSERT_TRUE(gate.WaitStarted());
+  ASSERT_TRUE(WaitUntil([&] { return StatusOf(c, "expire").failed == 1; })) << Log();
+  gate.Open();
+  StopWorkers();
+  // A second campaign shares nothing; the first is submitted again, as is.
+  StartWorker("fast", 1);
+  ASSERT_TRUE(c.Submit(Campaign("other", 2, 200)).ok());
+  ASSERT_TRUE(WaitUntil([&] { return StatusOf(c, "other").done == 2; })) << Log();
+  auto again = c.Submit(Campaign("expire", 1, 100));
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(again->queued, 1);
+  ASSERT_TRUE(WaitUntil([&] { return StatusOf(c, "expire").done == 1; })) << Log();
+  EXPECT_EQ(StatusOf(c, "expire").failed, 0);
+  auto other = c.Submit(Campaign("other", 2, 200));
+  ASSERT_TRUE(other.ok());
+  EXPECT_EQ(other->already_done, 2);
+  EXPECT_EQ(other->queued, 0);
+}
+
 TEST_F(DaemonTest, CurveAdmitsKeysOnTheAllowListOnly) {
   auto server_keys = GenerateCurveKeyPair();
   auto worker_keys = GenerateCurveKeyPair();
@@ -653,6 +692,123 @@ TEST_F(DaemonTest, CurveAdmitsKeysOnTheAllowListOnly) {
   wo.curve_secret_key = worker_keys->secret_key;
   StartWorker("trusted", 2, wo);
   ASSERT_TRUE(WaitUntil([&] { return StatusOf(c, "secure").done == 5; })) << Log();
+}
+
+// Issue 19: the daemon checks every submitted job as `nw validate` checks the jobs a campaign
+// expands to (CheckJobSpec), and refuses the submission with the job and the reason.
+TEST_F(DaemonTest, SubmittedJobsAreCheckedAsValidateChecksThem) {
+  ServerOptions so = Options();
+  so.job_check.model_roots = {"/models"};
+  StartServer(so);
+  ControlClient c = Client();
+  struct Case {
+    std::function<void(JobSpec&)> edit;
+    std::string want;
+  };
+  const std::vector<Case> cases = {
+      {[](JobSpec& j) { j.topk = 0; }, "job.topk: 0 is outside 1..1048576"},
+      {[](JobSpec& j) { j.context_length = int64_t{1} << 40; }, "job.context_length"},
+      {[](JobSpec& j) { j.task = "niah-everything"; }, "job.task: unknown task"},
+      {[](JobSpec& j) { j.backend = "quantum"; }, "job.backend: unknown backend 'quantum'"},
+      {[](JobSpec& j) { j.model_dir = "/etc/../models/tiny"; }, "job.model_dir"},
+      {[](JobSpec& j) { j.model_dir = "/home/eve/models"; }, "outside the allowed model roots"},
+      {[](JobSpec& j) { j.model_dir = "models/tiny"; }, "not an absolute path"},
+      {[](JobSpec& j) { j.needle_position = 7; }, "job.needle_position"},
+      {[](JobSpec& j) { j.max_new_tokens = 100000; }, "job.max_new_tokens"},
+      {[](JobSpec& j) { j.model_digest = "digest"; }, "job.model_digest"},
+  };
+  for (const Case& k : cases) {
+    Submission sub = Campaign("bad", 3, 100);
+    k.edit(sub.jobs[2]);
+    auto reply = c.Submit(sub);
+    ASSERT_FALSE(reply.ok()) << k.want;
+    EXPECT_EQ(reply.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(reply.status().message().find("job 2 refused: " + std::string()), std::string::npos)
+        << reply.status().message();
+    EXPECT_NE(reply.status().message().find(k.want), std::string::npos) << reply.status().message();
+  }
+  // Nothing of the refused campaign was written; a good one goes through.
+  EXPECT_EQ(c.QueryStatus("bad").status().code(), StatusCode::kNotFound);
+  ASSERT_TRUE(c.Submit(Campaign("good", 3, 100)).ok());
+}
+
+// Issue 19: role-scoped CURVE keys: a key allowed to work cannot submit, and a key allowed to
+// submit cannot work.
+TEST_F(DaemonTest, RoleScopedKeys) {
+  auto server_keys = GenerateCurveKeyPair();
+  auto worker_keys = GenerateCurveKeyPair();
+  auto client_keys = GenerateCurveKeyPair();
+  ASSERT_TRUE(server_keys.ok() && worker_keys.ok() && client_keys.ok());
+  endpoint_ = "ipc://" + (dir_ / "roles.sock").string();
+  ServerOptions so = Options();
+  so.curve = *server_keys;
+  so.curve_allow_work = {worker_keys->public_key};
+  so.curve_allow_submit = {client_keys->public_key};
+  StartServer(so);
+
+  ControlClientOptions submitter;
+  submitter.curve_server_key = server_keys->public_key;
+  submitter.curve_public_key = client_keys->public_key;
+  submitter.curve_secret_key = client_keys->secret_key;
+  ControlClient c = Client(submitter);
+  ASSERT_TRUE(c.Submit(Campaign("roles", 4, 100)).ok());
+
+  // The worker's key may not submit.
+  ControlClientOptions as_worker = submitter;
+  as_worker.curve_public_key = worker_keys->public_key;
+  as_worker.curve_secret_key = worker_keys->secret_key;
+  ControlClient wc = Client(as_worker);
+  auto refused = wc.Submit(Campaign("sneaky", 2, 200));
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(refused.status().message().find("not on the submit allow-list"), std::string::npos)
+      << refused.status().message();
+  EXPECT_FALSE(wc.QueryStatus("").ok());
+
+  // The submitter's key may not work: its worker is told to go and gets no job.
+  WorkerOptions bad_worker;
+  bad_worker.curve_server_key = server_keys->public_key;
+  bad_worker.curve_public_key = client_keys->public_key;
+  bad_worker.curve_secret_key = client_keys->secret_key;
+  StartWorker("impostor", 1, bad_worker);
+  ASSERT_TRUE(WaitUntil([&] { return Log().find("may submit, not work") != std::string::npos; }))
+      << Log();
+  EXPECT_EQ(StatusOf(c, "roles").done, 0);
+
+  WorkerOptions good_worker = bad_worker;
+  good_worker.curve_public_key = worker_keys->public_key;
+  good_worker.curve_secret_key = worker_keys->secret_key;
+  StartWorker("honest", 2, good_worker);
+  ASSERT_TRUE(WaitUntil([&] { return StatusOf(c, "roles").done == 4; })) << Log();
+}
+
+// Issue 19: `nw submit --timeout-ms` bounds the whole submission, not each try: a coordinator
+// that takes the request and never answers costs the client the budget, then DeadlineExceeded.
+TEST(ControlClientTest, TotalTimeoutBoundsTheWholeSubmission) {
+  zmq::context_t ctx;
+  zmq::socket_t mute(ctx, zmq::socket_type::router);
+  mute.set(zmq::sockopt::linger, 0);
+  mute.bind("inproc://mute-coordinator");
+  ControlClientOptions o;
+  o.endpoint = "inproc://mute-coordinator";
+  o.timeout_ms = 5000;
+  o.commit_timeout_ms = 120'000;
+  o.total_timeout_ms = 300;
+  ControlClient c(ctx, o);
+  Submission s;
+  s.campaign = "slow";
+  s.source_path = "slow.yaml";
+  s.jobs = Specs(3, 100);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto reply = c.Submit(s);
+  const auto took =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0)
+          .count();
+  ASSERT_FALSE(reply.ok());
+  EXPECT_EQ(reply.status().code(), StatusCode::kDeadlineExceeded) << reply.status().ToString();
+  EXPECT_NE(reply.status().message().find("limited to 300 ms"), std::string::npos)
+      << reply.status().message();
+  EXPECT_LT(took, 4000);  // not 3 tries x 120 s (generous for a loaded machine)
 }
 
 TEST(CurveTest, KeyFilesAllowListsAndLoopback) {

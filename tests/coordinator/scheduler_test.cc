@@ -497,5 +497,108 @@ TEST_F(SchedulerTest, NextDeadline) {
   EXPECT_EQ(s.NextDeadlineMs().value(), t0 + 5001);
 }
 
+// Issue 19: a worker that claims many slots and never answers holds only its initial credit,
+// once: its expired leases halve the credit and keep occupying what it holds, so the rest of the
+// campaign goes to workers that deliver, and no job exhausts its attempts on it.
+TEST_F(SchedulerTest, GreedySilentWorkerHoldsItsCreditNotItsClaim) {
+  SchedulerOptions o = Options();
+  o.lease_ms = 5000;
+  o.initial_worker_credit = 4;
+  Scheduler s(clock_, o);
+  for (int i = 0; i < 40; ++i) {
+    ASSERT_TRUE(s.AddJob("j" + std::to_string(i), Spec("cpu", i), 0).ok());
+  }
+  WorkerInfo greedy = Worker("greedy", {"cpu"}, kMaxSlots);
+  greedy.capabilities["prefetch"] = 3 * kMaxSlots;
+  s.OnReady(greedy, {});
+  auto ev = s.Tick();
+  EXPECT_EQ(ev.grants.size(), 4u);  // its credit, not 4096
+  // It heartbeats and never answers: its leases expire; it gets nothing more.
+  for (int t = 0; t < 12; ++t) {
+    clock_.Advance(1000);
+    ASSERT_TRUE(s.OnHeartbeat("greedy").ok());
+    ev = s.Tick();
+    EXPECT_TRUE(ev.grants.empty()) << "t=" << t;
+  }
+  EXPECT_EQ(s.Counts().queued, 40);
+  for (const auto& w : s.Workers()) EXPECT_EQ(w.credit, 1);  // halved per expired lease
+  // An honest worker takes the campaign; every job finishes on its first or second attempt.
+  s.OnReady(Worker("honest", {"cpu"}, 2), {});
+  for (int round = 0; round < 200 && !s.Finished(); ++round) {
+    clock_.Advance(100);
+    ASSERT_TRUE(s.OnHeartbeat("greedy").ok());
+    ASSERT_TRUE(s.OnHeartbeat("honest").ok());
+    for (const Grant& g : s.Tick().grants) {
+      ASSERT_EQ(g.worker_id, "honest");
+      EXPECT_EQ(s.OnResult("honest", ResultFor(g)).verdict, ResultVerdict::kCommit);
+    }
+  }
+  EXPECT_TRUE(s.Finished());
+  EXPECT_EQ(s.Counts().done, 40);
+  EXPECT_EQ(s.Counts().failed, 0);
+}
+
+TEST_F(SchedulerTest, CreditGrowsWithDeliveredResultsUpToTheClaimAndSurvivesReconnects) {
+  SchedulerOptions o = Options();
+  o.initial_worker_credit = 2;
+  Scheduler s(clock_, o);
+  for (int i = 0; i < 30; ++i) {
+    ASSERT_TRUE(s.AddJob("j" + std::to_string(i), Spec("cpu", i), 0).ok());
+  }
+  s.OnReady(Worker("w", {"cpu"}, 6), {});
+  auto ev = s.Tick();
+  ASSERT_EQ(ev.grants.size(), 2u);
+  for (const Grant& g : ev.grants)
+    ASSERT_EQ(s.OnResult("w", ResultFor(g)).verdict, ResultVerdict::kCommit);
+  ev = s.Tick();
+  ASSERT_EQ(ev.grants.size(), 4u);  // two delivered: credit 4
+  for (const Grant& g : ev.grants)
+    ASSERT_EQ(s.OnResult("w", ResultFor(g)).verdict, ResultVerdict::kCommit);
+  ev = s.Tick();
+  ASSERT_EQ(ev.grants.size(), 6u);  // credit 8, capped by the 6 slots it claims
+  // Lost and back: the credit is the id's, not the connection's.
+  clock_.Advance(3001);
+  ev = s.Tick();
+  ASSERT_EQ(ev.lost_workers.size(), 1u);
+  s.OnReady(Worker("w", {"cpu"}, 6), {});
+  for (const auto& w : s.Workers()) EXPECT_EQ(w.credit, 6);
+}
+
+// Issue 19: jobs waiting in a worker's prefetch queue are not charged for the wait: their lease
+// covers the jobs ahead of them.
+TEST_F(SchedulerTest, LeaseCoversTheWaitInTheWorkersQueue) {
+  SchedulerOptions o = Options();
+  o.lease_ms = 10'000;
+  Scheduler s(clock_, o);
+  for (int i = 0; i < 6; ++i) {
+    ASSERT_TRUE(s.AddJob("j" + std::to_string(i), Spec("cpu", i), 0).ok());
+  }
+  WorkerInfo w = Worker("w", {"cpu"}, 2);
+  w.capabilities["prefetch"] = 4;
+  s.OnReady(w, {});
+  auto ev = s.Tick();
+  ASSERT_EQ(ev.grants.size(), 6u);
+  const std::vector<int64_t> want = {10'000, 10'000, 20'000, 20'000, 30'000, 30'000};
+  for (size_t i = 0; i < ev.grants.size(); ++i) {
+    EXPECT_EQ(ev.grants[i].lease_ms, want[i]) << i;
+    EXPECT_EQ(ev.grants[i].lease_expires_ms, clock_.NowMs() + want[i]) << i;
+  }
+  // Each job takes 9 s, two at a time: all six finish in 27 s, no lease expires.
+  std::vector<Grant> pending = ev.grants;
+  for (int step = 0; step < 3; ++step) {
+    for (int t = 0; t < 9; ++t) {
+      clock_.Advance(1000);
+      ASSERT_TRUE(s.OnHeartbeat("w").ok());
+      EXPECT_TRUE(s.Tick().failures.empty());
+    }
+    for (int k = 0; k < 2; ++k) {
+      EXPECT_EQ(s.OnResult("w", ResultFor(pending.front())).verdict, ResultVerdict::kCommit);
+      pending.erase(pending.begin());
+    }
+  }
+  EXPECT_TRUE(s.Finished());
+  EXPECT_EQ(s.Counts().done, 6);
+}
+
 }  // namespace
 }  // namespace nw

@@ -99,6 +99,20 @@ class Recorder {
   void Log(std::string_view line) {
     std::lock_guard<std::mutex> l(mu_);
     lines_.emplace_back(line);
+    cv_.notify_all();
+  }
+  bool WaitForLog(const std::string& needle) {
+    std::unique_lock<std::mutex> l(mu_);
+    return cv_.wait_for(l, std::chrono::milliseconds(kDeadlineMs), [&] {
+      for (const auto& line : lines_) {
+        if (line.find(needle) != std::string::npos) return true;
+      }
+      return false;
+    });
+  }
+  std::vector<std::string> Lines() {
+    std::lock_guard<std::mutex> l(mu_);
+    return lines_;
   }
   void Progress(const ServerProgress& p) {
     std::lock_guard<std::mutex> l(mu_);
@@ -707,6 +721,110 @@ TEST_F(ServerTest, ReconnectingWorkerKeepsItsLease) {
   ASSERT_TRUE(summary.ok());
   EXPECT_EQ(summary->retried, 0);
   EXPECT_EQ(ResultsByKey().at(job->job_key).attempt, 1);
+}
+
+ReadyMsg ReadyWithSession(const std::string& id, const std::string& session,
+                          std::vector<AttemptRef> held = {}) {
+  return ReadyMsg{id,
+                  "rawhost",
+                  1,
+                  {{"backends", {"cpu"}}, {"device", "raw"}, {"session", session}},
+                  std::move(held)};
+}
+
+// Issue 19: a live worker's id cannot be registered by another process (another session nonce
+// or CURVE key): its READY is refused, it gets no lease and cannot report on the victim's.
+TEST_F(ServerTest, AWorkerIdCannotBeTakenOverByAnotherProcess) {
+  const auto keys = AddJobs(2);
+  const std::string ep = "inproc://server-test-takeover";
+  StartServer(ep);
+  RawWorker victim(ctx_, ep);
+  ASSERT_TRUE(victim.Send(ReadyWithSession("victim", "aaaa")));
+  auto job = victim.Await<JobMsg>();
+  ASSERT_TRUE(job);
+  RawWorker thief(ctx_, ep);
+  ASSERT_TRUE(thief.Send(ReadyWithSession("victim", "bbbb", {{job->job_key, job->attempt}})));
+  ASSERT_TRUE(rec_.WaitForLog("refused READY for worker id victim"));
+  // The thief's result for the victim's lease is not accepted: it is asked to register.
+  JobResult forged = Answer(job->spec, job->job_key, job->attempt);
+  forged.generated_text = "FORGED";
+  ASSERT_TRUE(thief.Send(ResultMsg{forged}));
+  auto told = thief.Await<DisconnectMsg>(false);
+  ASSERT_TRUE(told);
+  EXPECT_TRUE(told->reconnect);
+  // The victim keeps its lease and finishes both jobs.
+  ASSERT_TRUE(victim.Send(ResultMsg{Answer(job->spec, job->job_key, job->attempt)}));
+  auto ack = victim.Await<AckMsg>();
+  ASSERT_TRUE(ack);
+  EXPECT_EQ(ack->status, AckStatus::kCommitted);
+  auto next = victim.Await<JobMsg>();
+  ASSERT_TRUE(next);
+  ASSERT_TRUE(victim.Send(ResultMsg{Answer(next->spec, next->job_key, next->attempt)}));
+  auto summary = JoinServer();
+  ASSERT_TRUE(summary.ok()) << summary.status().ToString();
+  EXPECT_EQ(summary->done, 2);
+  EXPECT_GE(summary->refused_messages, 1);
+  EXPECT_EQ(summary->retried, 0);
+  EXPECT_NE(ResultsByKey().at(job->job_key).generated_text, "FORGED");
+}
+
+// Issue 19: an implausible result (negative counts, probes for a job that asked for none) is
+// never written: the attempt fails, the worker is told why, and the job runs again.
+TEST_F(ServerTest, ImplausibleResultFailsTheAttemptAndIsNotWritten) {
+  const auto keys = AddJobs(1);
+  const std::string ep = "inproc://server-test-implausible";
+  StartServer(ep);
+  RawWorker w(ctx_, ep);
+  w.Ready("liar");
+  auto job = w.Await<JobMsg>();
+  ASSERT_TRUE(job);
+  JobResult bad = Answer(job->spec, job->job_key, job->attempt);
+  bad.generated_tokens = -3;
+  ASSERT_TRUE(w.Send(ResultMsg{bad}));
+  auto ack = w.Await<AckMsg>();
+  ASSERT_TRUE(ack);
+  EXPECT_EQ(ack->status, AckStatus::kFailed);
+  EXPECT_NE(ack->reason.find("implausible result: result.generated_tokens"), std::string::npos)
+      << ack->reason;
+  auto again = w.Await<JobMsg>();
+  ASSERT_TRUE(again);
+  EXPECT_EQ(again->attempt, job->attempt + 1);
+  JobResult probes = Answer(again->spec, again->job_key, again->attempt);
+  probes.probes.push_back(ProbeSummary{1, 1, 0, 0, 1, true, 1, {0}, {0}});
+  ASSERT_TRUE(w.Send(ResultMsg{probes}));
+  ack = w.Await<AckMsg>();
+  ASSERT_TRUE(ack);
+  EXPECT_EQ(ack->status, AckStatus::kFailed);
+  EXPECT_NE(ack->reason.find("did not ask for probes"), std::string::npos) << ack->reason;
+  auto third = w.Await<JobMsg>();
+  ASSERT_TRUE(third);
+  ASSERT_TRUE(w.Send(ResultMsg{Answer(third->spec, third->job_key, third->attempt)}));
+  auto summary = JoinServer();
+  ASSERT_TRUE(summary.ok()) << summary.status().ToString();
+  EXPECT_EQ(summary->done, 1);
+  EXPECT_EQ(summary->implausible_results, 2);
+  EXPECT_EQ(ResultsByKey().at(job->job_key).generated_tokens, 0);
+  EXPECT_EQ(ResultsByKey().at(job->job_key).attempt, third->attempt);
+}
+
+// Issue 19: peer strings reach the log with their control bytes escaped: a worker id with a
+// newline cannot forge a log line.
+TEST_F(ServerTest, PeerStringsAreEscapedInTheLog) {
+  AddJobs(1);
+  const std::string ep = "inproc://server-test-logsafe";
+  StartServer(ep);
+  RawWorker w(ctx_, ep);
+  w.Ready("evil\ncoordinator: FAKE\x1b[2J");
+  auto job = w.Await<JobMsg>();
+  ASSERT_TRUE(job);
+  ASSERT_TRUE(w.Send(ResultMsg{Answer(job->spec, job->job_key, job->attempt)}));
+  auto summary = JoinServer();
+  ASSERT_TRUE(summary.ok()) << summary.status().ToString();
+  EXPECT_TRUE(rec_.Logged("worker evil\\x0acoordinator: FAKE\\x1b[2J ready"));
+  for (const std::string& line : rec_.Lines()) {
+    EXPECT_EQ(line.find('\n'), std::string::npos) << line;
+    EXPECT_EQ(line.find('\x1b'), std::string::npos) << line;
+  }
 }
 
 }  // namespace

@@ -4,8 +4,11 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tests/db/campaign_fixture.h"
@@ -310,6 +313,38 @@ TEST_F(StoreTest, RecordFailureRequeuesOrFails) {
             StatusCode::kInvalidArgument);
 }
 
+// Issue 19: a job failed only through expired leases and lost workers runs again when its
+// campaign is run or submitted again; a job an engine failed, and a done job, stay as they are.
+TEST_F(StoreTest, RequeueInfrastructureFailuresRetriesOnlyJobsWorkersDidNotFinish) {
+  JobSpec expired = MakeSpec(1024, 0.0), engine = MakeSpec(2048, 0.0), done = MakeSpec(4096, 0.0),
+          engine_code = MakeSpec(8192, 0.0);
+  ASSERT_TRUE(store_->AddJobs(campaign_, {expired, engine, done, engine_code}, 1000).ok());
+  auto fail = [&](const JobSpec& j, int attempt, const Status& why, bool retry) {
+    ASSERT_TRUE(store_->RecordLease(j.Key(), attempt, "w", 9000, 1000).ok());
+    ASSERT_TRUE(store_->RecordFailure(j.Key(), attempt, why, retry, 1100).ok());
+  };
+  fail(expired, 1, Status::DeadlineExceeded("lease of attempt 1 on w expired after 5 ms"), true);
+  fail(expired, 2, Status::Unavailable("worker w lost: silent for 4000 ms"), true);
+  fail(expired, 3, Status::DeadlineExceeded("lease of attempt 3 on w expired after 5 ms"), false);
+  fail(engine, 1, Status::DeadlineExceeded("lease of attempt 1 on w expired after 5 ms"), true);
+  fail(engine, 2, Status::ResourceExhausted("engine error on worker w: out of memory"), false);
+  fail(engine_code, 1, Status::Unavailable("engine error on worker w: device lost"), false);
+  ASSERT_TRUE(store_->RecordLease(done.Key(), 1, "w", 9000, 1000).ok());
+  ASSERT_TRUE(store_->CommitResults({MakeResult(done, 1, Outcome::kPass)}, 1200).ok());
+  ASSERT_EQ(StateOf(expired), JobState::kFailed);
+
+  auto n = store_->RequeueInfrastructureFailures(
+      {expired.Key(), engine.Key(), done.Key(), engine_code.Key(), "0unknown"}, 2000);
+  ASSERT_TRUE(n.ok()) << n.status().ToString();
+  EXPECT_EQ(*n, 1);
+  EXPECT_EQ(StateOf(expired), JobState::kQueued);
+  EXPECT_EQ(StateOf(engine), JobState::kFailed);
+  EXPECT_EQ(StateOf(engine_code), JobState::kFailed);
+  EXPECT_EQ(StateOf(done), JobState::kDone);
+  // Its attempts continue from the highest one.
+  EXPECT_TRUE(store_->RecordLease(expired.Key(), 4, "w2", 9000, 2100).ok());
+}
+
 // The coordinator's batch: failures then leases in one transaction, all or nothing.
 TEST_F(StoreTest, RecordAttemptsIsOneAllOrNothingBatch) {
   JobSpec a = MakeSpec(1024, 0.0), b = MakeSpec(2048, 0.0), c = MakeSpec(4096, 0.0);
@@ -529,6 +564,84 @@ TEST_F(StoreTest, InTransactionCommitsOrRollsBackEverything) {
                   .ok());
   EXPECT_EQ(StateOf(a), JobState::kLeased);
   EXPECT_EQ(StateOf(b), JobState::kLeased);
+}
+
+// Issue 19: a writer whose lock is held by another process longer than its busy timeout waits,
+// retries and reports (SetBusyRetry), and its write lands once the lock is free.
+TEST_F(StoreTest, BusyRetryWaitsOutAnotherProcesssLock) {
+  auto second = Store::Open(file_);
+  ASSERT_TRUE(second.ok()) << second.status().ToString();
+  ASSERT_TRUE((*second)->SetBusyTimeout(20).ok());
+  std::atomic<int> waits{0};
+  std::atomic<bool> holding{false};
+  std::atomic<bool> release{false};
+  std::thread holder([&] {
+    EXPECT_TRUE(store_
+                    ->InTransaction([&]() -> Status {
+                      NW_RETURN_IF_ERROR(store_->AddJobs(campaign_, {MakeSpec(1024, 0)}, 1));
+                      holding = true;
+                      while (!release) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+                      return Status::Ok();
+                    })
+                    .ok());
+  });
+  while (!holding) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  // Without the retry the write fails at once (the busy timeout is 20 ms) ...
+  EXPECT_EQ((*second)->UpsertCampaign("x", "", "", 1).status().code(), StatusCode::kUnavailable);
+  // ... with it, the write waits; the lock is released once it has reported a wait.
+  Store::BusyRetry retry;
+  retry.max_wait_ms = 60'000;
+  retry.on_wait = [&](const Status& reason, int64_t) {
+    EXPECT_EQ(reason.code(), StatusCode::kUnavailable);
+    if (++waits >= 2) release = true;
+    return true;
+  };
+  (*second)->SetBusyRetry(retry);
+  auto id = (*second)->UpsertCampaign("x", "", "", 1);
+  holder.join();
+  ASSERT_TRUE(id.ok()) << id.status().ToString();
+  EXPECT_GE(waits.load(), 2);
+  // A stop request ends the wait with the reason.
+  std::atomic<bool> stop{false};
+  retry.on_wait = [&](const Status&, int64_t) { return !stop.exchange(true); };
+  (*second)->SetBusyRetry(retry);
+  Status held = store_->InTransaction([&]() -> Status {
+    auto again = (*second)->UpsertCampaign("y", "", "", 1);
+    EXPECT_EQ(again.status().code(), StatusCode::kUnavailable);
+    return Status::Ok();
+  });
+  EXPECT_TRUE(held.ok());
+}
+
+// Issue 19: peers that register ever new ids cannot grow table workers without bound: rows of
+// departed workers beyond the newest 4096 are dropped; active workers are never dropped.
+TEST_F(StoreTest, DepartedWorkerRowsAreBounded) {
+  WorkerRecord active;
+  active.id = "still-here";
+  active.first_seen_ms = active.last_seen_ms = 1;
+  active.state = "active";
+  ASSERT_TRUE(store_->UpsertWorker(active).ok());
+  ASSERT_TRUE(store_
+                  ->InTransaction([&]() -> Status {
+                    for (int i = 0; i < 5000; ++i) {
+                      WorkerRecord w;
+                      w.id = "w" + std::to_string(i);
+                      w.first_seen_ms = w.last_seen_ms = 10 + i;
+                      w.state = i % 2 ? "lost" : "gone";
+                      NW_RETURN_IF_ERROR(store_->UpsertWorker(w));
+                    }
+                    return Status::Ok();
+                  })
+                  .ok());
+  auto workers = store_->ListWorkers();
+  ASSERT_TRUE(workers.ok());
+  EXPECT_LE(workers->size(), 4096u + 64u + 1u);
+  EXPECT_GE(workers->size(), 4096u + 1u);
+  std::set<std::string> ids;
+  for (const auto& w : *workers) ids.insert(w.id);
+  EXPECT_EQ(ids.count("still-here"), 1u);
+  EXPECT_EQ(ids.count("w4999"), 1u);  // the newest stay
+  EXPECT_EQ(ids.count("w0"), 0u);     // the oldest went
 }
 
 TEST_F(StoreTest, OneWriterAtATime) {

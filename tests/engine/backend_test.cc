@@ -318,5 +318,59 @@ TEST_F(BackendTest, WeightCacheMakesEachFormatOnce) {
                            want.embed.data.size() * sizeof(float)));
 }
 
+// Issue 19: a NaN or infinite logit ends generation with a non-retryable error (the worker's
+// engine_error), never a token picked from garbage that would score as a "miss".
+class NanAfterSequence : public BackendSequence {
+ public:
+  explicit NanAfterSequence(int good_steps) : good_steps_(good_steps) {}
+  int64_t position() const override { return pos_; }
+  int index_topk() const override { return 0; }
+  Status Prefill(std::span<const int32_t> tokens, std::vector<float>* logits) override {
+    pos_ += static_cast<int64_t>(tokens.size());
+    Fill(logits);
+    return Status::Ok();
+  }
+  Status Decode(int32_t, std::vector<float>* logits) override {
+    ++pos_;
+    Fill(logits);
+    return Status::Ok();
+  }
+  const std::vector<IndexerProbe>& probes() const override { return probes_; }
+  int64_t state_bytes() const override { return 0; }
+
+ private:
+  void Fill(std::vector<float>* logits) {
+    logits->assign(8, 0.0f);
+    (*logits)[1] = 1.0f;
+    if (steps_++ >= good_steps_) (*logits)[5] = std::nanf("");
+  }
+  int good_steps_;
+  int steps_ = 0;
+  int64_t pos_ = 0;
+  std::vector<IndexerProbe> probes_;
+};
+
+TEST(GenerateTest, NonFiniteLogitsAreANonRetryableError) {
+  ModelConfig cfg;
+  cfg.vocab_size = 8;
+  GenerateRequest req;
+  req.prompt = {1, 2};
+  req.max_new_tokens = 5;
+  NanAfterSequence seq(/*good_steps=*/2);
+  std::vector<float> logits;
+  ASSERT_TRUE(seq.Prefill(req.prompt, &logits).ok());
+  GenerateResult result;
+  Status st = DecodeGreedy(cfg, req, &seq, &logits, &result);
+  EXPECT_EQ(st.code(), StatusCode::kInternal);
+  EXPECT_FALSE(IsRetryable(st.code()));
+  EXPECT_NE(st.message().find("non-finite logit (NaN) for token 5 at generated token 2"),
+            std::string::npos)
+      << st.message();
+  EXPECT_EQ(result.tokens, (std::vector<int32_t>{1, 1}));
+  std::vector<float> inf(8, 0.0f);
+  inf[3] = -INFINITY;
+  EXPECT_NE(CheckLogitsFinite(inf.data(), 8, 0).message().find("infinity"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace nw

@@ -400,6 +400,45 @@ std::string RawExchange(uint16_t port, const std::string& first, const std::stri
   return head;
 }
 
+// Issue 19: idle and slow connections cannot take every slot: at the connection cap the one
+// waiting longest for a request is closed, so /health stays answerable.
+TEST_F(ServeTest, IdleConnectionsCannotTakeEverySlot) {
+  namespace asio = boost::asio;
+  HttpServerOptions o;
+  o.max_connections = 4;
+  auto server = Start(o);
+  ASSERT_NE(server, nullptr);
+  asio::io_context ioc;
+  std::vector<std::unique_ptr<asio::ip::tcp::socket>> idle;
+  for (int i = 0; i < 8; ++i) {
+    idle.push_back(std::make_unique<asio::ip::tcp::socket>(ioc));
+    idle.back()->connect({asio::ip::make_address("127.0.0.1"), server->port()});
+    // Half of them send half a header and stop (slowloris).
+    if (i % 2 == 0) asio::write(*idle.back(), asio::buffer(std::string("GET /health HT")));
+  }
+  auto c = Client(*server);
+  for (int i = 0; i < 3; ++i) {
+    auto [status, body] = Call(*c, "/health", json());
+    EXPECT_EQ(status, 200) << body.dump();
+  }
+}
+
+// Issue 19: a body nested deeper than 64 levels is refused before it is parsed.
+TEST_F(ServeTest, DeeplyNestedBodiesAreRefused) {
+  auto server = Start();
+  ASSERT_NE(server, nullptr);
+  auto c = Client(*server);
+  const std::string deep = std::string(100'000, '[') + std::string(100'000, ']');
+  auto r = c->Send("POST", "/v1/completions", deep, std::chrono::seconds(60));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->status, 400);
+  EXPECT_THAT(r->body, HasSubstr("nests deeper than 64 levels"));
+  // Brackets inside strings do not count.
+  json ok = {{"prompt", std::string(1000, '[')}, {"max_tokens", 1}, {"temperature", 0}};
+  auto [status, body] = Call(*c, "/v1/completions", ok);
+  EXPECT_EQ(status, 200) << body.dump();
+}
+
 TEST_F(ServeTest, MalformedHttpAndExpectContinue) {
   auto server = Start();
   ASSERT_NE(server, nullptr);

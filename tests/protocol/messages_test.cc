@@ -4,7 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
@@ -406,6 +408,74 @@ TEST(MessagesTest, FuzzNeverThrows) {
     if (out.ok()) ++accepted;
   }
   EXPECT_LT(accepted, 5000);
+}
+
+// Issue 19: peer strings are made safe for log lines.
+TEST(MessagesTest, LogSafeEscapesControlBytesAndCuts) {
+  EXPECT_EQ(LogSafe("worker-1"), "worker-1");
+  EXPECT_EQ(LogSafe("a\nb\r\x1b[2J\x7f"), "a\\x0ab\\x0d\\x1b[2J\\x7f");
+  EXPECT_EQ(LogSafe(std::string("a\0b", 3)), "a\\x00b");
+  EXPECT_EQ(LogSafe("häß"), "häß");  // UTF-8 stays readable
+  EXPECT_EQ(LogSafe(std::string(10, 'x'), 4), "xxxx...(10 bytes)");
+}
+
+// Issue 19: READY capabilities are bounded as a whole (they are stored and shown).
+TEST(MessagesTest, ReadyCapabilitiesAreBoundedInSize) {
+  json ready = ValidReady();
+  ready["capabilities"]["notes"] = std::string(kMaxCapabilityBytes, 'n');
+  EXPECT_HAS(RejectedPayload(Command::kReady, ready), "READY.capabilities: ");
+  EXPECT_HAS(RejectedPayload(Command::kReady, ready), "-byte limit");
+  ready["capabilities"]["notes"] = std::string(1000, 'n');
+  EXPECT_TRUE(Decode(Frames(ready.dump(), Byte(Command::kReady))).ok());
+}
+
+// Issue 19: a result is checked for plausibility before anything is written.
+TEST(MessagesTest, ResultBoundsAndPlausibility) {
+  const JobSpec spec = Spec();
+  EXPECT_TRUE(CheckResultBounds(Res()).ok()) << CheckResultBounds(Res()).ToString();
+  auto check = [](const std::function<void(JobResult&)>& edit, const JobSpec* sp = nullptr) {
+    JobResult r = Res();
+    edit(r);
+    const Status st = CheckResultBounds(r, sp);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+    return st.message();
+  };
+  EXPECT_HAS(check([](JobResult& r) { r.prompt_tokens = -1; }), "result.prompt_tokens");
+  EXPECT_HAS(check([](JobResult& r) { r.generated_tokens = -1; }), "result.generated_tokens");
+  EXPECT_HAS(check([](JobResult& r) { r.needle_token_offset = -2; }), "result.needle_token_offset");
+  EXPECT_HAS(check([](JobResult& r) { r.prefill_ms = std::nan(""); }), "result.prefill_ms");
+  EXPECT_HAS(check([](JobResult& r) { r.total_ms = -1; }), "result.total_ms");
+  EXPECT_HAS(check([](JobResult& r) { r.decode_ms = 1e300; }), "result.decode_ms");
+  EXPECT_HAS(
+      check([](JobResult& r) { r.generated_text = std::string(kMaxResultTextBytes + 1, 'a'); }),
+      "result.generated_text");
+  EXPECT_HAS(check([](JobResult& r) { r.error_code = "not_a_code"; }), "result.error_code");
+  EXPECT_HAS(check([](JobResult& r) { r.probes[0].layer = -1; }), "result.probes[0].layer");
+  EXPECT_HAS(check([](JobResult& r) { r.probes[0].layer = 100000; }), "result.probes[0].layer");
+  EXPECT_HAS(check([](JobResult& r) { r.probes[0].in_topk_fraction = 1.5; }), "in_topk_fraction");
+  EXPECT_HAS(check([](JobResult& r) { r.probes[0].ranks = {1, 2, 3}; }), "probes[0].ranks");
+  EXPECT_HAS(check([](JobResult& r) { r.probes[0].ranks = {-7, 1}; }), "probes[0].ranks");
+  EXPECT_HAS(check([](JobResult& r) { r.probes[0].topk_last.assign(17, 1); }),
+             "probes[0].topk_last");
+  EXPECT_HAS(check([](JobResult& r) { r.probes.resize(kMaxProbes + 1); }), "result.probes");
+  JobSpec no_probe = spec;
+  no_probe.probe = false;
+  EXPECT_HAS(check([](JobResult&) {}, &no_probe), "did not ask for probes");
+  JobSpec probing = spec;
+  probing.probe = true;
+  probing.context_length = 2;
+  EXPECT_HAS(check([](JobResult& r) { r.probes[0].positions = 5; }, &probing),
+             "5 positions for a prompt of 2 tokens");
+}
+
+// Issue 19: an integer too large for its field is refused, never wrapped into a small one.
+TEST(MessagesTest, ResultIntegersThatDoNotFitTheirFieldAreRefused) {
+  json payload = {{"result", Res().ToJson()}};
+  payload["result"]["probes"][0]["layer"] = 4294967299LL;  // 2^32 + 3 would wrap to 3
+  EXPECT_HAS(RejectedPayload(Command::kResult, payload), "probe.layer: 4294967299 does not fit");
+  payload = {{"result", Res().ToJson()}};
+  payload["result"]["prompt_tokens"] = 18446744073709551615ull;
+  EXPECT_HAS(RejectedPayload(Command::kResult, payload), "result.prompt_tokens");
 }
 
 TEST(MessagesTest, HexId) {
