@@ -596,3 +596,38 @@ TEST(YamlGuardTest, MalformedYamlCarriesTheMark) {
 
 }  // namespace
 }  // namespace nw
+
+namespace nw {
+namespace {
+
+TEST(CampaignParseTest, FaultAxisDefaultsToNoneAndIsChecked) {
+  const Campaign c =
+      MustParse(Yaml("  context_length: [256]\n  needle_position: [0.5]\n  topk: 8\n"));
+  ASSERT_EQ(c.values[static_cast<size_t>(Axis::kFault)].size(), 1u);
+  EXPECT_EQ(c.values[static_cast<size_t>(Axis::kFault)][0].name(), "none");
+  EXPECT_THAT(ParseError(Yaml("  context_length: [256]\n  needle_position: [0.5]\n  topk: 8\n"
+                              "  fault: [none, pd-handof]\n")),
+              HasSubstr("t.yaml:7:17: matrix.fault[1]: unknown fault 'pd-handof'"));
+}
+
+TEST(CampaignParseTest, AFaultNeedsABackendThatReplaysIt) {
+  const std::string e =
+      ParseError(Yaml("  context_length: [256]\n  needle_position: [0.5]\n  topk: 8\n"
+                      "  backend: [cpu, cpu-pd]\n  fault: [pd-handoff-loses-state]\n"));
+  EXPECT_THAT(e, HasSubstr("t.yaml:8:11: matrix.fault[0]: backend 'cpu' does not replay fault "
+                           "'pd-handoff-loses-state' (replayed by: cpu-pd)"));
+  EXPECT_THAT(e, HasSubstr("matrix.backend[0]"));
+  // Excluding the combination makes it valid; include can add a faulted cell.
+  const Campaign c =
+      MustParse(Yaml("  context_length: [256]\n  needle_position: [0.5]\n  topk: 8\n"
+                     "  backend: [cpu, cpu-pd]\n  fault: [none, pd-handoff-loses-state]\n",
+                     "exclude:\n  - {backend: cpu, fault: pd-handoff-loses-state}\n"
+                     "include:\n  - {backend: cpu, fault: partial-block-mod4}\n"));
+  EXPECT_EQ(c.cells.size(), 4u);
+  EXPECT_THAT(ParseError(Yaml("  context_length: [256]\n  needle_position: [0.5]\n  topk: 8\n"
+                              "  backend: [cuda]\n  fault: [indexer-rope-layout]\n")),
+              HasSubstr("backend 'cuda' does not replay fault 'indexer-rope-layout'"));
+}
+
+}  // namespace
+}  // namespace nw
