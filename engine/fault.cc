@@ -27,9 +27,9 @@ constexpr std::array<FaultInfo, 9> kFaults = {{
      "the first decode step pools stale rows",
      "vLLM issue #55927 (wrong digit at deep retrieval iff prompt_len % 4 == 3)"},
     {Fault::kCompressorStateNotRestored, "compressor-state-not-restored",
-     "a restored decode state (the PD import, the engine's cached-prefix path) brings the KV "
-     "window, compressed entries and index keys but leaves the compressors' rolling states fresh "
-     "(zero)",
+     "a restored decode state (in needlework the PD import; the engine has no prefix cache) "
+     "brings the KV window, compressed entries and index keys but leaves the compressors' "
+     "rolling states fresh (zero)",
      "llama.cpp issue #25259 (compressor state not restored on cached prefix reuse)"},
     {Fault::kCompressedKvNoRope, "compressed-kv-no-rope",
      "the attention compressor stores its entries without RoPE (the indexer's keys keep theirs)",

@@ -34,12 +34,14 @@ std::string ParseError(const std::string& text) {
   return c.status().message();
 }
 
-// The cells as (context_length, needle_position, topk, precision, backend) strings.
+// The cells as strings of every axis value (the fault only when it is not none).
 std::vector<std::string> CellStrings(const Campaign& c) {
   std::vector<std::string> out;
   for (const Cell& cell : c.cells) {
     std::string s;
     for (Axis a : kAllAxes) {
+      // The fault axis shows only when a cell replays one (docs/faults.md).
+      if (a == Axis::kFault && c.value(cell, a).name() == "none") continue;
       if (!s.empty()) s += " ";
       s += c.value(cell, a).ToString();
     }
