@@ -477,8 +477,9 @@ Result<ServeRequest> Task::Prepare() {
   if (q.precision) sr.precision = *q.precision;
   if (q.fault && *q.fault != Fault::kNone) {
     if (!impl->options.allow_faults) {
-      return Status::InvalidArgument("fault: this server replays no faults (start nw serve with "
-                                     "--allow-faults to admit them; docs/faults.md)");
+      return Status::InvalidArgument(
+          "fault: this server replays no faults (start nw serve with "
+          "--allow-faults to admit them; docs/faults.md)");
     }
     sr.fault = *q.fault;
   }
