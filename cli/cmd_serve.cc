@@ -25,6 +25,7 @@ struct ServeArgs {
   int64_t max_batched_tokens = 256;
   size_t max_body_bytes = 16 << 20;
   int64_t timeout_ms = 600'000;
+  bool allow_faults = false;
 };
 
 int Serve(const ServeArgs& a, const Globals& g) {
@@ -54,6 +55,7 @@ int Serve(const ServeArgs& a, const Globals& g) {
   so.max_batched_tokens = a.max_batched_tokens;
   so.max_body_bytes = a.max_body_bytes;
   so.timeout_ms = a.timeout_ms;
+  so.allow_faults = a.allow_faults;
   if (!g.quiet) so.log = [](std::string_view line) { std::cerr << line << "\n"; };
   auto server = HttpServer::Start(*std::move(model), std::move(so));
   if (!server.ok()) {
@@ -105,6 +107,9 @@ void RegisterServe(CLI::App& app, Globals& g) {
                   "Per-request limit from arrival to answer; later requests are answered 504")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{24} * 3600 * 1000));
+  cmd->add_flag("--allow-faults", a->allow_faults,
+                "Admit requests that name a fault (known-bug replay, docs/faults.md); without it "
+                "they are answered 400");
   cmd->callback([a, &g] { g.exit_code = Serve(*a, g); });
 }
 

@@ -263,9 +263,9 @@ struct Store::Impl {
                 "INSERT INTO jobs (key, spec_json, model_digest, engine_version, task, haystack,"
                 " context_length, needle_position, topk, precision, precision_json, backend, seed,"
                 " trial, max_new_tokens, probe, state, attempts, last_error, created_ms,"
-                " updated_ms)"
+                " updated_ms, fault)"
                 " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16,"
-                " 'queued', 0, '', ?17, ?17)"
+                " 'queued', 0, '', ?17, ?17, ?18)"
                 " ON CONFLICT (key) DO NOTHING",
                 "inserting into table jobs");
         q.Bind(1, key)
@@ -284,7 +284,8 @@ struct Store::Impl {
             .Bind(14, spec.trial)
             .Bind(15, spec.max_new_tokens)
             .Bind(16, spec.probe)
-            .Bind(17, now_ms);
+            .Bind(17, now_ms)
+            .Bind(18, spec.fault);
         NW_RETURN_IF_ERROR(q.Run());
       }
       Query link(*db,

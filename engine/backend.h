@@ -30,6 +30,8 @@ struct SequenceSpec {
   int index_topk = 0;      // 0 = the model's index_topk
   PrecisionProfile precision;
   std::optional<ProbeRequest> probe;
+  Fault fault = Fault::kNone;  // engine/fault.h; checked against the backend's BackendInfo::faults
+  ForwardTrace* trace = nullptr;  // optional per-layer trace sink (types.h), not owned
 };
 
 /// One request's state on a backend's device: KV caches, compressor states, probes.

@@ -1,6 +1,7 @@
 #include "engine/backend_catalog.h"
 
 #include <array>
+#include <string>
 
 namespace nw {
 
@@ -8,19 +9,50 @@ namespace {
 
 constexpr int64_t kPagedChunk = 256;  // tokens per prefill chunk of the paged backends
 
+// The faults each CPU backend replays (docs/faults.md). The PD handoff faults need the
+// decode-state transfer, so only cpu-pd has them. The GPU backends replay none yet.
+constexpr std::array<Fault, 6> kCpuFaults = {
+    Fault::kIndexerRopeLayout,  Fault::kRaggedKeyRange,   Fault::kPartialBlockMod4,
+    Fault::kCompressedKvNoRope, Fault::kCompressRopeBase, Fault::kSharedExpertNoClamp,
+};
+constexpr std::array<Fault, 8> kPdFaults = {
+    Fault::kPdHandoffLosesState, Fault::kCompressorStateNotRestored, Fault::kIndexerRopeLayout,
+    Fault::kRaggedKeyRange,      Fault::kPartialBlockMod4,           Fault::kCompressedKvNoRope,
+    Fault::kCompressRopeBase,    Fault::kSharedExpertNoClamp,
+};
+
 constexpr std::array<BackendInfo, 6> kCatalog = {{
     {"cpu", DeviceKind::kCpu, KvLayout::kContiguous, 0, false,
-     "CPU reference: contiguous KV, the whole prompt in one ragged pass"},
+     "CPU reference: contiguous KV, the whole prompt in one ragged pass", true, kCpuFaults},
     {"cpu-paged", DeviceKind::kCpu, KvLayout::kPaged, kPagedChunk, false,
-     "CPU reference: paged KV, prefill in 256-token chunks through the paged indexer"},
+     "CPU reference: paged KV, prefill in 256-token chunks through the paged indexer", true,
+     kCpuFaults},
     {"cpu-pd", DeviceKind::kCpu, KvLayout::kPaged, 0, true,
-     "CPU: prefill instance -> decode-state transfer -> paged decode instance"},
-    {"cuda", DeviceKind::kCuda, KvLayout::kContiguous, 0, false,
-     "GPU: contiguous KV, the whole prompt in one ragged pass"},
-    {"cuda-paged", DeviceKind::kCuda, KvLayout::kPaged, kPagedChunk, false,
-     "GPU: paged KV, prefill in 256-token chunks through the paged indexer"},
-    {"cuda-pd", DeviceKind::kCuda, KvLayout::kPaged, 0, true,
-     "GPU: prefill instance -> decode-state transfer -> paged decode instance"},
+     "CPU: prefill instance -> decode-state transfer -> paged decode instance", true, kPdFaults},
+    {"cuda",
+     DeviceKind::kCuda,
+     KvLayout::kContiguous,
+     0,
+     false,
+     "GPU: contiguous KV, the whole prompt in one ragged pass",
+     false,
+     {}},
+    {"cuda-paged",
+     DeviceKind::kCuda,
+     KvLayout::kPaged,
+     kPagedChunk,
+     false,
+     "GPU: paged KV, prefill in 256-token chunks through the paged indexer",
+     false,
+     {}},
+    {"cuda-pd",
+     DeviceKind::kCuda,
+     KvLayout::kPaged,
+     0,
+     true,
+     "GPU: prefill instance -> decode-state transfer -> paged decode instance",
+     false,
+     {}},
 }};
 
 }  // namespace
@@ -38,6 +70,32 @@ std::vector<std::string> BackendNames() {
   std::vector<std::string> names;
   for (const BackendInfo& b : kCatalog) names.emplace_back(b.name);
   return names;
+}
+
+Status CheckBackendFault(const BackendInfo& info, Fault fault) {
+  if (fault == Fault::kNone) return Status::Ok();
+  for (Fault f : info.faults) {
+    if (f == fault) return Status::Ok();
+  }
+  std::string replay;
+  for (const BackendInfo& b : kCatalog) {
+    for (Fault f : b.faults) {
+      if (f == fault) replay += (replay.empty() ? "" : ", ") + std::string(b.name);
+    }
+  }
+  return Status::Unsupported("backend '" + std::string(info.name) + "' does not replay fault '" +
+                             std::string(FaultName(fault)) + "' (replayed by: " +
+                             (replay.empty() ? std::string("no backend") : replay) + ")");
+}
+
+Status CheckBackendTrace(const BackendInfo& info, bool wanted) {
+  if (!wanted || info.traces) return Status::Ok();
+  std::string with;
+  for (const BackendInfo& b : kCatalog) {
+    if (b.traces) with += (with.empty() ? "" : ", ") + std::string(b.name);
+  }
+  return Status::Unsupported("backend '" + std::string(info.name) +
+                             "' does not record per-layer traces (traced by: " + with + ")");
 }
 
 std::string_view DeviceKindName(DeviceKind kind) {

@@ -68,6 +68,8 @@ Result<SequenceSpec> CheckRequest(const ModelConfig& cfg, const GenerateRequest&
   spec.index_topk = request.index_topk;
   spec.precision = request.precision;
   spec.probe = request.probe;
+  spec.fault = request.fault;
+  spec.trace = request.trace;
   return spec;
 }
 
@@ -90,6 +92,8 @@ Status DecodeGreedy(const ModelConfig& cfg, const GenerateRequest& request, Back
 
 Result<GenerateResult> Generate(Backend& backend, const GenerateRequest& request) {
   NW_ASSIGN_OR_RETURN(SequenceSpec spec, CheckRequest(backend.config(), request));
+  NW_RETURN_IF_ERROR(CheckBackendFault(backend.info(), request.fault));
+  NW_RETURN_IF_ERROR(CheckBackendTrace(backend.info(), request.trace != nullptr));
   if (auto whole = backend.GenerateWhole(request)) return std::move(*whole);
   NW_ASSIGN_OR_RETURN(std::unique_ptr<BackendSequence> seq, backend.NewSequence(spec));
   GenerateResult result;
@@ -112,6 +116,12 @@ Result<std::vector<GenerateResult>> GenerateBatch(Backend& backend,
   for (size_t i = 0; i < B; ++i) {
     auto spec = CheckRequest(cfg, requests[i]);
     if (!spec.ok()) return spec.status().WithContext("request " + std::to_string(i));
+    if (Status s = CheckBackendFault(backend.info(), requests[i].fault); !s.ok()) {
+      return s.WithContext("request " + std::to_string(i));
+    }
+    if (Status s = CheckBackendTrace(backend.info(), requests[i].trace != nullptr); !s.ok()) {
+      return s.WithContext("request " + std::to_string(i));
+    }
     specs.push_back(*std::move(spec));
   }
   std::vector<GenerateResult> results;

@@ -8,6 +8,7 @@
 #include <optional>
 #include <vector>
 
+#include "engine/fault.h"
 #include "engine/precision.h"
 
 namespace nw {
@@ -52,6 +53,25 @@ struct IndexerProbe {
   int topk = 0;                      // the request's effective top-k
 };
 
+/// One layer of a ForwardTrace: rows appended per processed token, in position order (the prompt,
+/// then each decode step).
+struct LayerTrace {
+  std::vector<float> attn;    // [tokens, dim]: the attention sub-layer's output (after wo_b)
+  std::vector<float> hidden;  // [tokens, hc_mult * dim]: the residual streams after the block
+};
+
+/// A per-layer trace of one request's forward pass (`nw diff`, docs/diff.md). A request records
+/// one only when it carries a sink (GenerateRequest::trace, SequenceSpec::trace); without one
+/// nothing is copied. Backends whose BackendInfo::traces is false refuse a sink.
+struct ForwardTrace {
+  int64_t dim = 0;           // the model's hidden size
+  int64_t stream_width = 0;  // hc_mult * dim
+  std::vector<LayerTrace> layers;
+  int64_t tokens() const {
+    return dim > 0 && !layers.empty() ? static_cast<int64_t>(layers[0].attn.size()) / dim : 0;
+  }
+};
+
 struct GenerateRequest {
   std::vector<int32_t> prompt;
   int max_new_tokens = 16;
@@ -59,6 +79,9 @@ struct GenerateRequest {
   int index_topk = 0;                // 0 = the model's index_topk
   PrecisionProfile precision;
   std::optional<ProbeRequest> probe;
+  Fault fault = Fault::kNone;     // known-bug replay (engine/fault.h); the backend must replay it
+  ForwardTrace* trace = nullptr;  // optional per-layer trace sink, not owned (must outlive the
+                                  // request); only backends with BackendInfo::traces take one
 };
 
 struct GenerateResult {

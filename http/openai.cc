@@ -294,6 +294,12 @@ std::optional<ApiError> ParseCompletionRequest(const json& body, ApiKind kind,
       }
       r.precision = *profile;
     }
+    if (const json* f = Get(body, "fault")) {
+      if (!f->is_string()) return Invalid("fault", "fault must be a string (docs/faults.md)");
+      Result<Fault> fault = ParseFault(f->get<std::string>());
+      if (!fault.ok()) return Invalid("fault", "fault: " + fault.status().message());
+      r.fault = *fault;
+    }
     *out = std::move(r);
     return std::nullopt;
   } catch (const json::exception& e) {

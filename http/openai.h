@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "engine/fault.h"
 #include "engine/precision.h"
 
 namespace nw {
@@ -65,6 +66,8 @@ struct CompletionRequest {
   bool return_meta_info = false;              // sglang extension (choices[i].meta_info)
   std::optional<int> index_topk;              // needlework extension: the indexer top-k
   std::optional<PrecisionProfile> precision;  // needlework extension: number formats
+  std::optional<Fault> fault;  // needlework extension: known-bug replay (docs/faults.md); the
+                               // server refuses one unless started with --allow-faults
 };
 
 /// Parses and validates a request body. Fields this server does not implement are rejected when

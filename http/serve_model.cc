@@ -114,6 +114,7 @@ Result<std::unique_ptr<ServeGeneration>> ServeModel::Start(const ServeRequest& r
   SequenceSpec spec;
   spec.index_topk = request.index_topk;
   spec.precision = request.precision;
+  spec.fault = request.fault;
   if (request.return_indexer_topk) {
     ProbeRequest probe;  // every position, no needle: only the top-k sets are wanted
     probe.keep_topk_sets = true;

@@ -45,6 +45,8 @@ struct ServeRequest {
   bool ignore_eos = false;              // else the model's eos token stops generation
   int index_topk = 0;                   // 0 = the model's
   PrecisionProfile precision;           // weights format requantized on first use, then cached
+  Fault fault = Fault::kNone;           // known-bug replay; the server admits one only when
+                                        // started with --allow-faults
   bool return_indexer_topk = false;
   const std::atomic<bool>* cancel = nullptr;  // checked between decode steps
 };

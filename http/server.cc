@@ -547,6 +547,14 @@ Result<ServeRequest> Task::Prepare() {
   sr.ignore_eos = q.ignore_eos;
   sr.index_topk = q.index_topk.value_or(0);
   if (q.precision) sr.precision = *q.precision;
+  if (q.fault && *q.fault != Fault::kNone) {
+    if (!impl->options.allow_faults) {
+      return Status::InvalidArgument(
+          "fault: this server replays no faults (start nw serve with "
+          "--allow-faults to admit them; docs/faults.md)");
+    }
+    sr.fault = *q.fault;
+  }
   sr.return_indexer_topk = q.return_indexer_topk;
   return sr;
 }

@@ -40,6 +40,7 @@ struct HttpServerOptions {
   int64_t timeout_ms = 600'000;               // per request, from arrival to answer (504 after)
   int64_t read_timeout_ms = 30'000;           // to receive a request; also the keep-alive idle time
   int max_connections = 256;                  // open connections; more are answered 503 and closed
+  bool allow_faults = false;                  // admit requests naming a fault (docs/faults.md)
   std::function<void()> before_generate;      // scheduler thread, as each request is admitted
   std::function<void(std::string_view)> log;  // lifecycle and server errors (never bodies)
 };

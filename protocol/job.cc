@@ -118,6 +118,7 @@ json JobSpec::ToJson() const {
          {"max_new_tokens", max_new_tokens},
          {"probe", probe}};
   if (http) j["http"] = http->ToJson();
+  if (fault != "none") j["fault"] = fault;
   return j;
 }
 
@@ -147,6 +148,13 @@ Result<JobSpec> JobSpec::FromJson(const json& j) {
   }
   if (s.backend == "http" && !s.http) {
     return Status::InvalidArgument("job.http: missing (backend http needs its settings)");
+  }
+  if (auto f = j.find("fault"); f != j.end()) {
+    if (!f->is_string() || f->get<std::string>().empty() || f->get<std::string>() == "none") {
+      return Status::InvalidArgument(
+          "job.fault: must be a fault name other than \"none\" (absent means none)");
+    }
+    s.fault = f->get<std::string>();
   }
   return s;
 }

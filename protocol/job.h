@@ -67,9 +67,11 @@ struct JobSpec {
   int max_new_tokens = 16;
   bool probe = false;                   // capture indexer probes
   std::optional<HttpBackendSpec> http;  // backend "http" only (and then required)
+  std::string fault = "none";           // known-bug replay (engine/fault.h; docs/faults.md)
 
   /// Canonical JSON: sorted keys, no whitespace, stable number formatting. "http" is present only
-  /// for http jobs, so the JSON (and key) of every other job is unchanged by the field.
+  /// for http jobs and "fault" only when it is not "none", so the JSON (and key) of every other
+  /// job is unchanged by those fields.
   nlohmann::json ToJson() const;
   static Result<JobSpec> FromJson(const nlohmann::json& j);
   /// 64 hex chars: sha256 of {"v":kJobSchemaVersion, "job":ToJson()} without model_dir (the key

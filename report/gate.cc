@@ -17,12 +17,13 @@ namespace {
 
 using ojson = nlohmann::ordered_json;
 
-// The axes of a configuration, in display order. The last three are not in the v_job_config
-// label; they are appended to labels when they matter.
-constexpr size_t kAxisCount = 8;
+// The axes of a configuration, in display order. fault is in the v_job_config label when it is
+// not none; the last three are not in the label and are appended to labels when they matter.
+constexpr size_t kAxisCount = 9;
 constexpr std::array<const char*, kAxisCount> kAxisNames = {
-    "task", "haystack", "topk", "precision", "backend", "model", "engine", "max_new_tokens"};
-constexpr size_t kFirstHiddenAxis = 5;
+    "task",  "haystack", "topk",   "precision",     "backend",
+    "fault", "model",    "engine", "max_new_tokens"};
+constexpr size_t kFirstHiddenAxis = 6;
 using AxisTuple = std::array<std::string, kAxisCount>;
 
 // Identity (exact) and display values of each axis of a job.
@@ -33,13 +34,19 @@ struct Axes {
 Axes AxesOf(const JobSpec& s) {
   Axes a;
   const std::string backend_ident = s.http ? s.backend + " " + s.http->KeyJson().dump() : s.backend;
-  a.ident = {
-      s.task,        s.haystack,     std::to_string(s.topk), s.precision.ToJson().dump(),
-      backend_ident, s.model_digest, s.engine_version,       std::to_string(s.max_new_tokens)};
+  a.ident = {s.task,
+             s.haystack,
+             std::to_string(s.topk),
+             s.precision.ToJson().dump(),
+             backend_ident,
+             s.fault,
+             s.model_digest,
+             s.engine_version,
+             std::to_string(s.max_new_tokens)};
   a.display = a.ident;
   a.display[3] = s.precision.name;
   a.display[4] = s.backend;
-  a.display[5] = s.model_digest.substr(0, 12);
+  a.display[6] = s.model_digest.substr(0, 12);
   return a;
 }
 

@@ -118,6 +118,11 @@ Result<JobResult> EngineExecutor::Run(const JobSpec& spec, const std::string& ke
   if (engine->config().eos_token_id >= 0) req.stop_tokens.push_back(engine->config().eos_token_id);
   req.index_topk = spec.topk;
   req.precision = spec.precision;
+  if (Result<Fault> fault = ParseFault(spec.fault); fault.ok()) {
+    req.fault = *fault;
+  } else {
+    return fault.status().WithContext("job.fault");
+  }
   if (spec.probe) {
     ProbeRequest pr;
     pr.needle_begin = prompt.needle_begin;

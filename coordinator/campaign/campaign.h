@@ -53,23 +53,24 @@ enum class Axis : int {
   kHaystack,
   kBackend,
   kPrecision,
+  kFault,  // known-bug replay (engine/fault.h); default none
   kTopk,
   kContextLength,
   kNeedlePosition,
 };
-inline constexpr size_t kNumAxes = 7;
+inline constexpr size_t kNumAxes = 8;
 inline constexpr std::array<Axis, kNumAxes> kAllAxes = {
-    Axis::kTask, Axis::kHaystack,      Axis::kBackend,        Axis::kPrecision,
-    Axis::kTopk, Axis::kContextLength, Axis::kNeedlePosition,
+    Axis::kTask,  Axis::kHaystack, Axis::kBackend,       Axis::kPrecision,
+    Axis::kFault, Axis::kTopk,     Axis::kContextLength, Axis::kNeedlePosition,
 };
-/// The YAML key of an axis: "task", "haystack", "backend", "precision", "topk",
+/// The YAML key of an axis: "task", "haystack", "backend", "precision", "fault", "topk",
 /// "context_length", "needle_position".
 std::string_view AxisName(Axis axis);
 std::optional<Axis> AxisFromName(std::string_view name);
 
-/// One value of an axis. task, haystack, backend and precision hold a name (std::string); topk
-/// and context_length an integer (int64_t); needle_position a double (a fraction in [0, 1], or a
-/// negative whole number: the needle ends that many tokens before the end of the prompt).
+/// One value of an axis. task, haystack, backend, precision and fault hold a name (std::string);
+/// topk and context_length an integer (int64_t); needle_position a double (a fraction in [0, 1], or
+/// a negative whole number: the needle ends that many tokens before the end of the prompt).
 struct AxisValue {
   std::variant<std::string, int64_t, double> value;
   SourceLocation where;

@@ -31,6 +31,8 @@ std::string_view AxisName(Axis axis) {
       return "backend";
     case Axis::kPrecision:
       return "precision";
+    case Axis::kFault:
+      return "fault";
     case Axis::kTopk:
       return "topk";
     case Axis::kContextLength:
@@ -97,11 +99,11 @@ constexpr std::string_view kTopKeys[] = {
     "name",       "description", "model",      "task",   "haystack", "matrix",
     "include",    "exclude",     "precisions", "trials", "seeds",    "seed",
     "generation", "probe",       "max_jobs",   "search", "criterion"};
-constexpr std::string_view kAxisKeys[] = {"task", "haystack",       "backend",        "precision",
-                                          "topk", "context_length", "needle_position"};
+constexpr std::string_view kAxisKeys[] = {"task",  "haystack", "backend",        "precision",
+                                          "fault", "topk",     "context_length", "needle_position"};
 constexpr std::string_view kIncludeKeys[] = {
-    "task",           "haystack",        "backend",        "precision", "topk",
-    "context_length", "needle_position", "max_new_tokens", "probe"};
+    "task", "haystack",       "backend",         "precision",      "fault",
+    "topk", "context_length", "needle_position", "max_new_tokens", "probe"};
 constexpr std::string_view kProfileKeys[] = {"base",    "weights", "activations",
                                              "index_q", "index_k", "kv"};
 constexpr std::string_view kRangeKinds[] = {"linear", "geometric"};
@@ -355,7 +357,8 @@ std::string Lower(std::string_view s) {
 
 bool IsIntegralAxis(Axis a) { return a == Axis::kTopk || a == Axis::kContextLength; }
 bool IsNameAxis(Axis a) {
-  return a == Axis::kTask || a == Axis::kHaystack || a == Axis::kBackend || a == Axis::kPrecision;
+  return a == Axis::kTask || a == Axis::kHaystack || a == Axis::kBackend || a == Axis::kPrecision ||
+         a == Axis::kFault;
 }
 size_t Ix(Axis a) { return static_cast<size_t>(a); }
 
@@ -665,6 +668,16 @@ Result<AxisValue> Parser::ParseAxisScalar(Axis axis, const YAML::Node& n,
           msg += "; defined under precisions: " + ListNames(c_.custom_precisions);
         }
         return Error(n, path, msg + ")");
+      }
+      v.value = s;
+      return v;
+    }
+    case Axis::kFault: {
+      NW_ASSIGN_OR_RETURN(std::string s, ReadString(n, path));
+      if (!ParseFault(s).ok()) {
+        return Error(
+            n, path,
+            "unknown fault '" + s + "' (expected " + ListNames(FaultNames()) + "; docs/faults.md)");
       }
       v.value = s;
       return v;
@@ -1303,6 +1316,21 @@ Status Parser::Plan(const YAML::Node& matrix_node) {
 // Cross-axis rules each cell must satisfy: a negative needle offset must fit in the context.
 Status Parser::CheckCells() const {
   for (const Cell& cell : c_.cells) {
+    // A fault runs only on a backend that replays it (its catalog entry's faults; http: none).
+    const AxisValue& fault = c_.value(cell, Axis::kFault);
+    if (fault.name() != "none") {
+      const AxisValue& backend = c_.value(cell, Axis::kBackend);
+      const BackendInfo* info = FindBackend(backend.name());
+      const Fault f = *ParseFault(fault.name());
+      const Status ok =
+          info != nullptr
+              ? CheckBackendFault(*info, f)
+              : Status::Unsupported("backend '" + backend.name() + "' replays no fault");
+      if (!ok.ok()) {
+        return Error(fault.where, ok.message() + " (backend from " + At(backend.where) +
+                                      "); exclude the combination");
+      }
+    }
     const AxisValue& pos = c_.value(cell, Axis::kNeedlePosition);
     const AxisValue& len = c_.value(cell, Axis::kContextLength);
     if (pos.number() < 0 && -pos.number() >= static_cast<double>(len.integer())) {
@@ -1422,6 +1450,7 @@ Result<Campaign> Parser::Run(std::string_view text) {
     if (a == Axis::kHaystack) def = std::string(NiahHaystackName(NiahHaystack::kNoise));
     if (a == Axis::kBackend) def = "cpu";
     if (a == Axis::kPrecision) def = "fp32";
+    if (a == Axis::kFault) def = "none";
     if (def.empty()) {
       return Error(matrix->key_node, "matrix",
                    "missing required axis '" + std::string(AxisName(a)) + "'");

@@ -172,6 +172,7 @@ Result<std::vector<JobSpec>> ExpandCampaign(const ResolvedCampaign& resolved) {
                               "' is used by a cell but was not resolved");
     }
     base.precision = profile->second;
+    base.fault = c.value(cell, Axis::kFault).name();
     base.topk = static_cast<int>(c.value(cell, Axis::kTopk).integer());
     base.context_length = c.value(cell, Axis::kContextLength).integer();
     base.needle_position = c.value(cell, Axis::kNeedlePosition).number();

@@ -14,6 +14,8 @@ SequenceOptions SequenceOptionsFor(const BackendInfo& info, const SequenceSpec& 
   so.index_topk = spec.index_topk;
   so.precision = spec.precision;
   so.probe = spec.probe;
+  so.fault = spec.fault;
+  so.trace = spec.trace;
   so.max_tokens = spec.max_tokens;
   return so;
 }
@@ -62,6 +64,7 @@ Result<std::unique_ptr<CpuBackend>> CpuBackend::Create(
 
 Result<std::unique_ptr<CpuSequence>> CpuBackend::NewCpuSequence(const SequenceSpec& spec) {
   NW_RETURN_IF_ERROR(spec.precision.Validate());
+  NW_RETURN_IF_ERROR(CheckBackendFault(info_, spec.fault));
   std::shared_ptr<const ModelWeights> w = weights_.Get(spec.precision.weights);
   NW_ASSIGN_OR_RETURN(Sequence seq,
                       Sequence::Create(*config_, *w, SequenceOptionsFor(info_, spec)));

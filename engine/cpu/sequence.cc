@@ -67,6 +67,26 @@ Status CheckExpert(const ExpertWeights& e, int64_t d_model, int64_t inter,
   return CheckShape(e.w2, {d_model, inter}, name + ".w2.weight");
 }
 
+// Fault indexer-rope-layout (engine/fault.h): RoPE in the half-split (rotate_half) layout, dims
+// j and j + pairs as a pair, where V4's indexer rotates interleaved pairs (2j, 2j + 1).
+void ApplyRopeHalfSplit(float* x, int pairs, const float* cos, const float* sin) {
+  for (int j = 0; j < pairs; ++j) {
+    const float a = x[j];
+    const float b = x[j + pairs];
+    x[j] = a * cos[j] - b * sin[j];
+    x[j + pairs] = a * sin[j] + b * cos[j];
+  }
+}
+
+// The indexer's RoPE (queries and compressed keys): interleaved, or half-split under the fault.
+void ApplyIndexerRope(Fault fault, float* x, int pairs, const float* cos, const float* sin) {
+  if (fault == Fault::kIndexerRopeLayout) {
+    ApplyRopeHalfSplit(x, pairs, cos, sin);
+  } else {
+    ApplyRope(x, pairs, cos, sin, false);
+  }
+}
+
 }  // namespace
 
 Status ValidateWeights(const ModelConfig& cfg, const ModelWeights& w) {
@@ -183,8 +203,17 @@ void Sequence::Impl::Init() {
   yarn.factor = cfg.rope_factor;
   yarn.beta_fast = cfg.beta_fast;
   yarn.beta_slow = cfg.beta_slow;
-  rope_compress = RopeTable(yarn, opts.max_tokens);
+  // Fault compress-rope-base: the compressed layers get the plain layers' table.
+  rope_compress = RopeTable(opts.fault == Fault::kCompressRopeBase ? plain : yarn, opts.max_tokens);
+  moe_cfg = cfg;
+  if (opts.fault == Fault::kSharedExpertNoClamp) moe_cfg.swiglu_clamp_shared_expert = false;
 
+  if (opts.trace != nullptr && opts.trace->layers.empty()) {
+    // A fresh sink; a PD decode instance keeps appending to its prefill instance's.
+    opts.trace->dim = cfg.dim;
+    opts.trace->stream_width = cfg.hc_mult * cfg.dim;
+    opts.trace->layers.resize(static_cast<size_t>(cfg.n_layers));
+  }
   const bool paged = opts.layout == KvLayout::kPaged;
   kv_pool = std::make_unique<PagePool>(cfg.head_dim);
   index_pool = std::make_unique<PagePool>(std::max(cfg.index_head_dim, 1));
@@ -255,8 +284,13 @@ void Sequence::Impl::Compress(const CompressorWeights& cw, bool indexer, const R
     num.Act(entry.data(), d);
     RmsNorm(entry.data(), cw.norm.ptr(), d, eps, entry.data());
     num.Act(entry.data(), d);
-    ApplyRope(entry.data() + d - rd, static_cast<int>(rd / 2), rope.cos(b * r), rope.sin(b * r),
-              false);
+    if (indexer) {
+      ApplyIndexerRope(opts.fault, entry.data() + d - rd, static_cast<int>(rd / 2), rope.cos(b * r),
+                       rope.sin(b * r));
+    } else if (opts.fault != Fault::kCompressedKvNoRope) {
+      ApplyRope(entry.data() + d - rd, static_cast<int>(rd / 2), rope.cos(b * r), rope.sin(b * r),
+                false);
+    }
     num.Act(entry.data(), d);
     if (indexer) {
       HadamardTransform(entry.data(), d, hadamard_scale);
@@ -267,8 +301,14 @@ void Sequence::Impl::Compress(const CompressorWeights& cw, bool indexer, const R
     }
     std::copy(entry.begin(), entry.end(), store.MutableRow(b));
   }
-  // Keep the projections of the last `span` tokens for the entries of later chunks.
-  for (int64_t p = std::max(s, s + n - span); p < s + n; ++p) {
+  // Keep the projections of the last `span` tokens for the entries of later chunks. Fault
+  // partial-block-mod4: a multi-token chunk ending 3 tokens into a ratio-4 block keeps none of
+  // that partial block (its ring slots keep older rows).
+  int64_t keep_end = s + n;
+  if (opts.fault == Fault::kPartialBlockMod4 && r == 4 && n > 1 && (s + n) % 4 == 3) {
+    keep_end = (s + n) / 4 * 4;
+  }
+  for (int64_t p = std::max(s, s + n - span); p < keep_end; ++p) {
     std::copy_n(kv + (p - s) * width, width, state.kv_row(p));
     std::copy_n(score + (p - s) * width, width, state.score_row(p));
   }
@@ -440,7 +480,7 @@ void Sequence::Impl::AttnAfterQ(int layer, int64_t n, int64_t s, const AttnRows&
     for (int64_t t = 0; t < n; ++t) {
       for (int64_t h = 0; h < hI; ++h) {
         float* v = r.iq + (t * hI + h) * cI;
-        ApplyRope(v + cI - rd, pairs, rope.cos(s + t), rope.sin(s + t), false);
+        ApplyIndexerRope(opts.fault, v + cI - rd, pairs, rope.cos(s + t), rope.sin(s + t));
         num.Act(v, cI);
         HadamardTransform(v, cI, hscale);
         num.Act(v, cI);
@@ -475,7 +515,11 @@ void Sequence::Impl::AttnCore(int layer, int64_t n, int64_t s, const AttnRows& r
     if (ratio > 0) {
       const int64_t visible = (p + 1) / ratio;
       if (ratio == 4) {
-        SelectEntries(layer, p, visible, r.iq + t * hI * cI, r.iw + t * hI, selected, scores,
+        // Fault ragged-key-range: the chunk's last query's key end for every query of the chunk
+        // (its entries are stored already: Compress ran for the whole chunk).
+        const int64_t key_end =
+            opts.fault == Fault::kRaggedKeyRange && n > 1 ? (s + n) / ratio : visible;
+        SelectEntries(layer, p, key_end, r.iq + t * hI * cI, r.iw + t * hI, selected, scores,
                       topk_out, scratch_idx);
         for (int32_t i : selected) entries.push_back(cache.compressed.Row(i));
       } else {
@@ -678,6 +722,12 @@ Status ForwardRows(std::span<const RowsPart> parts) {
     }
     AttentionRows(rows, N, one_token_each, l, x.data(), y.data());
     for (const PartRows& p : rows) {
+      if (ForwardTrace* tr = p.seq->opts.trace; tr != nullptr) {
+        std::vector<float>& a = tr->layers[static_cast<size_t>(l)].attn;
+        a.insert(a.end(), y.data() + p.row0 * D, y.data() + (p.row0 + p.n) * D);
+      }
+    }
+    for (const PartRows& p : rows) {
       for (int64_t t = p.row0; t < p.row0 + p.n; ++t) {
         MhcPost(p.seq->mhc, mix[static_cast<size_t>(t)], X.data() + t * stream, y.data() + t * D,
                 Xn.data() + t * stream);
@@ -696,10 +746,19 @@ Status ForwardRows(std::span<const RowsPart> parts) {
       }
     }
     if (first.opts.tp_ranks <= 1) {
-      MoeForwardRows(cfg, b.ffn, l, x.data(), tokens.data(), N, y.data());
+      // One pass over the rows of consecutive parts that share their MoE config (every part but
+      // those replaying shared-expert-no-clamp); rows do not depend on each other.
+      for (size_t i = 0; i < rows.size();) {
+        size_t j = i + 1;
+        while (j < rows.size() && rows[j].seq->opts.fault == rows[i].seq->opts.fault) ++j;
+        const int64_t r0 = rows[i].row0, rn = rows[j - 1].row0 + rows[j - 1].n - r0;
+        MoeForwardRows(rows[i].seq->moe_cfg, b.ffn, l, x.data() + r0 * D, tokens.data() + r0, rn,
+                       y.data() + r0 * D);
+        i = j;
+      }
     } else {
       for (int64_t t = 0; t < N; ++t) {
-        MoeForwardRanks(cfg, b.ffn, l, x.data() + t * D, tokens[static_cast<size_t>(t)],
+        MoeForwardRanks(first.moe_cfg, b.ffn, l, x.data() + t * D, tokens[static_cast<size_t>(t)],
                         first.opts.tp_ranks, y.data() + t * D);
       }
     }
@@ -710,6 +769,10 @@ Status ForwardRows(std::span<const RowsPart> parts) {
         MhcPost(im.mhc, mix[static_cast<size_t>(t)], X.data() + t * stream, y.data() + t * D,
                 Xn.data() + t * stream);
         im.num.Act(Xn.data() + t * stream, stream);
+      }
+      if (ForwardTrace* tr = im.opts.trace; tr != nullptr) {
+        std::vector<float>& h = tr->layers[static_cast<size_t>(l)].hidden;
+        h.insert(h.end(), Xn.data() + p.row0 * stream, Xn.data() + (p.row0 + p.n) * stream);
       }
     }
     std::swap(X, Xn);

@@ -54,6 +54,10 @@ struct SequenceOptions {
   PrecisionProfile precision;     // activations, index_q, index_k and kv apply here; weights are
                                   // whatever ModelWeights the caller passes
   std::optional<ProbeRequest> probe;
+  Fault fault = Fault::kNone;     // known-bug replay (engine/fault.h): the faults a plain sequence
+                                  // replays change its forward pass here; the PD handoff faults are
+                                  // the PD transfer's (pd_generate.cc)
+  ForwardTrace* trace = nullptr;  // per-layer trace sink (types.h), not owned; null: none
   int64_t max_tokens = 0;  // positions the sequence may reach (RoPE tables, buffer reservations)
   // Simulated tensor parallelism (engine/parallel/partition.h): R rank-local computations in one
   // process. Each rank attends with its n_heads/R query heads (and sinks), applies its

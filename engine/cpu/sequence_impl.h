@@ -73,6 +73,7 @@ struct Sequence::Impl {
   MhcParams mhc;
   RopeTable rope_plain;     // ratio-0 layers: rope_theta, no YaRN
   RopeTable rope_compress;  // ratio > 0 layers and their indexer: compress_rope_theta, YaRN
+  ModelConfig moe_cfg;      // cfg, or with the shared expert unclamped (shared-expert-no-clamp)
   std::unique_ptr<PagePool> kv_pool;     // head_dim rows (window + compressed KV)
   std::unique_ptr<PagePool> index_pool;  // index_head_dim rows
   std::vector<LayerCache> layers;

@@ -62,6 +62,10 @@ class CudaBackend final : public Backend {
   Result<std::unique_ptr<CudaSequence>> NewCudaSequence(const SequenceSpec& spec, KvLayout layout,
                                                         int64_t chunk) {
     NW_RETURN_IF_ERROR(spec.precision.Validate());
+    // The GPU backends replay no fault yet (their catalog entries list none): refused here too,
+    // for callers that reach a sequence without engine/generate.h's check.
+    NW_RETURN_IF_ERROR(CheckBackendFault(info_, spec.fault));
+    NW_RETURN_IF_ERROR(CheckBackendTrace(info_, spec.trace != nullptr));
     NW_RETURN_IF_ERROR(CudaSequence::CheckFits(config_, chunk, spec));
     NW_ASSIGN_OR_RETURN(const DeviceModel* model, ModelFor(spec.precision.weights));
     NW_ASSIGN_OR_RETURN(const DeviceRope* rope, RopeFor(spec.max_tokens));

@@ -28,6 +28,7 @@ Result<std::unique_ptr<PdBackend>> PdBackend::Create(const BackendInfo& info,
 
 Result<std::unique_ptr<BackendSequence>> PdBackend::NewSequence(const SequenceSpec& spec) {
   NW_RETURN_IF_ERROR(spec.precision.Validate());
+  NW_RETURN_IF_ERROR(CheckBackendFault(info_, spec.fault));
   NW_ASSIGN_OR_RETURN(std::unique_ptr<PdSequence> seq,
                       PdSequence::Create(config_, weights_.Get(spec.precision.weights), spec));
   return std::unique_ptr<BackendSequence>(std::move(seq));
@@ -40,6 +41,7 @@ int64_t PdBackend::state_bytes_per_token(const PrecisionProfile& precision) cons
 
 std::optional<Result<GenerateResult>> PdBackend::GenerateWhole(const GenerateRequest& request) {
   if (Status s = request.precision.Validate(); !s.ok()) return Result<GenerateResult>(s);
+  if (Status s = CheckBackendFault(info_, request.fault); !s.ok()) return Result<GenerateResult>(s);
   return GeneratePd(config_, weights_.Get(request.precision.weights), request);
 }
 

@@ -1,5 +1,6 @@
 #include "engine/parallel/pd_generate.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <string>
@@ -49,6 +50,30 @@ Status MergeProbes(const std::vector<IndexerProbe>& decode, std::vector<IndexerP
   return Status::Ok();
 }
 
+// The handoff faults (engine/fault.h) act on the transferred state: pd-handoff-loses-state zeroes
+// the compressed entries and index keys written before the handoff, compressor-state-not-restored
+// the compressors' rolling states (what a fresh decode instance holds where nothing was restored).
+std::vector<uint8_t> TransferWithFault(const ModelConfig& cfg, const cpu::Sequence& seq,
+                                       Fault fault) {
+  if (fault != Fault::kPdHandoffLosesState && fault != Fault::kCompressorStateNotRestored) {
+    return ExportTransfer(cfg, seq);
+  }
+  cpu::SequenceState st = seq.ExportState();
+  const auto zero = [](std::vector<float>& v) { std::fill(v.begin(), v.end(), 0.0f); };
+  for (cpu::SequenceLayerState& ls : st.layers) {
+    if (fault == Fault::kPdHandoffLosesState) {
+      zero(ls.compressed);
+      zero(ls.index_keys);
+    } else {
+      zero(ls.kv_state_kv);
+      zero(ls.kv_state_score);
+      zero(ls.index_state_kv);
+      zero(ls.index_state_score);
+    }
+  }
+  return SerializeDecodeState(cfg, st);
+}
+
 // The catalog entries whose layouts the two instances use.
 const BackendInfo& Entry(const char* name) { return *FindBackend(name); }
 
@@ -61,6 +86,7 @@ Result<std::unique_ptr<PdSequence>> PdSequence::Create(std::shared_ptr<const Mod
   s->config_ = std::move(config);
   s->weights_ = std::move(weights);
   s->decode_options_ = cpu::SequenceOptionsFor(Entry("cpu-paged"), spec);
+  s->fault_ = spec.fault;
   NW_ASSIGN_OR_RETURN(cpu::Sequence prefill,
                       cpu::Sequence::Create(*s->config_, *s->weights_,
                                             cpu::SequenceOptionsFor(Entry("cpu"), spec)));
@@ -88,7 +114,7 @@ Status PdSequence::Decode(int32_t token, std::vector<float>* logits) {
 
 Status PdSequence::Export() {
   if (!prefill_) return Status::Ok();
-  transfer_ = ExportTransfer(*config_, *prefill_);
+  transfer_ = TransferWithFault(*config_, *prefill_, fault_);
   position_ = prefill_->position();
   prefill_probes_ = prefill_->probes();
   prefill_.reset();  // the prefill instance's caches are gone: only the transfer buffer is left

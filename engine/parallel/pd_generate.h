@@ -60,9 +60,10 @@ class PdSequence final : public BackendSequence {
   std::shared_ptr<const ModelWeights> weights_;
   cpu::SequenceOptions decode_options_;
   int topk_ = 0;
-  int64_t position_ = 0;                      // at Export
-  std::optional<cpu::Sequence> prefill_;      // until Export
-  std::vector<uint8_t> transfer_;             // between Export and Import
+  Fault fault_ = Fault::kNone;            // the handoff faults act on the transfer (pd_generate.cc)
+  int64_t position_ = 0;                  // at Export
+  std::optional<cpu::Sequence> prefill_;  // until Export
+  std::vector<uint8_t> transfer_;         // between Export and Import
   std::vector<IndexerProbe> prefill_probes_;  // the prefill instance's, kept at Export
   std::optional<cpu::Sequence> decode_;       // from Import
   mutable std::vector<IndexerProbe> merged_;

@@ -35,12 +35,14 @@ std::string ParseError(const std::string& text) {
   return c.status().message();
 }
 
-// The cells as (context_length, needle_position, topk, precision, backend) strings.
+// The cells as strings of every axis value (the fault only when it is not none).
 std::vector<std::string> CellStrings(const Campaign& c) {
   std::vector<std::string> out;
   for (const Cell& cell : c.cells) {
     std::string s;
     for (Axis a : kAllAxes) {
+      // The fault axis shows only when a cell replays one (docs/faults.md).
+      if (a == Axis::kFault && c.value(cell, a).name() == "none") continue;
       if (!s.empty()) s += " ";
       s += c.value(cell, a).ToString();
     }
@@ -618,6 +620,41 @@ TEST(YamlGuardTest, MalformedYamlCarriesTheMark) {
   ASSERT_FALSE(two.ok());
   EXPECT_THAT(two.status().message(),
               HasSubstr("m.yaml:2:1: a campaign file holds one YAML document, found more"));
+}
+
+}  // namespace
+}  // namespace nw
+
+namespace nw {
+namespace {
+
+TEST(CampaignParseTest, FaultAxisDefaultsToNoneAndIsChecked) {
+  const Campaign c =
+      MustParse(Yaml("  context_length: [256]\n  needle_position: [0.5]\n  topk: 8\n"));
+  ASSERT_EQ(c.values[static_cast<size_t>(Axis::kFault)].size(), 1u);
+  EXPECT_EQ(c.values[static_cast<size_t>(Axis::kFault)][0].name(), "none");
+  EXPECT_THAT(ParseError(Yaml("  context_length: [256]\n  needle_position: [0.5]\n  topk: 8\n"
+                              "  fault: [none, pd-handof]\n")),
+              HasSubstr("t.yaml:7:17: matrix.fault[1]: unknown fault 'pd-handof'"));
+}
+
+TEST(CampaignParseTest, AFaultNeedsABackendThatReplaysIt) {
+  const std::string e =
+      ParseError(Yaml("  context_length: [256]\n  needle_position: [0.5]\n  topk: 8\n"
+                      "  backend: [cpu, cpu-pd]\n  fault: [pd-handoff-loses-state]\n"));
+  EXPECT_THAT(e, HasSubstr("t.yaml:8:11: matrix.fault[0]: backend 'cpu' does not replay fault "
+                           "'pd-handoff-loses-state' (replayed by: cpu-pd)"));
+  EXPECT_THAT(e, HasSubstr("matrix.backend[0]"));
+  // Excluding the combination makes it valid; include can add a faulted cell.
+  const Campaign c =
+      MustParse(Yaml("  context_length: [256]\n  needle_position: [0.5]\n  topk: 8\n"
+                     "  backend: [cpu, cpu-pd]\n  fault: [none, pd-handoff-loses-state]\n",
+                     "exclude:\n  - {backend: cpu, fault: pd-handoff-loses-state}\n"
+                     "include:\n  - {backend: cpu, fault: partial-block-mod4}\n"));
+  EXPECT_EQ(c.cells.size(), 4u);
+  EXPECT_THAT(ParseError(Yaml("  context_length: [256]\n  needle_position: [0.5]\n  topk: 8\n"
+                              "  backend: [cuda]\n  fault: [indexer-rope-layout]\n")),
+              HasSubstr("backend 'cuda' does not replay fault 'indexer-rope-layout'"));
 }
 
 }  // namespace

@@ -301,3 +301,56 @@ TEST_F(ResolveTest, ExpandNeedsAResolvedCampaign) {
 
 }  // namespace
 }  // namespace nw
+
+namespace nw {
+namespace {
+
+// The fault axis (docs/faults.md): `none` (or no axis) leaves every job and key as it was; a
+// fault is part of the key but not of the prompt.
+TEST_F(ResolveTest, FaultNoneKeepsEveryJobAndKey) {
+  const auto plain = Expand(Resolve(Parse("a.yaml", kSmall)));
+  std::string text = kSmall;
+  text.replace(text.find("  backend: [cpu, cpu-paged]\n"), 28,
+               "  backend: [cpu, cpu-paged]\n  fault: [none]\n");
+  const auto none = Expand(Resolve(Parse("b.yaml", text)));
+  ASSERT_EQ(plain.size(), none.size());
+  for (size_t i = 0; i < plain.size(); ++i) {
+    EXPECT_EQ(plain[i].Key(), none[i].Key());
+    EXPECT_EQ(none[i].fault, "none");
+    EXPECT_FALSE(none[i].ToJson().contains("fault"));
+  }
+  EXPECT_EQ(CampaignFingerprint(plain), CampaignFingerprint(none));
+}
+
+TEST_F(ResolveTest, AFaultIsInTheKeyNotThePrompt) {
+  std::string text = kSmall;
+  text.replace(text.find("  backend: [cpu, cpu-paged]\n"), 28,
+               "  backend: [cpu, cpu-paged]\n  fault: [none, partial-block-mod4]\n");
+  const auto jobs = Expand(Resolve(Parse("c.yaml", text)));
+  const auto plain = Expand(Resolve(Parse("a.yaml", kSmall)));
+  ASSERT_EQ(jobs.size(), 2 * plain.size());
+  std::set<std::string> plain_keys;
+  for (const JobSpec& j : plain) plain_keys.insert(j.Key());
+  int faulted = 0;
+  for (const JobSpec& j : jobs) {
+    if (j.fault == "none") {
+      EXPECT_TRUE(plain_keys.count(j.Key()));
+      continue;
+    }
+    ++faulted;
+    EXPECT_EQ(j.fault, "partial-block-mod4");
+    EXPECT_FALSE(plain_keys.count(j.Key()));
+    EXPECT_EQ(j.ToJson().at("fault"), "partial-block-mod4");
+    JobSpec clean = j;
+    clean.fault = "none";
+    EXPECT_EQ(clean.HaystackSeed(), j.HaystackSeed());
+    EXPECT_TRUE(plain_keys.count(clean.Key()));
+    auto back = JobSpec::FromJson(j.ToJson());
+    ASSERT_TRUE(back.ok());
+    EXPECT_EQ(back->Key(), j.Key());
+  }
+  EXPECT_EQ(faulted, static_cast<int>(plain.size()));
+}
+
+}  // namespace
+}  // namespace nw

@@ -574,3 +574,46 @@ TEST_F(ServeTest, BadOptionsAreRejected) {
 
 }  // namespace
 }  // namespace nw
+
+namespace nw {
+namespace {
+
+// Known-bug replay over HTTP (docs/faults.md): refused unless the server was started with
+// --allow-faults (HttpServerOptions::allow_faults); then a fault the backend replays runs, one it
+// does not is a 400 naming the backends that do, and an unknown name is a 400 naming the field.
+TEST_F(ServeTest, FaultsNeedAllowFaults) {
+  const std::vector<int32_t> prompt = Prompt(299);
+  const json body{
+      {"prompt", prompt}, {"max_tokens", 4}, {"temperature", 0}, {"fault", "partial-block-mod4"}};
+  {
+    auto server = Start();
+    ASSERT_NE(server, nullptr);
+    auto client = Client(*server);
+    auto [status, err] = Call(*client, "/v1/completions", body);
+    EXPECT_EQ(status, 400) << err.dump();
+    EXPECT_THAT(err.dump(), HasSubstr("--allow-faults"));
+    json none = body;
+    none["fault"] = "none";  // not a fault: always admitted
+    EXPECT_EQ(Call(*client, "/v1/completions", none).first, 200);
+  }
+  HttpServerOptions o;
+  o.allow_faults = true;
+  auto server = Start(o);
+  ASSERT_NE(server, nullptr);
+  auto client = Client(*server);
+  auto [status, ok] = Call(*client, "/v1/completions", body);
+  EXPECT_EQ(status, 200) << ok.dump();
+  json pd = body;
+  pd["fault"] = "pd-handoff-loses-state";
+  auto [s2, e2] = Call(*client, "/v1/completions", pd);
+  EXPECT_EQ(s2, 400) << e2.dump();
+  EXPECT_THAT(e2.dump(), HasSubstr("replayed by: cpu-pd"));
+  json bad = body;
+  bad["fault"] = "no-such-bug";
+  auto [s3, e3] = Call(*client, "/v1/completions", bad);
+  EXPECT_EQ(s3, 400) << e3.dump();
+  EXPECT_THAT(e3.dump(), HasSubstr("unknown fault 'no-such-bug'"));
+}
+
+}  // namespace
+}  // namespace nw

@@ -64,3 +64,34 @@ TEST(JobSeedTest, EveryDesignPointFieldChangesThePrompt) {
 
 }  // namespace
 }  // namespace nw
+
+namespace nw {
+namespace {
+
+// A fault is part of the key, not of the prompt; "none" is written nowhere, so every job without a
+// fault keeps the key it had before the field existed.
+TEST(JobSeedTest, FaultIsInTheKeyAndNoneIsInvisible) {
+  const JobSpec base = testing_protocol::SampleSpec();
+  EXPECT_EQ(base.fault, "none");
+  EXPECT_FALSE(base.ToJson().contains("fault"));
+  JobSpec f = base;
+  f.fault = "partial-block-mod4";
+  EXPECT_NE(f.Key(), base.Key());
+  EXPECT_EQ(f.HaystackSeed(), base.HaystackSeed());
+  auto back = JobSpec::FromJson(f.ToJson());
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->fault, "partial-block-mod4");
+  auto plain = JobSpec::FromJson(base.ToJson());
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(plain->fault, "none");
+  nlohmann::json j = base.ToJson();
+  j["fault"] = "none";  // never written: refused, so one job has one canonical form
+  EXPECT_FALSE(JobSpec::FromJson(j).ok());
+  j["fault"] = 3;
+  auto bad = JobSpec::FromJson(j);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("job.fault"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace nw

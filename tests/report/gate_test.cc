@@ -49,6 +49,7 @@ class Side {
       JobSpec s = MakeSpec(len, pos, trial++, topk, "cpu", id_);
       s.precision.name = precision;
       s.probe = probe;
+      s.fault = fault_;
       specs_.push_back(s);
       JobResult r = MakeResult(s, 1, o);
       // The same design point gets the same prompt hash on both sides.
@@ -78,8 +79,14 @@ class Side {
     return s.ok() ? *s : std::vector<CampaignSample>{};
   }
   int64_t id() const { return id_; }
+  // Jobs added from now on replay `fault` (docs/faults.md).
+  Side& WithFault(const std::string& fault) {
+    fault_ = fault;
+    return *this;
+  }
 
  private:
+  std::string fault_ = "none";
   Store& store_;
   std::string name_;
   int64_t id_ = 0;
@@ -419,6 +426,25 @@ TEST_F(GateFixture, PairingConfigurations) {
   bad.alpha = 0;
   EXPECT_EQ(RunGate(base.Samples(), cand.Samples(), bad).status().code(),
             StatusCode::kInvalidArgument);
+}
+
+// A fault is an axis like precision: the clean engine against a faulted one pairs by the other
+// axes, the fault is the axis under test and is in the candidate's label.
+TEST_F(GateFixture, AFaultIsAnAxisUnderTest) {
+  Side base(*store_, "base"), cand(*store_, "cand");
+  base.Row(1000, kPositions, N(10, P)).Row(2000, kPositions, N(10, P));
+  cand.WithFault("partial-block-mod4");
+  cand.Row(1000, kPositions, N(10, P)).Row(2000, kPositions, N(10, M));
+  base.Commit();
+  cand.Commit();
+  const GateReport r = Gate(base, cand);
+  EXPECT_EQ(r.axes_under_test, std::vector<std::string>{"fault"});
+  EXPECT_EQ(r.axis_values.at("fault"),
+            std::make_pair(std::string("none"), std::string("partial-block-mod4")));
+  ASSERT_EQ(r.pairs.size(), 1u);
+  EXPECT_EQ(r.pairs[0].baseline_config.find("fault="), std::string::npos);
+  EXPECT_NE(r.pairs[0].candidate_config.find(" fault=partial-block-mod4"), std::string::npos);
+  EXPECT_EQ(r.exit_code, 1);
 }
 
 // The gate against a frozen baseline: rerunning the baseline campaign afterwards does not move it.
