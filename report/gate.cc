@@ -38,7 +38,7 @@ Axes AxesOf(const JobSpec& s) {
       backend_ident, s.model_digest, s.engine_version,       std::to_string(s.max_new_tokens)};
   a.display = a.ident;
   a.display[3] = s.precision.name;
-  a.display[4] = s.backend;
+  a.display[4] = BackendLabel(s);
   a.display[5] = s.model_digest.substr(0, 12);
   return a;
 }

@@ -12,12 +12,6 @@ TrialOutcome OutcomeOf(Outcome o) {
   return TrialOutcome::kNoAnswer;
 }
 
-// The label v_job_config gives a configuration (db/migrations/0002_views.sql).
-std::string ConfigLabel(const JobSpec& j) {
-  return "topk=" + std::to_string(j.topk) + " precision=" + j.precision.name +
-         " backend=" + j.backend + " task=" + j.task + " haystack=" + j.haystack;
-}
-
 // What identifies a line: the spec without its length and trial.
 std::string LineKey(const JobSpec& j) {
   JobSpec k = j;

@@ -6,6 +6,7 @@
 
 #include <string>
 
+#include "report/html.h"
 #include "report/stats.h"
 #include "tests/db/campaign_fixture.h"
 
@@ -237,6 +238,85 @@ TEST(ReportEmpty, ACampaignWithoutResults) {
             "\nno results yet\n");
   EXPECT_NE(RenderMarkdown(r).find("No results yet."), std::string::npos);
   EXPECT_TRUE(RenderJson(r)["configs"].empty());
+}
+
+// A job that gave up after its retries (an http server that is down) is failed with its reason
+// in every format, never pending (issue 14).
+TEST(ReportFailures, FailedJobsShowTheirReasonInEveryFormat) {
+  TempDir dir;
+  const auto file = dir.File("nw.db");
+  int64_t id = 0;
+  {
+    auto s = Store::Open(file);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    CampaignBuilder b(**s, "down");
+    b.Cell(1000, 0.0, {P}).Pending(1000, 0.5, 0).Pending(1000, 0.5, 1);
+    b.Commit();
+    id = b.id();
+    for (int trial : {0, 1}) {
+      const std::string key = testing_db::MakeSpec(1000, 0.5, trial, 16, "cpu", id).Key();
+      ASSERT_TRUE((*s)->RecordLease(key, 1, "w1", 9000, 5000).ok());
+      ASSERT_TRUE((*s)->RecordFailure(key, 1,
+                                      Status::Unavailable("POST http://127.0.0.1:9/v1/completions: "
+                                                          "connection refused"),
+                                      false, 6000)
+                      .ok());
+    }
+  }
+  auto ro = Store::Open(file, Store::Mode::kReadOnly);
+  ASSERT_TRUE(ro.ok());
+  auto r = LoadCampaignReport(**ro, "down");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const std::string reason =
+      "2 failed (retries used up): unavailable: POST http://127.0.0.1:9/v1/completions: "
+      "connection refused";
+
+  const std::string text = RenderText(*r);
+  EXPECT_NE(text.find("jobs: 3 total, 1 done, 2 failed, 0 leased, 0 queued"), std::string::npos);
+  EXPECT_NE(text.find("\nwithout an answer: " + reason + "\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("\n  without an answer: " + reason + "\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("- f2"), std::string::npos) << text;  // the cell: no answers, 2 failed
+  EXPECT_NE(text.find("2 failed (retries used up)"), std::string::npos);
+  EXPECT_EQ(text.find("2 pending"), std::string::npos) << text;
+  EXPECT_EQ(text.find(" p2"), std::string::npos) << text;
+
+  const std::string md = RenderMarkdown(*r);
+  EXPECT_NE(md.find("- " + reason + "\n"), std::string::npos) << md;
+  EXPECT_NE(md.find("| - f2 |"), std::string::npos) << md;
+
+  const std::string html = RenderHtml(*r);
+  EXPECT_NE(html.find("<li>" + reason + "</li>"), std::string::npos);
+  EXPECT_NE(html.find("2 failed (retries used up, no result)"), std::string::npos);
+
+  const nlohmann::json j = RenderJson(*r);
+  EXPECT_EQ(j["progress"]["failed"], 2);
+  ASSERT_EQ(j["failures"].size(), 1u);
+  EXPECT_EQ(j["failures"][0]["kind"], "failed");
+  EXPECT_EQ(j["failures"][0]["jobs"], 2);
+  EXPECT_EQ(j["failures"][0]["reason"],
+            "unavailable: POST http://127.0.0.1:9/v1/completions: connection refused");
+  const nlohmann::json& c = j["configs"][0];
+  EXPECT_EQ(c["failures"].size(), 1u);
+  EXPECT_EQ(c["totals"]["failed"], 2);
+  EXPECT_EQ(c["totals"]["pending"], 0);
+  EXPECT_EQ(c["lengths"][0]["failed"], 2);
+  EXPECT_EQ(c["cells"][1]["failed"], 2);
+  EXPECT_EQ(c["cells"][1]["pending"], 0);
+}
+
+// NO_COLOR (set and not empty) and TERM=dumb turn colour off; redrawing needs a terminal that is
+// not dumb.
+TEST(ReportColour, NoColorAndDumbTerminalsTurnColourOff) {
+  EXPECT_TRUE(ColorAllowed(true, nullptr, "xterm-256color"));
+  EXPECT_TRUE(ColorAllowed(true, nullptr, nullptr));
+  EXPECT_TRUE(ColorAllowed(true, "", "xterm"));  // NO_COLOR= (empty) does not count
+  EXPECT_FALSE(ColorAllowed(true, "1", "xterm"));
+  EXPECT_FALSE(ColorAllowed(true, "0", "xterm"));  // any non-empty value
+  EXPECT_FALSE(ColorAllowed(true, nullptr, "dumb"));
+  EXPECT_FALSE(ColorAllowed(false, nullptr, "xterm"));
+  EXPECT_TRUE(RedrawAllowed(true, "xterm"));
+  EXPECT_FALSE(RedrawAllowed(true, "dumb"));
+  EXPECT_FALSE(RedrawAllowed(false, "xterm"));
 }
 
 }  // namespace
