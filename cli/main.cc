@@ -41,7 +41,7 @@ int main(int argc, char** argv) {
       g.db_path +
       ")\n"
       "  -q,--quiet                  No progress output\n"
-      "Colours: only on a terminal; off with NO_COLOR set (non-empty) or TERM=dumb.";
+      "Colours: only on a terminal; off with NO_COLOR set (non-empty) or TERM=dumb.\n";
   std::vector<CLI::App*> todo = app.get_subcommands([](CLI::App*) { return true; });
   while (!todo.empty()) {
     CLI::App* sub = todo.back();
@@ -49,7 +49,7 @@ int main(int argc, char** argv) {
     sub->footer(globals);
     for (CLI::App* s : sub->get_subcommands([](CLI::App*) { return true; })) todo.push_back(s);
   }
-  app.footer("Colours: only on a terminal; off with NO_COLOR set (non-empty) or TERM=dumb.");
+  app.footer("Colours: only on a terminal; off with NO_COLOR set (non-empty) or TERM=dumb.\n");
   CLI11_PARSE(app, argc, argv);
   return g.exit_code;
 }

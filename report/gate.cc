@@ -73,7 +73,7 @@ std::optional<Outcome> AnswerOf(const CampaignSample& s) {
 
 void Count(SideCounts& c, const CampaignSample& s) {
   if (!s.result) {
-    ++c.pending;
+    ++(s.job.state == JobState::kFailed ? c.failed : c.pending);
   } else if (!IsAnswerOutcome(s.result->outcome)) {
     ++c.errors;
   } else {
@@ -217,6 +217,7 @@ std::vector<HeatmapCell> CellsOf(const Group& g) {
     c.passes += sc.passes;
     c.errors += sc.errors;
     c.pending += sc.pending;
+    c.failed += sc.failed;
   }
   std::vector<HeatmapCell> out;
   for (auto& [k, c] : cells) out.push_back(c);
@@ -568,6 +569,7 @@ std::string Upper(std::string_view s) {
 std::string SideText(const SideCounts& c) {
   std::string s = c.trials > 0 ? FormatRate(c.passes, c.trials) : "-";
   if (c.errors > 0) s += " e" + std::to_string(c.errors);
+  if (c.failed > 0) s += " f" + std::to_string(c.failed);
   if (c.pending > 0) s += " p" + std::to_string(c.pending);
   return s;
 }
@@ -649,7 +651,11 @@ std::string XmlEscape(const std::string& s) {
 }
 
 ojson SideJson(const SideCounts& c) {
-  return {{"trials", c.trials}, {"passes", c.passes}, {"errors", c.errors}, {"pending", c.pending}};
+  return {{"trials", c.trials},
+          {"passes", c.passes},
+          {"errors", c.errors},
+          {"pending", c.pending},
+          {"failed", c.failed}};
 }
 
 ojson TestJson(const GateTest& t) {
@@ -926,7 +932,8 @@ std::string RenderGateMarkdown(const GateReport& r) {
       s += "- only in the candidate: `" + c + "`\n";
     }
   }
-  s += "\nCells: passes/answers; eN = runs without an answer (never misses), pN = pending.\n";
+  s += "\nCells: passes/answers; eN = runs without an answer (never misses), fN = failed "
+       "(retries used up), pN = pending.\n";
   return s;
 }
 

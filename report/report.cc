@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <set>
+#include <string_view>
 #include <utility>
 
 #include "report/render_util.h"
@@ -188,11 +190,55 @@ CampaignReport BuildCampaignReport(const CampaignRecord& campaign, const Campaig
   return r;
 }
 
+namespace {
+
+// The coordinator names the worker in a failure ("engine error on worker embedded-0: ..."), so
+// the same cause on two workers reads as two reasons. Splits the worker id out: returns the
+// reason with "on worker *" in its place and the id ("" when there is none).
+std::pair<std::string, std::string> SplitWorker(const std::string& reason) {
+  static constexpr std::string_view kOnWorker = "on worker ";
+  const size_t at = reason.find(kOnWorker);
+  if (at == std::string::npos) return {reason, ""};
+  const size_t id_begin = at + kOnWorker.size();
+  const size_t id_end = reason.find(':', id_begin);
+  if (id_end == std::string::npos || id_end == id_begin) return {reason, ""};
+  return {reason.substr(0, id_begin) + "*" + reason.substr(id_end),
+          reason.substr(id_begin, id_end - id_begin)};
+}
+
+}  // namespace
+
 std::vector<FailureReason> FailuresByReason(const std::vector<FailureReason>& failures) {
-  std::map<std::pair<std::string, std::string>, int64_t> sums;
-  for (const FailureReason& f : failures) sums[{f.kind, f.reason}] += f.jobs;
+  struct Sum {
+    int64_t jobs = 0;
+    std::set<std::string> workers;
+  };
+  std::map<std::pair<std::string, std::string>, Sum> sums;
+  for (const FailureReason& f : failures) {
+    auto [reason, worker] = SplitWorker(f.reason);
+    Sum& sum = sums[{f.kind, reason}];
+    sum.jobs += f.jobs;
+    if (!worker.empty()) sum.workers.insert(worker);
+  }
   std::vector<FailureReason> out;
-  for (const auto& [key, jobs] : sums) out.push_back({"", key.first, key.second, jobs});
+  for (const auto& [key, sum] : sums) {
+    std::string reason = key.second;
+    // One worker: its id back in place; several: "on workers a, b, c" (at most 3 named).
+    if (!sum.workers.empty()) {
+      std::string names;
+      size_t n = 0;
+      for (const std::string& w : sum.workers) {
+        if (n == 3) {
+          names += " and " + std::to_string(sum.workers.size() - 3) + " more";
+          break;
+        }
+        names += (n++ > 0 ? ", " : "") + w;
+      }
+      const size_t star = reason.find("on worker *");
+      reason.replace(star, 11, (sum.workers.size() == 1 ? "on worker " : "on workers ") + names);
+    }
+    out.push_back({"", key.first, reason, sum.jobs});
+  }
   std::stable_sort(out.begin(), out.end(),
                    [](const FailureReason& a, const FailureReason& b) { return a.jobs > b.jobs; });
   return out;

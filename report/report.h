@@ -52,7 +52,9 @@ CampaignReport BuildCampaignReport(const CampaignRecord& campaign, const Campaig
                                    const std::vector<FailureReason>& failures = {});
 
 /// The same failures summed over configurations by (kind, reason), most jobs first (config
-/// left empty).
+/// left empty). Reasons that differ only in the worker the coordinator names ("engine error on
+/// worker embedded-0: ...") are one reason naming the workers ("on workers embedded-0,
+/// embedded-1: ...").
 std::vector<FailureReason> FailuresByReason(const std::vector<FailureReason>& failures);
 
 /// One line per reason, in the order given, e.g. "3 failed (retries used up): unavailable: POST

@@ -148,7 +148,7 @@ TEST_F(CampaignHttpTest, SweepingTopkOrPrecisionOnHttpNeedsEngineParams) {
            axis_line + "  backend: " + backend + "\n";
   };
   const std::string topk = ParseError(sweep(kServer, "  topk: [16, 32]\n"));
-  EXPECT_THAT(topk, HasSubstr("c.yaml:4:"));
+  EXPECT_THAT(topk, HasSubstr("c.yaml:6:14: "));  // line 6: topk, column 14: its 32
   EXPECT_THAT(topk, HasSubstr("matrix.topk[1]: the http backend"));
   EXPECT_THAT(topk, HasSubstr("does not send topk to the server (engine_params is false)"));
   EXPECT_THAT(topk, HasSubstr("topk 16 and 32"));

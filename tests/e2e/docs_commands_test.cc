@@ -192,7 +192,7 @@ TEST_F(DocCommandsTest, DocumentedCommandsRunAsDocumented) {
   std::ifstream jsonl(*dir_ / "quickstart.jsonl");
   int lines = 0;
   for (std::string l; std::getline(jsonl, l);) {
-    EXPECT_NO_THROW(static_cast<void>(nlohmann::json::parse(l))) << l;
+    EXPECT_TRUE(nlohmann::json::accept(l)) << l;
     ++lines;
   }
   EXPECT_EQ(lines, 50);
@@ -230,6 +230,28 @@ TEST_F(DocCommandsTest, TheReadmeSampleCampaignValidatesAndExpandsAsDescribed) {
                        file.string());
   EXPECT_EQ(p.exit_code, 0) << p.out;
   EXPECT_NE(p.out.find("40 jobs = 20 cells x 2 trials"), std::string::npos) << p.out;
+}
+
+// docs/http.md's example of an http campaign that sweeps topk without engine_params: refused
+// with exit 2 and exactly the message the doc shows.
+TEST_F(DocCommandsTest, TheHttpSweepRefusalIsAsDocumented) {
+  const std::string doc = Slurp(kSource / "docs/http.md");
+  const size_t start = doc.find("```yaml\nname: sweep\n");
+  ASSERT_NE(start, std::string::npos);
+  const size_t body = start + 8;
+  const size_t end = doc.find("```", body);
+  ASSERT_NE(end, std::string::npos);
+  std::string yaml = doc.substr(body, end - body);
+  const size_t m = yaml.find("../models/tiny-v4");
+  ASSERT_NE(m, std::string::npos);
+  yaml.replace(m, 3, "");  // from the scratch root, as from experiments/
+  std::ofstream(*dir_ / "sweep.yaml") << yaml;
+  CommandResult r = RunDocumented("nw validate sweep.yaml");
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  ASSERT_FALSE(r.out.empty());
+  std::string message = r.out;
+  while (!message.empty() && message.back() == '\n') message.pop_back();
+  EXPECT_NE(doc.find("```\n" + message + "\n```"), std::string::npos) << message;
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include <iterator>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "db/store.h"
 #include "tests/db/campaign_fixture.h"
@@ -213,7 +214,8 @@ TEST_F(ReportCliTest, BaselineNamesReplaceAndShadowing) {
   CommandResult replaced = Sh(Nw("baseline set release-2 better --replace"));
   EXPECT_EQ(replaced.exit_code, 0) << replaced.out;
   EXPECT_NE(replaced.out.find("= campaign 'better'"), std::string::npos) << replaced.out;
-  for (const std::string bad : {"Release", "-x", "a/b", std::string(65, 'a')}) {
+  for (const std::string& bad :
+       std::vector<std::string>{"Release", "_x", "a/b", std::string(65, 'a')}) {
     CommandResult r = Sh(Nw("baseline set '" + bad + "' base"));
     EXPECT_EQ(r.exit_code, 2) << bad << ": " << r.out;
     EXPECT_NE(r.out.find("like a campaign name"), std::string::npos) << r.out;

@@ -71,12 +71,14 @@ class ReportTest : public ::testing::Test {
 constexpr const char* kExpectedText = R"txt(campaign snapshot (snapshot.yaml)
 jobs: 34 total, 33 done, 0 failed, 0 leased, 1 queued
 outcomes: pass 26, miss 5, truncated 1, empty 0, engine_error 1, timeout 0
+without an answer: 1 engine_error: resource_exhausted: simulated
 criterion: pass rate >= 0.9 at 95% confidence (found: the Wilson interval lies at or above the pass rate; lost: below it; undecided: it straddles it)
 
 topk=16 precision=fp32 backend=cpu task=niah-single haystack=noise
   undecided at 1,000, 1,850 (each pass 7/7, 98.33% CI 0.55-1.00); lost from 4,509 (pass 3/6, 98.33% CI 0.15-0.85); about 45 more answers at 1,000 (observed rate 1) would decide it if the rate held (52 in all: the smallest n whose 98.33% CI at that rate clears 0.9); 1 without an answer, 1 pending
   verdict levels: lengths 98.33% CI, cells 99.58% CI (the criterion's confidence split over 3 lengths and 12 cells with answers, Bonferroni)
   outcomes: pass 17, miss 3, truncated 0, empty 0, engine_error 1, timeout 0
+  without an answer: 1 engine_error: resource_exhausted: simulated
   heatmap (passes/answers and verdict; rows: context length, columns: needle position):
     length    0%   50%        100%  end-512  length verdict
      1,000  2/2?  2/2?        2/2?     1/1?  undecided
@@ -106,7 +108,8 @@ topk=64 precision=fp32 backend=cpu task=niah-single haystack=noise
 
 cells: passes/answers, then the cell's verdict: + found, x lost, ? undecided; eN = N runs
        without an answer (engine_error, timeout, truncated, empty: never counted as
-       misses); pN = N jobs pending; - = no answers
+       misses); fN = N jobs failed (retries used up, no result); pN = N jobs pending;
+       - = no answers
 )txt";
 
 TEST_F(ReportTest, TextSnapshot) { EXPECT_EQ(RenderText(report_), kExpectedText); }
@@ -151,7 +154,8 @@ TEST_F(ReportTest, MarkdownHasTheSameData) {
             std::string::npos)
       << md;
   EXPECT_NE(md.find("| 4,509 | 1/2? | 0/2x | 1/1 e1 p1? | 1/1? | lost |"), std::string::npos) << md;
-  EXPECT_NE(md.find("| 26 | 5 | 1 | 0 | 1 | 0 |\n\ncriterion: pass rate >= 0.9 at 95% "
+  EXPECT_NE(md.find("| 26 | 5 | 1 | 0 | 1 | 0 |\n\nWithout an answer:\n\n- 1 engine_error: "
+                    "resource_exhausted: simulated\n\ncriterion: pass rate >= 0.9 at 95% "
                     "confidence"),
             std::string::npos)
       << md;
@@ -302,6 +306,28 @@ TEST(ReportFailures, FailedJobsShowTheirReasonInEveryFormat) {
   EXPECT_EQ(c["lengths"][0]["failed"], 2);
   EXPECT_EQ(c["cells"][1]["failed"], 2);
   EXPECT_EQ(c["cells"][1]["pending"], 0);
+}
+
+// The same cause on several workers is one reason (the coordinator names the worker).
+TEST(ReportFailures, OneReasonAcrossWorkersAndConfigurations) {
+  const std::string tail = ": cannot connect to http://127.0.0.1:9 (attempt 3; giving up)";
+  const std::vector<FailureReason> in = {
+      {"a", "failed", "unavailable: engine error on worker w-0" + tail, 2},
+      {"b", "failed", "unavailable: engine error on worker w-1" + tail, 1},
+      {"b", "engine_error", "resource_exhausted: simulated", 5},
+      {"a", "failed", "unavailable: engine error on worker w-0" + tail, 1},
+  };
+  const std::vector<FailureReason> out = FailuresByReason(in);
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[0].kind, "engine_error");
+  EXPECT_EQ(out[0].jobs, 5);
+  EXPECT_EQ(out[1].kind, "failed");
+  EXPECT_EQ(out[1].jobs, 4);
+  EXPECT_EQ(out[1].reason, "unavailable: engine error on workers w-0, w-1" + tail);
+  EXPECT_EQ(DescribeFailures(out)[1],
+            "4 failed (retries used up): unavailable: engine error on workers w-0, w-1" + tail);
+  // One worker keeps its name as written.
+  EXPECT_EQ(FailuresByReason({in[0]})[0].reason, in[0].reason);
 }
 
 // NO_COLOR (set and not empty) and TERM=dumb turn colour off; redrawing needs a terminal that is
