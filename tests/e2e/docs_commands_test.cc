@@ -136,9 +136,9 @@ class DocCommandsTest : public ::testing::Test {
         line.replace(p, from.size(), to);
       }
     };
+    replace_all(" /tmp/", " " + dir_->string() + "/tmp-");  // first: the scratch dir is in /tmp
     replace_all("build/cli/nw ", nw + " ");
     if (line.rfind("nw ", 0) == 0) line = nw + line.substr(2);
-    replace_all(" /tmp/", " " + dir_->string() + "/tmp-");
     replace_all("sqlite3 needlework.db", "sqlite3 " + (*dir_ / "needlework.db").string());
     return Sh("cd " + dir_->string() + " && " + line);
   }
