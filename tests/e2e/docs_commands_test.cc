@@ -11,6 +11,7 @@
 
 #include <array>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -119,6 +120,7 @@ class DocCommandsTest : public ::testing::Test {
     fs::create_directories(*dir_);
     fs::create_directory_symlink(kSource / "experiments", *dir_ / "experiments");
     fs::create_directory_symlink(kSource / "models", *dir_ / "models");
+    fs::create_directories(*dir_ / "experiments-qs");
   }
   static void TearDownTestSuite() {
     fs::remove_all(*dir_);
@@ -252,6 +254,50 @@ TEST_F(DocCommandsTest, TheHttpSweepRefusalIsAsDocumented) {
   std::string message = r.out;
   while (!message.empty() && message.back() == '\n') message.pop_back();
   EXPECT_NE(doc.find("```\n" + message + "\n```"), std::string::npos) << message;
+}
+
+// docs/gating.md section 9, the gate's worked example: three quickstart runs (top-k 64, 8, 1)
+// and the gates with the exit codes the doc states, plus the answer counts it quotes. About six
+// minutes of CPU, so it runs only when NW_SLOW_DOCS is set (`NW_SLOW_DOCS=1 ctest -R
+// GatesWorkedExample`).
+TEST_F(DocCommandsTest, GatesWorkedExample) {
+  if (std::getenv("NW_SLOW_DOCS") == nullptr) GTEST_SKIP() << "set NW_SLOW_DOCS=1 to run";
+  const std::string doc = Slurp(kSource / "docs/gating.md");
+  const std::string quickstart = Slurp(kSource / "experiments/quickstart.yaml");
+  for (const std::string topk : {"64", "8", "1"}) {
+    std::string yaml = quickstart;
+    yaml.replace(yaml.find("name: quickstart"), 15, "name: qs-topk" + topk);
+    yaml.replace(yaml.find("  topk: 64"), 10, "  topk: " + topk);
+    std::ofstream(*dir_ / "experiments-qs" / ("qs-topk" + topk + ".yaml")) << yaml;
+  }
+  // The campaigns' model path, ../models/tiny-v4, from experiments-qs/.
+  ASSERT_TRUE(fs::exists(*dir_ / "experiments-qs" / "qs-topk64.yaml"));
+  const std::string run = "nw run qs-topk64.yaml && nw run qs-topk8.yaml && nw run qs-topk1.yaml";
+  ASSERT_NE(doc.find(run), std::string::npos);
+  const std::string nw = std::string(NW_BIN) + " --db " + (*dir_ / "gate.db").string();
+  for (const std::string topk : {"64", "8", "1"}) {
+    CommandResult r = Sh("cd " + (*dir_ / "experiments-qs").string() + " && " + nw +
+                         " run qs-topk" + topk + ".yaml");
+    EXPECT_EQ(r.exit_code, 0) << r.out;
+    if (topk == "64") EXPECT_NE(r.out.find("outcomes: pass 49, miss 1,"), std::string::npos);
+    if (topk == "8") EXPECT_NE(r.out.find("outcomes: pass 50, miss 0,"), std::string::npos);
+    if (topk == "1") EXPECT_NE(r.out.find("outcomes: pass 43, miss 7,"), std::string::npos);
+  }
+  const std::vector<std::pair<std::string, int>> gates = {
+      {"nw baseline set release-1 qs-topk64", 0},
+      {"nw gate --baseline release-1 --candidate qs-topk8            # exit 0", 0},
+      {"nw gate --baseline release-1 --candidate qs-topk1            # exit 0", 0},
+      {"nw gate --baseline release-1 --candidate qs-topk1 --by config            # exit 1", 1},
+      {"nw gate --baseline release-1 --candidate qs-topk1 --by config --rerun 2  # exit 1", 1},
+  };
+  for (const auto& [line, code] : gates) {
+    SCOPED_TRACE(line);
+    ASSERT_NE(doc.find(line), std::string::npos);
+    CommandResult r =
+        Sh(nw + line.substr(2, line.find('#') == std::string::npos ? std::string::npos
+                                                                   : line.find('#') - 2));
+    EXPECT_EQ(r.exit_code, code) << r.out;
+  }
 }
 
 }  // namespace
