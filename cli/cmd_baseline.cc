@@ -1,12 +1,15 @@
-// nw baseline set NAME CAMPAIGN [--note TEXT] | list | rm NAME: named baselines for `nw gate`.
-// `set` freezes the campaign's jobs and their current latest results under NAME (re-setting a
-// name re-freezes it); later reruns of the campaign do not move the baseline. Exit codes: 0 ok;
-// 2 bad input (no database, unknown campaign or baseline).
+// nw baseline set NAME CAMPAIGN [--note TEXT] [--replace] | list | rm NAME: named baselines for
+// `nw gate`. `set` freezes the campaign's jobs and their current latest results under NAME;
+// later reruns of the campaign do not move the baseline. NAME follows the campaign-name rule, is
+// never a campaign's name (it would shadow the campaign in `nw gate`), and an existing NAME is
+// re-frozen only with --replace. Exit codes: 0 ok; 2 bad input (no database, unknown campaign
+// or baseline, bad or taken name).
 #include <iomanip>
 #include <iostream>
 
 #include "cli/commands.h"
 #include "common/clock.h"
+#include "coordinator/campaign/campaign.h"
 #include "db/store.h"
 
 namespace nw::cli {
@@ -21,13 +24,20 @@ Status OpenExisting(const Globals& g, Store::Mode mode, std::unique_ptr<Store>& 
 }
 
 Status SetBaseline(const Globals& g, const std::string& name, const std::string& campaign,
-                   const std::string& note) {
+                   const std::string& note, bool replace) {
+  if (!IsValidCampaignName(name)) {
+    return Status::InvalidArgument(
+        "baseline name '" + name +
+        "': must be lowercase letters, digits, '.', '_' and '-' (at most 64, starting with a "
+        "letter or digit), like a campaign name");
+  }
   std::unique_ptr<Store> store;
   NW_RETURN_IF_ERROR(OpenExisting(g, Store::Mode::kReadWrite, store));
   NW_ASSIGN_OR_RETURN(std::optional<CampaignRecord> c, store->FindCampaign(campaign));
   if (!c) return Status::NotFound("no campaign named '" + campaign + "' in " + g.db_path);
   SystemClock clock;
-  NW_ASSIGN_OR_RETURN(BaselineRecord b, store->SetBaseline(name, c->id, note, clock.WallMs()));
+  NW_ASSIGN_OR_RETURN(BaselineRecord b,
+                      store->SetBaseline(name, c->id, note, clock.WallMs(), replace));
   std::cout << "baseline '" << b.name << "' = campaign '" << b.campaign_name << "': " << b.jobs
             << " jobs, " << b.results << " with results (frozen)\n";
   return Status::Ok();
@@ -73,15 +83,21 @@ void RegisterBaseline(CLI::App& app, Globals& g) {
   auto* cmd = app.add_subcommand("baseline", "Named baselines for nw gate (set, list, rm)");
   cmd->require_subcommand(1);
 
-  auto* set = cmd->add_subcommand(
-      "set", "Freeze a campaign's current results as the baseline NAME (replaces NAME)");
+  auto* set =
+      cmd->add_subcommand("set", "Freeze a campaign's current results as the baseline NAME");
   auto name = std::make_shared<std::string>();
   auto campaign = std::make_shared<std::string>();
   auto note = std::make_shared<std::string>();
-  set->add_option("name", *name, "Baseline name")->required();
+  auto replace = std::make_shared<bool>(false);
+  set->add_option("name", *name, "Baseline name (like a campaign name; not a campaign's name)")
+      ->required();
   set->add_option("campaign", *campaign, "Campaign name")->required();
   set->add_option("--note", *note, "A note stored with the baseline");
-  set->callback([name, campaign, note, &g] { Report(g, SetBaseline(g, *name, *campaign, *note)); });
+  set->add_flag("--replace", *replace,
+                "Re-freeze NAME if it exists (else an existing NAME is refused)");
+  set->callback([name, campaign, note, replace, &g] {
+    Report(g, SetBaseline(g, *name, *campaign, *note, *replace));
+  });
 
   auto* list = cmd->add_subcommand("list", "List the baselines");
   list->callback([&g] { Report(g, ListBaselines(g)); });

@@ -43,8 +43,9 @@ struct GateArgs {
 
 struct Side {
   std::vector<CampaignSample> samples;
-  std::string source;   // "baseline NAME (campaign C)" or "campaign C"
-  Criterion criterion;  // the criterion its campaign states (defaults when none, or not found)
+  std::string source;      // "baseline NAME (campaign C)" or "campaign C"
+  bool shadowing = false;  // the name is both a baseline's and a campaign's
+  Criterion criterion;     // the criterion its campaign states (defaults when none, or not found)
 };
 
 Result<Criterion> CriterionOf(Store& store, const std::string& campaign) {
@@ -76,6 +77,18 @@ Result<Side> LoadSide(Store& store, const std::string& name, bool baseline_first
     NW_ASSIGN_OR_RETURN(found, baseline_first ? try_baseline() : try_campaign());
     if (!found) {
       NW_ASSIGN_OR_RETURN(found, baseline_first ? try_campaign() : try_baseline());
+      return Status::Ok();
+    }
+    // Never shadow silently: a name that is both (a baseline set before `baseline set` refused
+    // campaign names, or a campaign run after its baseline) says which one was read.
+    NW_ASSIGN_OR_RETURN(std::optional<BaselineRecord> b, store.FindBaseline(name));
+    NW_ASSIGN_OR_RETURN(std::optional<CampaignRecord> c, store.FindCampaign(name));
+    if (b && c) {
+      side.source +=
+          baseline_first
+              ? " (a campaign is also named '" + name + "'; --baseline reads the baseline first)"
+              : " (a baseline is also named '" + name + "'; --candidate reads the campaign first)";
+      side.shadowing = true;
     }
     return Status::Ok();
   });
@@ -183,6 +196,9 @@ Result<int> RunGateCommand(const Globals& g, const GateArgs& a) {
   NW_ASSIGN_OR_RETURN(auto store, Store::Open(g.db_path, mode));
   NW_ASSIGN_OR_RETURN(Side base, LoadSide(*store, a.baseline, /*baseline_first=*/true));
   NW_ASSIGN_OR_RETURN(Side cand, LoadSide(*store, a.candidate, /*baseline_first=*/false));
+  for (const Side* side : {&base, &cand}) {
+    if (side->shadowing) std::cerr << "nw gate: note: " << side->source << "\n";
+  }
   // The boundary verdicts: the candidate campaign's criterion, unless the flags say otherwise.
   o.criterion = cand.criterion;
   if (a.pass_rate) o.criterion.pass_rate = *a.pass_rate;

@@ -33,34 +33,39 @@ Status Plan(const Globals& g, const std::string& path, int64_t max_jobs) {
   for (const auto& b : UnavailableBackends(*loaded)) std::cout << UnavailableBackendNote(b) << "\n";
 
   std::vector<std::string> done;
-  std::map<std::string, std::pair<double, int64_t>> ms_per_token;  // backend -> (sum, n)
+  std::vector<BackendTiming> history;
   if (std::filesystem::exists(g.db_path)) {
     NW_ASSIGN_OR_RETURN(auto store, Store::Open(g.db_path, Store::Mode::kReadOnly));
     NW_ASSIGN_OR_RETURN(done, store->DoneKeys(loaded->keys));
-    NW_ASSIGN_OR_RETURN(auto history, store->TimingHistory());
-    for (const auto& t : history) ms_per_token[t.backend] = {t.ms_per_token, t.jobs};
+    NW_ASSIGN_OR_RETURN(history, store->TimingHistory());
   }
+  // The per-token model (report/cost.h) that `nw run`'s ETA uses too.
+  const report::JobCostModel cost(history);
+  std::map<std::string, int64_t> history_jobs;
+  for (const BackendTiming& t : history) history_jobs[t.backend] = t.jobs;
   std::cout << "already done in " << g.db_path << ": " << done.size() << "\n";
   std::cout << "to run: " << loaded->jobs.size() - done.size() << "\n";
 
   std::set<std::string> done_set(done.begin(), done.end());
   std::map<std::string, int64_t> tokens_left;  // backend -> prompt tokens still to run
   std::map<std::string, int64_t> jobs_left;
+  std::map<std::string, double> ms_left;
   for (size_t i = 0; i < loaded->jobs.size(); ++i) {
     if (done_set.count(loaded->keys[i])) continue;
-    tokens_left[loaded->jobs[i].backend] += loaded->jobs[i].context_length;
-    ++jobs_left[loaded->jobs[i].backend];
+    const JobSpec& job = loaded->jobs[i];
+    tokens_left[job.backend] += job.context_length;
+    ++jobs_left[job.backend];
+    ms_left[job.backend] += cost.Cost(job);
   }
   for (const auto& [backend, tokens] : tokens_left) {
     std::cout << "  " << backend << ": " << jobs_left[backend] << " jobs, " << tokens
               << " prompt tokens";
-    auto it = ms_per_token.find(backend);
-    if (it == ms_per_token.end()) {
+    if (!cost.HasHistory(backend)) {
       std::cout << ", no timing history for this backend yet\n";
     } else {
-      const double seconds = it->second.first * static_cast<double>(tokens) / 1000.0;
-      std::cout << ", about " << FormatDuration(seconds) << " of one worker (" << it->second.first
-                << " ms per prompt token over " << it->second.second << " finished jobs)\n";
+      std::cout << ", about " << FormatDuration(ms_left[backend] / 1000.0) << " of one worker ("
+                << cost.MsPerToken(backend) << " ms per prompt token over " << history_jobs[backend]
+                << " finished jobs)\n";
     }
   }
   return Status::Ok();

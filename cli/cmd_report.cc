@@ -38,7 +38,7 @@ Status ShowReport(const Globals& g, const std::string& name, const std::string& 
   NW_ASSIGN_OR_RETURN(CampaignReport report, LoadCampaignReport(*store, name, criterion));
   if (format == "text") {
     TextOptions to;
-    to.color = color && isatty(fileno(stdout)) != 0;
+    to.color = color && report::ColorAllowedOn(fileno(stdout));
     std::cout << RenderText(report, to);
   } else if (format == "markdown" || format == "md") {
     std::cout << RenderMarkdown(report);
@@ -62,7 +62,8 @@ void RegisterReport(CLI::App& app, Globals& g) {
   auto no_color = std::make_shared<bool>(false);
   cmd->add_option("campaign", *name, "Campaign name")->required();
   cmd->add_option("--format", *format, "text, markdown, json or html")->capture_default_str();
-  cmd->add_flag("--no-color", *no_color, "No ANSI colours even on a terminal");
+  cmd->add_flag("--no-color", *no_color,
+                "No ANSI colours even on a terminal (also: NO_COLOR set, or TERM=dumb)");
   cmd->callback([name, format, no_color, &g] {
     Status s = ShowReport(g, *name, *format, !*no_color);
     if (!s.ok()) {

@@ -9,6 +9,7 @@
 #include <csignal>
 #include <iostream>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <stop_token>
 #include <thread>
@@ -21,6 +22,7 @@
 #include "coordinator/embedded_run.h"
 #include "coordinator/search/search_driver.h"
 #include "db/store.h"
+#include "report/cost.h"
 #include "report/report.h"
 #include "report/stats.h"
 
@@ -196,6 +198,18 @@ int Run(const RunArgs& a, const Globals& g) {
   }
   auto done_keys = (*store)->DoneKeys(keys);
   const size_t already = done_keys.ok() ? done_keys->size() : 0;
+  // The ETA weighs each job by its prompt tokens and its backend's cost per token (nw plan's
+  // model); without timing history it still weighs jobs by their tokens.
+  auto history = (*store)->TimingHistory();
+  report::JobCostModel cost(history.ok() ? *history : std::vector<BackendTiming>{});
+  {
+    const std::set<std::string> done_set =
+        done_keys.ok() ? std::set<std::string>(done_keys->begin(), done_keys->end())
+                       : std::set<std::string>{};
+    for (size_t i = 0; i < jobs.size(); ++i) {
+      if (!done_set.count(keys[i])) cost.AddPending(keys[i], jobs[i]);
+    }
+  }
 
   // One CPU worker per core up to 2 by default (no GPU backends in this build); a campaign with
   // an http backend gets at least as many as its requests in flight. Each slot runs the engine
@@ -255,26 +269,34 @@ int Run(const RunArgs& a, const Globals& g) {
   RunOptions ro;
   ro.transport = a.ipc ? EmbeddedTransport::kIpc : EmbeddedTransport::kInproc;
   ro.stop = stop.get_token();
-  ro.on_progress = [&progress](const ServerProgress& p) {
-    progress.Update(p.done, p.failed, p.total, p.leased, p.workers);
+  ro.on_progress = [&progress, &cost](const ServerProgress& p) {
+    progress.Update(p.done, p.failed, p.total, p.leased, p.workers, false, &cost);
   };
-  const bool tty = isatty(fileno(stderr)) != 0;
+  const bool tty = report::RedrawAllowedOn(fileno(stderr));
   ro.log = [&g, tty, verbose = a.verbose](std::string_view line) {
     if (g.quiet || !verbose) return;
     std::cerr << (tty ? "\r\033[K" : "") << line << "\n";
   };
-  if (driver) {
-    ro.on_committed = [&](const std::vector<JobResult>& committed,
-                          const std::vector<std::string>& given_up) {
-      return driver->OnFinished(**store, *campaign_id, committed, given_up, clock.WallMs());
-    };
-  }
+  // Both on Run()'s thread, like on_progress: the cost model learns which jobs finished, and a
+  // search adds the jobs it asks for next.
+  ro.on_committed =
+      [&](const std::vector<JobResult>& committed,
+          const std::vector<std::string>& given_up) -> Result<std::vector<JobRecord>> {
+    for (const JobResult& r : committed) cost.Finished(r.job_key);
+    for (const std::string& k : given_up) cost.Finished(k);
+    if (!driver) return std::vector<JobRecord>{};
+    auto more = driver->OnFinished(**store, *campaign_id, committed, given_up, clock.WallMs());
+    if (more.ok()) {
+      for (const JobRecord& j : *more) cost.AddPending(j.key, j.spec);
+    }
+    return more;
+  };
   auto summary = RunEmbedded(**store, *campaign_id, std::move(executors), ro);
   if (!summary.ok()) {
     std::cerr << "\nnw run: " << summary.status().ToString() << "\n";
     return 1;
   }
-  progress.Update(summary->done, summary->failed, summary->total, 0, 0, /*final=*/true);
+  progress.Update(summary->done, summary->failed, summary->total, 0, 0, /*final=*/true, &cost);
   if (driver && !g.quiet) std::cerr << SearchSummary(*driver);
 
   if (!a.no_report) {
@@ -284,27 +306,33 @@ int Run(const RunArgs& a, const Globals& g) {
       return 1;
     }
     TextOptions to;
-    to.color = isatty(fileno(stdout)) != 0;
+    to.color = report::ColorAllowedOn(fileno(stdout));
     std::cout << RenderText(*report, to);
   }
   if (stopper.interrupted()) {
     std::cerr << "interrupted: finished jobs are saved; run the same command to continue\n";
     return 130;
   }
-  auto outcomes = (*store)->OutcomeCounts(*campaign_id);
-  int64_t errored = summary->failed;
-  if (outcomes.ok()) {
-    for (const auto& o : *outcomes) {
-      if (o.outcome == Outcome::kEngineError || o.outcome == Outcome::kTimeout) errored += o.count;
-    }
-  }
   if (summary->skipped > 0) {
     std::cerr << summary->skipped << " jobs need a backend no local worker has; they stay queued\n";
     return 1;
   }
-  if (errored > 0) {
-    std::cerr << errored << " jobs ended without an answer (engine_error, timeout or failed); "
-              << "see `nw report " << c.name << "`\n";
+  // Failed jobs (retries used up), engine errors and timeouts, with their reasons.
+  auto failures = (*store)->FailureReasons(*campaign_id);
+  if (!failures.ok()) {
+    std::cerr << "nw run: " << failures.status().ToString() << "\n";
+    return 1;
+  }
+  if (!failures->empty()) {
+    int64_t errored = 0;
+    for (const FailureReason& f : *failures) errored += f.jobs;
+    std::cerr << errored << (errored == 1 ? " job" : " jobs")
+              << " ended without an answer (failed after their retries, engine_error or "
+                 "timeout):\n";
+    for (const std::string& line : report::DescribeFailures(report::FailuresByReason(*failures))) {
+      std::cerr << "  " << line << "\n";
+    }
+    std::cerr << "see `nw report " << c.name << "`\n";
     return 1;
   }
   return 0;

@@ -1,5 +1,7 @@
 // nw: the needlework command line (one binary; subcommands in cli/cmd_*.cc).
 #include <CLI/CLI.hpp>
+#include <string>
+#include <vector>
 
 #include "cli/commands.h"
 
@@ -32,6 +34,23 @@ int main(int argc, char** argv) {
   nw::cli::RegisterKeygen(app, g);
   nw::cli::RegisterControl(app, g);
   nw::cli::RegisterDiff(app, g);
+  // The global options work before or after any subcommand (fallthrough), so every
+  // subcommand's --help lists them too.
+  const std::string globals =
+      "Global options (before or after the subcommand):\n"
+      "  --db FILE                   SQLite database file (default: " +
+      g.db_path +
+      ")\n"
+      "  -q,--quiet                  No progress output\n"
+      "Colours: only on a terminal; off with NO_COLOR set (non-empty) or TERM=dumb.\n";
+  std::vector<CLI::App*> todo = app.get_subcommands([](CLI::App*) { return true; });
+  while (!todo.empty()) {
+    CLI::App* sub = todo.back();
+    todo.pop_back();
+    sub->footer(globals);
+    for (CLI::App* s : sub->get_subcommands([](CLI::App*) { return true; })) todo.push_back(s);
+  }
+  app.footer("Colours: only on a terminal; off with NO_COLOR set (non-empty) or TERM=dumb.\n");
   CLI11_PARSE(app, argc, argv);
   return g.exit_code;
 }

@@ -4,6 +4,8 @@
 
 #include <cmath>
 
+#include "report/report.h"
+
 namespace nw::cli {
 
 std::string FormatDuration(double seconds) {
@@ -25,11 +27,11 @@ std::string FormatDuration(double seconds) {
 ProgressLine::ProgressLine(std::FILE* out, bool enabled)
     : out_(out),
       enabled_(enabled),
-      tty_(isatty(fileno(out)) != 0),
+      tty_(report::RedrawAllowedOn(fileno(out))),
       start_(std::chrono::steady_clock::now()) {}
 
 void ProgressLine::Update(int64_t done, int64_t failed, int64_t total, int64_t running,
-                          int64_t workers, bool final) {
+                          int64_t workers, bool final, const report::JobCostModel* cost) {
   if (!enabled_) return;
   const auto now = std::chrono::steady_clock::now();
   if (start_done_ < 0) start_done_ = done + failed;
@@ -41,7 +43,8 @@ void ProgressLine::Update(int64_t done, int64_t failed, int64_t total, int64_t r
   const double elapsed = std::chrono::duration<double>(now - start_).count();
   const int64_t finished_now = done + failed - start_done_;
   const int64_t left = total - done - failed;
-  const double eta = finished_now > 0 ? elapsed / static_cast<double>(finished_now) * left : NAN;
+  double eta = finished_now > 0 ? elapsed / static_cast<double>(finished_now) * left : NAN;
+  if (cost != nullptr) eta = cost->EtaSeconds(elapsed, workers).value_or(NAN);
   constexpr int kWidth = 30;
   const int filled = total > 0 ? static_cast<int>(kWidth * (done + failed) / total) : kWidth;
   std::string bar(static_cast<size_t>(filled), '#');

@@ -21,6 +21,18 @@ using db_internal::Query;
 using db_internal::Txn;
 using json = nlohmann::json;
 
+std::string BackendLabel(const JobSpec& spec) {
+  if (spec.backend != "http" || !spec.http) return spec.backend;
+  return std::string(spec.http->api == "chat" ? "http-chat" : "http") + ":" + spec.http->model +
+         "@" + spec.http->url;
+}
+
+std::string ConfigLabel(const JobSpec& spec) {
+  return "topk=" + std::to_string(spec.topk) + " precision=" + spec.precision.name +
+         " backend=" + BackendLabel(spec) + " task=" + spec.task + " haystack=" + spec.haystack +
+         (spec.fault != "none" && !spec.fault.empty() ? " fault=" + spec.fault : "");
+}
+
 std::string_view JobStateName(JobState s) {
   switch (s) {
     case JobState::kQueued:
@@ -931,8 +943,8 @@ Result<CampaignProgress> Store::Progress(int64_t campaign_id) {
 Result<std::vector<HeatmapCell>> Store::Heatmap(int64_t campaign_id) {
   NW_RETURN_IF_ERROR(impl_->CheckCampaign(campaign_id));
   Query q(*impl_->db,
-          "SELECT config, context_length, needle_position, trials, passes, errors, pending"
-          " FROM v_heatmap WHERE campaign_id = ?"
+          "SELECT config, context_length, needle_position, trials, passes, errors, pending,"
+          " failed FROM v_heatmap WHERE campaign_id = ?"
           " ORDER BY config, context_length, needle_position",
           "reading view v_heatmap for campaign " + std::to_string(campaign_id));
   q.Bind(1, campaign_id);
@@ -948,6 +960,7 @@ Result<std::vector<HeatmapCell>> Store::Heatmap(int64_t campaign_id) {
     c.passes = q.Int(4);
     c.errors = q.Int(5);
     c.pending = q.Int(6);
+    c.failed = q.Int(7);
     out.push_back(std::move(c));
   }
   return out;
@@ -957,8 +970,8 @@ Result<std::vector<BoundaryRow>> Store::Boundaries(int64_t campaign_id) {
   NW_RETURN_IF_ERROR(impl_->CheckCampaign(campaign_id));
   Query q(*impl_->db,
           "SELECT config, lengths, min_length, max_length, l_pass, l_fail, first_unclean,"
-          " max_clean, monotone, fail_trials, fail_passes, trials, passes, errors, pending"
-          " FROM v_boundary WHERE campaign_id = ? ORDER BY config",
+          " max_clean, monotone, fail_trials, fail_passes, trials, passes, errors, pending,"
+          " failed FROM v_boundary WHERE campaign_id = ? ORDER BY config",
           "reading view v_boundary for campaign " + std::to_string(campaign_id));
   q.Bind(1, campaign_id);
   std::vector<BoundaryRow> out;
@@ -981,6 +994,7 @@ Result<std::vector<BoundaryRow>> Store::Boundaries(int64_t campaign_id) {
     b.passes = q.Int(12);
     b.errors = q.Int(13);
     b.pending = q.Int(14);
+    b.failed = q.Int(15);
     out.push_back(std::move(b));
   }
   return out;
@@ -1007,6 +1021,27 @@ Result<std::vector<OutcomeCount>> Store::OutcomeCounts(int64_t campaign_id) {
     c.outcome = *outcome;
     c.count = q.Int(2);
     out.push_back(std::move(c));
+  }
+  return out;
+}
+
+Result<std::vector<FailureReason>> Store::FailureReasons(int64_t campaign_id) {
+  NW_RETURN_IF_ERROR(impl_->CheckCampaign(campaign_id));
+  Query q(*impl_->db,
+          "SELECT config, kind, reason, COUNT(*) AS n FROM v_job_failures WHERE campaign_id = ?"
+          " GROUP BY config, kind, reason ORDER BY config, n DESC, kind, reason",
+          "reading view v_job_failures for campaign " + std::to_string(campaign_id));
+  q.Bind(1, campaign_id);
+  std::vector<FailureReason> out;
+  while (true) {
+    NW_ASSIGN_OR_RETURN(bool row, q.Step());
+    if (!row) break;
+    FailureReason f;
+    f.config = q.Text(0);
+    f.kind = q.Text(1);
+    f.reason = q.Text(2);
+    f.jobs = q.Int(3);
+    out.push_back(std::move(f));
   }
   return out;
 }
@@ -1279,13 +1314,34 @@ Result<std::vector<std::pair<int64_t, JobResult>>> Store::ResultHistory(const st
 }
 
 Result<BaselineRecord> Store::SetBaseline(const std::string& name, int64_t campaign_id,
-                                          const std::string& note, int64_t now_ms) {
+                                          const std::string& note, int64_t now_ms, bool replace) {
   if (name.empty()) {
     return Status::InvalidArgument(impl_->file() + ": table baselines: empty baseline name");
   }
   std::optional<BaselineRecord> out;
   const Status st = impl_->Write("setting baseline '" + name + "'", [&]() -> Status {
     NW_RETURN_IF_ERROR(impl_->CheckCampaign(campaign_id));
+    {
+      Query q(*impl_->db, "SELECT 1 FROM campaigns WHERE name = ?",
+              "looking for a campaign named like the baseline");
+      q.Bind(1, name);
+      NW_ASSIGN_OR_RETURN(bool clash, q.Step());
+      if (clash) {
+        return Status::FailedPrecondition(
+            impl_->file() + ": '" + name +
+            "' is a campaign's name; a baseline of that name would shadow the campaign in nw "
+            "gate, so give the baseline another name");
+      }
+    }
+    if (!replace) {
+      Query q(*impl_->db, "SELECT 1 FROM baselines WHERE name = ?", "looking for the baseline");
+      q.Bind(1, name);
+      NW_ASSIGN_OR_RETURN(bool exists, q.Step());
+      if (exists) {
+        return Status::AlreadyExists(impl_->file() + ": baseline '" + name +
+                                     "' exists; replacing it needs --replace");
+      }
+    }
     {
       Query q(*impl_->db,
               "INSERT INTO baselines (name, campaign_id, note, created_ms, updated_ms)"

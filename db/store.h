@@ -42,6 +42,15 @@ namespace nw {
 
 enum class JobState { kQueued, kLeased, kDone, kFailed };
 std::string_view JobStateName(JobState s);  // queued, leased, done, failed
+
+/// The backend as configuration labels name it (v_job_config, migration 0007): the backend's
+/// name, or for http "http:MODEL@URL" ("http-chat:MODEL@URL" with api chat), so two servers or
+/// two models are two configurations.
+std::string BackendLabel(const JobSpec& spec);
+/// The configuration label v_job_config gives the job:
+/// "topk=16 precision=fp32 backend=cpu task=niah-single haystack=noise", with " fault=NAME"
+/// appended for a job replaying a known bug (migration 0008).
+std::string ConfigLabel(const JobSpec& spec);
 Result<JobState> ParseJobState(std::string_view name);
 
 /// One schema migration: db/migrations/NNNN_name.sql.
@@ -110,7 +119,8 @@ struct HeatmapCell {
   int64_t trials = 0;  // pass + miss (answers only; infrastructure failures excluded)
   int64_t passes = 0;
   int64_t errors = 0;   // engine_error + timeout + truncated + empty
-  int64_t pending = 0;  // jobs of the cell without any result yet
+  int64_t pending = 0;  // jobs of the cell without any result yet that may still run
+  int64_t failed = 0;   // jobs that gave up (retries used up) without any result
 };
 
 /// One row of v_boundary: where retrieval breaks for one configuration (see 0002_views.sql).
@@ -125,6 +135,15 @@ struct BoundaryRow {
   bool monotone = true;                      // no clean length above l_fail
   int64_t fail_trials = 0, fail_passes = 0;  // answers and passes at l_fail (0 without l_fail)
   int64_t trials = 0, passes = 0, errors = 0, pending = 0;
+  int64_t failed = 0;  // jobs that gave up without any result (0007)
+};
+
+/// Why jobs of one configuration ended without an answer (view v_job_failures, grouped).
+struct FailureReason {
+  std::string config;
+  std::string kind;    // failed (retries used up, no result) | engine_error | timeout
+  std::string reason;  // "unavailable: ..." (jobs.last_error, or the result's error)
+  int64_t jobs = 0;
 };
 
 /// How many of a configuration's latest results had each outcome.
@@ -324,6 +343,8 @@ class Store {
   Result<std::vector<BoundaryRow>> Boundaries(int64_t campaign_id);
   /// Outcome counts of the latest results of the campaign's jobs, per config (no zero rows).
   Result<std::vector<OutcomeCount>> OutcomeCounts(int64_t campaign_id);
+  /// v_job_failures for the campaign grouped by (config, kind, reason), most jobs first.
+  Result<std::vector<FailureReason>> FailureReasons(int64_t campaign_id);
   /// Per backend, over every answered result in the database: mean wall milliseconds per
   /// prompt token (total_ms / prompt_tokens) and how many jobs that mean is over. `nw plan`
   /// estimates cost from it.
@@ -340,10 +361,13 @@ class Store {
   Result<std::vector<std::pair<int64_t, JobResult>>> ResultHistory(const std::string& key);
 
   // ---- Baselines and flaky verdicts (nw baseline, nw gate) ----
-  /// Freezes the campaign's jobs and their latest results under `name` (replacing a baseline of
-  /// that name; its created_ms is kept). NotFound for an unknown campaign id.
+  /// Freezes the campaign's jobs and their latest results under `name`. An existing baseline of
+  /// that name is replaced (its created_ms kept) only when `replace`, else AlreadyExists. A name
+  /// that is a campaign's is refused (FailedPrecondition): `nw gate` looks names up as
+  /// baselines and campaigns, and a baseline would shadow the campaign. NotFound for an unknown
+  /// campaign id.
   Result<BaselineRecord> SetBaseline(const std::string& name, int64_t campaign_id,
-                                     const std::string& note, int64_t now_ms);
+                                     const std::string& note, int64_t now_ms, bool replace = true);
   Result<std::optional<BaselineRecord>> FindBaseline(const std::string& name);
   /// All baselines, by name.
   Result<std::vector<BaselineRecord>> ListBaselines();

@@ -23,6 +23,7 @@ ConfigBoundary Compute(const std::string& config, const std::map<int64_t, Length
     b.passes += s.passes;
     b.errors += s.errors;
     b.pending += s.pending;
+    b.failed += s.failed;
   }
   bool prefix_clean = true;
   for (const LengthSummary& s : b.lengths) {
@@ -124,7 +125,11 @@ std::string LengthStats(const ConfigBoundary& b, const LengthSummary& s) {
 
 std::string NoAnswers(const ConfigBoundary& b) {
   std::string s;
-  if (b.errors > 0) s += FormatThousands(b.errors) + " without an answer";
+  if (b.failed > 0) s += FormatThousands(b.failed) + " failed (retries used up)";
+  if (b.errors > 0) {
+    if (!s.empty()) s += ", ";
+    s += FormatThousands(b.errors) + " without an answer";
+  }
   if (b.pending > 0) {
     if (!s.empty()) s += ", ";
     s += FormatThousands(b.pending) + " pending";
@@ -185,6 +190,7 @@ std::vector<ConfigBoundary> ExtractBoundaries(const std::vector<HeatmapCell>& ce
     s.passes += c.passes;
     s.errors += c.errors;
     s.pending += c.pending;
+    s.failed += c.failed;
   }
   std::vector<ConfigBoundary> out;
   for (const auto& [config, by_len] : grouped) {

@@ -45,6 +45,7 @@ struct LengthSummary {
   int64_t clean_cells = 0;    // positions with answers, all passing
   int64_t failing_cells = 0;  // positions with at least one miss
   int64_t trials = 0, passes = 0, errors = 0, pending = 0;
+  int64_t failed = 0;  // jobs that gave up (retries used up) without a result
   bool clean() const { return clean_cells == cells; }
   bool failing() const { return failing_cells > 0; }
   // Verdicts (ExtractBoundaries fills these).
@@ -72,6 +73,7 @@ struct ConfigBoundary {
   int64_t fail_trials = 0, fail_passes = 0;                 // summed over the positions at l_fail
   int64_t pass_trials = 0, pass_passes = 0;                 // summed over the positions at l_pass
   int64_t trials = 0, passes = 0, errors = 0, pending = 0;  // whole configuration
+  int64_t failed = 0;  // jobs that gave up (retries used up) without a result
 
   // Verdicts under the criterion (see the top of this file).
   Criterion criterion;
@@ -109,7 +111,7 @@ std::vector<ConfigBoundary> ExtractBoundaries(const std::vector<HeatmapCell>& ce
 ///   "lost at every tested length (1,000-8,000 tokens; ...)"
 ///   "undecided at every tested length (256-4,096 tokens; ...)"
 /// naming undecided lengths, lost positions, non-monotone verdicts ("not monotone: found again
-/// at 8,192 after lost from 4,096") and answers missing (errors, pending).
+/// at 8,192 after lost from 4,096") and answers missing (failed jobs, errors, pending).
 std::string DescribeBoundary(const ConfigBoundary& b);
 
 /// The sentence about the nearest undecided length alone ("" when there is none).

@@ -45,7 +45,7 @@ Axes AxesOf(const JobSpec& s) {
              std::to_string(s.max_new_tokens)};
   a.display = a.ident;
   a.display[3] = s.precision.name;
-  a.display[4] = s.backend;
+  a.display[4] = BackendLabel(s);
   a.display[6] = s.model_digest.substr(0, 12);
   return a;
 }
@@ -80,7 +80,7 @@ std::optional<Outcome> AnswerOf(const CampaignSample& s) {
 
 void Count(SideCounts& c, const CampaignSample& s) {
   if (!s.result) {
-    ++c.pending;
+    ++(s.job.state == JobState::kFailed ? c.failed : c.pending);
   } else if (!IsAnswerOutcome(s.result->outcome)) {
     ++c.errors;
   } else {
@@ -224,6 +224,7 @@ std::vector<HeatmapCell> CellsOf(const Group& g) {
     c.passes += sc.passes;
     c.errors += sc.errors;
     c.pending += sc.pending;
+    c.failed += sc.failed;
   }
   std::vector<HeatmapCell> out;
   for (auto& [k, c] : cells) out.push_back(c);
@@ -575,6 +576,7 @@ std::string Upper(std::string_view s) {
 std::string SideText(const SideCounts& c) {
   std::string s = c.trials > 0 ? FormatRate(c.passes, c.trials) : "-";
   if (c.errors > 0) s += " e" + std::to_string(c.errors);
+  if (c.failed > 0) s += " f" + std::to_string(c.failed);
   if (c.pending > 0) s += " p" + std::to_string(c.pending);
   return s;
 }
@@ -656,7 +658,11 @@ std::string XmlEscape(const std::string& s) {
 }
 
 ojson SideJson(const SideCounts& c) {
-  return {{"trials", c.trials}, {"passes", c.passes}, {"errors", c.errors}, {"pending", c.pending}};
+  return {{"trials", c.trials},
+          {"passes", c.passes},
+          {"errors", c.errors},
+          {"pending", c.pending},
+          {"failed", c.failed}};
 }
 
 ojson TestJson(const GateTest& t) {
@@ -933,7 +939,8 @@ std::string RenderGateMarkdown(const GateReport& r) {
       s += "- only in the candidate: `" + c + "`\n";
     }
   }
-  s += "\nCells: passes/answers; eN = runs without an answer (never misses), pN = pending.\n";
+  s += "\nCells: passes/answers; eN = runs without an answer (never misses), fN = failed "
+       "(retries used up), pN = pending.\n";
   return s;
 }
 

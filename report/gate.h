@@ -77,7 +77,8 @@ struct SideCounts {
   int64_t trials = 0;  // answers (pass + miss)
   int64_t passes = 0;
   int64_t errors = 0;   // results without an answer
-  int64_t pending = 0;  // jobs without a result
+  int64_t pending = 0;  // jobs without a result that may still run
+  int64_t failed = 0;   // jobs without a result that gave up (retries used up)
 };
 
 /// The outcome of one test (a cell, or a boundary shift).

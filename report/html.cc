@@ -105,6 +105,9 @@ std::string CellTooltip(const HeatmapCell& c) {
     t += "; " + FormatThousands(c.errors) +
          " without an answer (engine_error, timeout, truncated or empty; not misses)";
   }
+  if (c.failed > 0) {
+    t += "; " + FormatThousands(c.failed) + " failed (retries used up, no result)";
+  }
   if (c.pending > 0) t += "; " + FormatThousands(c.pending) + " pending";
   return t;
 }
@@ -253,6 +256,16 @@ std::string ProbeTable(const std::vector<LayerProbeStats>& probes) {
   return s;
 }
 
+// Why jobs ended without an answer: a list, or "" when nothing failed.
+std::string FailureList(const std::vector<FailureReason>& failures) {
+  if (failures.empty()) return "";
+  std::string s = "<ul class=\"failures\">\n";
+  for (const std::string& line : DescribeFailures(failures)) {
+    s += "<li>" + HtmlEscape(line) + "</li>\n";
+  }
+  return s + "</ul>\n";
+}
+
 std::string BoundaryClass(const ConfigBoundary& b) {
   if (b.lost_from) return "boundary lost";
   if (b.found_up_to && b.found_up_to == b.max_length()) return "boundary found";
@@ -341,6 +354,7 @@ std::string RenderHtml(const CampaignReport& r) {
        ". Found: the Wilson interval lies at or above the pass rate; lost: below it; undecided: "
        "it straddles it.</p>\n";
   s += "<h3>Outcomes</h3>\n" + OutcomeBar(r.outcomes) + OutcomeTable(r.outcomes);
+  if (!r.failures.empty()) s += "<h3>Without an answer</h3>\n" + FailureList(r.failures);
   if (r.configs.empty()) {
     s += "<p>No results yet.</p>\n</body>\n</html>\n";
     return s;
@@ -366,6 +380,7 @@ std::string RenderHtml(const CampaignReport& r) {
     s += "<h3>Heatmap: passes/answers per context length and needle position</h3>\n";
     s += Heatmap(c);
     s += "<h3>Outcomes</h3>\n" + OutcomeBar(c.outcomes) + OutcomeTable(c.outcomes);
+    if (!c.failures.empty()) s += "<h3>Without an answer</h3>\n" + FailureList(c.failures);
     if (!c.probes.empty()) {
       s += "<h3>Indexer probes</h3>\n" + ProbeTable(c.probes);
     }
@@ -373,7 +388,8 @@ std::string RenderHtml(const CampaignReport& r) {
   }
   s += "<div class=\"legend\"><p>Cells: passes/answers, coloured from red (none passed) through "
        "amber to green (all passed); grey: no answers. eN = N runs without an answer "
-       "(engine_error, timeout, truncated, empty: never counted as misses); pN = N jobs pending. "
+       "(engine_error, timeout, truncated, empty: never counted as misses); fN = N jobs failed "
+       "(retries used up, no result); pN = N jobs pending. "
        "After the counts, the cell's verdict: + found, x lost, ? undecided. Hover a cell for its "
        "counts, 95% Wilson interval and verdict.</p>"
        "<p>Whole campaign: " +

@@ -37,6 +37,7 @@ std::string CellText(const HeatmapCell* c) {
   std::string s = c->trials > 0 ? std::to_string(c->passes) + "/" + std::to_string(c->trials)
                                 : std::string("-");
   if (c->errors > 0) s += " e" + std::to_string(c->errors);
+  if (c->failed > 0) s += " f" + std::to_string(c->failed);
   if (c->pending > 0) s += " p" + std::to_string(c->pending);
   return s;
 }

@@ -30,7 +30,8 @@ struct Grid {
 Grid MakeGrid(const std::vector<HeatmapCell>& cells);
 /// The cell at (length, position), or nullptr when that combination was not tested.
 const HeatmapCell* CellAt(const Grid& g, int64_t length, double position);
-/// "3/4", "- e2", "1/2 e1 p1": passes/answers, then runs without an answer and pending jobs.
+/// "3/4", "- e2", "1/2 e1 f1 p1": passes/answers, then runs without an answer, failed jobs
+/// (retries used up) and pending jobs.
 std::string CellText(const HeatmapCell* c);
 
 /// "pass 26, miss 5, truncated 1, empty 0, engine_error 1, timeout 0" (kOutcomeOrder counts).

@@ -1,7 +1,13 @@
 #include "report/report.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <map>
+#include <set>
+#include <string_view>
 #include <utility>
 
 #include "report/render_util.h"
@@ -54,7 +60,8 @@ std::string ProbeLine(const LayerProbeStats& s) {
 constexpr const char* kLegend =
     "cells: passes/answers, then the cell's verdict: + found, x lost, ? undecided; eN = N runs\n"
     "       without an answer (engine_error, timeout, truncated, empty: never counted as\n"
-    "       misses); pN = N jobs pending; - = no answers";
+    "       misses); fN = N jobs failed (retries used up, no result); pN = N jobs pending;\n"
+    "       - = no answers";
 
 // The cell's verdict mark (docs/reports.md): + found, x lost, ? undecided, nothing without answers.
 const char* Mark(Verdict v) {
@@ -119,6 +126,14 @@ json CiJsonAt(int64_t passes, int64_t trials, double confidence) {
   return {{"level", confidence}, {"lo", ci.lo}, {"hi", ci.hi}};
 }
 
+json FailuresJson(const std::vector<FailureReason>& failures) {
+  json j = json::array();
+  for (const FailureReason& f : failures) {
+    j.push_back({{"kind", f.kind}, {"reason", f.reason}, {"jobs", f.jobs}});
+  }
+  return j;
+}
+
 json OutcomesJson(const std::array<int64_t, 6>& counts) {
   json j = json::object();
   for (size_t i = 0; i < kOutcomeOrder.size(); ++i) j[OutcomeName(kOutcomeOrder[i])] = counts[i];
@@ -131,7 +146,8 @@ CampaignReport BuildCampaignReport(const CampaignRecord& campaign, const Campaig
                                    const std::vector<HeatmapCell>& cells,
                                    const std::vector<OutcomeCount>& outcomes,
                                    const std::vector<LayerProbeStats>& probes,
-                                   const Criterion& criterion) {
+                                   const Criterion& criterion,
+                                   const std::vector<FailureReason>& failures) {
   CampaignReport r;
   r.campaign = campaign;
   r.criterion = criterion;
@@ -165,7 +181,79 @@ CampaignReport BuildCampaignReport(const CampaignRecord& campaign, const Campaig
     std::sort(c.probes.begin(), c.probes.end(),
               [](const LayerProbeStats& a, const LayerProbeStats& b) { return a.layer < b.layer; });
   }
+  for (const FailureReason& f : failures) {
+    auto it = index.find(f.config);
+    if (it != index.end()) r.configs[it->second].failures.push_back(f);
+  }
+  r.failures = FailuresByReason(failures);
+  for (ConfigReport& c : r.configs) c.failures = FailuresByReason(c.failures);
   return r;
+}
+
+namespace {
+
+// The coordinator names the worker in a failure ("engine error on worker embedded-0: ..."), so
+// the same cause on two workers reads as two reasons. Splits the worker id out: returns the
+// reason with "on worker *" in its place and the id ("" when there is none).
+std::pair<std::string, std::string> SplitWorker(const std::string& reason) {
+  static constexpr std::string_view kOnWorker = "on worker ";
+  const size_t at = reason.find(kOnWorker);
+  if (at == std::string::npos) return {reason, ""};
+  const size_t id_begin = at + kOnWorker.size();
+  const size_t id_end = reason.find(':', id_begin);
+  if (id_end == std::string::npos || id_end == id_begin) return {reason, ""};
+  return {reason.substr(0, id_begin) + "*" + reason.substr(id_end),
+          reason.substr(id_begin, id_end - id_begin)};
+}
+
+}  // namespace
+
+std::vector<FailureReason> FailuresByReason(const std::vector<FailureReason>& failures) {
+  struct Sum {
+    int64_t jobs = 0;
+    std::set<std::string> workers;
+  };
+  std::map<std::pair<std::string, std::string>, Sum> sums;
+  for (const FailureReason& f : failures) {
+    auto [reason, worker] = SplitWorker(f.reason);
+    Sum& sum = sums[{f.kind, reason}];
+    sum.jobs += f.jobs;
+    if (!worker.empty()) sum.workers.insert(worker);
+  }
+  std::vector<FailureReason> out;
+  for (const auto& [key, sum] : sums) {
+    std::string reason = key.second;
+    // One worker: its id back in place; several: "on workers a, b, c" (at most 3 named).
+    if (!sum.workers.empty()) {
+      std::string names;
+      size_t n = 0;
+      for (const std::string& w : sum.workers) {
+        if (n == 3) {
+          names += " and " + std::to_string(sum.workers.size() - 3) + " more";
+          break;
+        }
+        names += (n++ > 0 ? ", " : "") + w;
+      }
+      const size_t star = reason.find("on worker *");
+      reason.replace(star, 11, (sum.workers.size() == 1 ? "on worker " : "on workers ") + names);
+    }
+    out.push_back({"", key.first, reason, sum.jobs});
+  }
+  std::stable_sort(out.begin(), out.end(),
+                   [](const FailureReason& a, const FailureReason& b) { return a.jobs > b.jobs; });
+  return out;
+}
+
+std::vector<std::string> DescribeFailures(const std::vector<FailureReason>& failures) {
+  constexpr size_t kMaxReason = 300;
+  std::vector<std::string> out;
+  for (const FailureReason& f : failures) {
+    std::string kind = f.kind == "failed" ? "failed (retries used up)" : f.kind;
+    std::string reason = f.reason.empty() ? std::string("no reason recorded") : f.reason;
+    if (reason.size() > kMaxReason) reason = reason.substr(0, kMaxReason) + "...";
+    out.push_back(FormatThousands(f.jobs) + " " + kind + ": " + reason);
+  }
+  return out;
 }
 
 Result<CampaignReport> LoadCampaignReport(Store& store, const std::string& campaign_name,
@@ -182,12 +270,28 @@ Result<CampaignReport> LoadCampaignReport(Store& store, const std::string& campa
     NW_ASSIGN_OR_RETURN(std::vector<HeatmapCell> cells, store.Heatmap(campaign->id));
     NW_ASSIGN_OR_RETURN(std::vector<OutcomeCount> outcomes, store.OutcomeCounts(campaign->id));
     NW_ASSIGN_OR_RETURN(std::vector<LayerProbeStats> probes, store.ProbeStats(campaign->id));
-    report = BuildCampaignReport(*campaign, progress, cells, outcomes, probes, criterion);
+    NW_ASSIGN_OR_RETURN(std::vector<FailureReason> failures, store.FailureReasons(campaign->id));
+    report = BuildCampaignReport(*campaign, progress, cells, outcomes, probes, criterion, failures);
     return Status::Ok();
   });
   if (!st.ok()) return st;
   return report;
 }
+
+bool ColorAllowed(bool is_terminal, const char* no_color, const char* term) {
+  if (no_color != nullptr && no_color[0] != '\0') return false;
+  return RedrawAllowed(is_terminal, term);
+}
+
+bool RedrawAllowed(bool is_terminal, const char* term) {
+  return is_terminal && !(term != nullptr && std::strcmp(term, "dumb") == 0);
+}
+
+bool ColorAllowedOn(int fd) {
+  return ColorAllowed(isatty(fd) != 0, std::getenv("NO_COLOR"), std::getenv("TERM"));
+}
+
+bool RedrawAllowedOn(int fd) { return RedrawAllowed(isatty(fd) != 0, std::getenv("TERM")); }
 
 std::string RenderText(const CampaignReport& r, const TextOptions& options) {
   std::string out;
@@ -196,6 +300,9 @@ std::string RenderText(const CampaignReport& r, const TextOptions& options) {
   out += "\n";
   out += "jobs: " + ProgressLine(r.progress) + "\n";
   out += "outcomes: " + OutcomeList(r.outcomes) + "\n";
+  for (const std::string& line : DescribeFailures(r.failures)) {
+    out += "without an answer: " + line + "\n";
+  }
   out += CriterionLine(r) + "\n";
   if (r.configs.empty()) {
     out += "\nno results yet\n";
@@ -207,6 +314,9 @@ std::string RenderText(const CampaignReport& r, const TextOptions& options) {
     out += "\n  " + DescribeBoundary(c.boundary) + "\n";
     out += "  " + LevelsLine(c.boundary) + "\n";
     out += "  outcomes: " + OutcomeList(c.outcomes) + "\n";
+    for (const std::string& line : DescribeFailures(c.failures)) {
+      out += "  without an answer: " + line + "\n";
+    }
     out +=
         "  heatmap (passes/answers and verdict; rows: context length, columns: needle "
         "position):\n";
@@ -263,7 +373,12 @@ std::string RenderMarkdown(const CampaignReport& r) {
   out += "| pass | miss | truncated | empty | engine_error | timeout |\n";
   out += "|---:|---:|---:|---:|---:|---:|\n|";
   for (int64_t n : r.outcomes) out += " " + FormatThousands(n) + " |";
-  out += "\n\n" + CriterionLine(r) + ".\n";
+  out += "\n";
+  if (!r.failures.empty()) {
+    out += "\nWithout an answer:\n\n";
+    for (const std::string& line : DescribeFailures(r.failures)) out += "- " + line + "\n";
+  }
+  out += "\n" + CriterionLine(r) + ".\n";
   if (r.configs.empty()) {
     out += "\nNo results yet.\n";
     return out;
@@ -276,6 +391,11 @@ std::string RenderMarkdown(const CampaignReport& r) {
     out += "\n## `" + c.boundary.config + "`\n\n";
     out += DescribeBoundary(c.boundary) + ".\n\n";
     out += "Outcomes: " + OutcomeList(c.outcomes) + ". " + LevelsLine(c.boundary) + ".\n\n";
+    if (!c.failures.empty()) {
+      out += "Without an answer:\n\n";
+      for (const std::string& line : DescribeFailures(c.failures)) out += "- " + line + "\n";
+      out += "\n";
+    }
     const Grid g = MakeGrid(c.cells);
     out += "| length \\ position |";
     for (double pos : g.positions) out += " " + FormatPosition(pos) + " |";
@@ -323,6 +443,7 @@ json RenderJson(const CampaignReport& r) {
                    {"failed", r.progress.failed}, {"pass", r.progress.pass},
                    {"miss", r.progress.miss},     {"other", r.progress.other}};
   j["outcomes"] = OutcomesJson(r.outcomes);
+  j["failures"] = FailuresJson(r.failures);
   j["criterion"] = {{"pass_rate", r.criterion.pass_rate}, {"confidence", r.criterion.confidence}};
   json configs = json::array();
   for (const ConfigReport& c : r.configs) {
@@ -344,7 +465,9 @@ json RenderJson(const CampaignReport& r) {
               {"trials", b.pass_trials},
               {"ci95", CiJson(b.pass_passes, b.pass_trials)}};
     }
-    cj["boundary"] = {{"l_pass", Opt(b.l_pass)},
+    // The strict facts of v_boundary (one miss makes a length failing); the verdicts are below.
+    cj["boundary"] = {{"strict", true},
+                      {"l_pass", Opt(b.l_pass)},
                       {"l_fail", Opt(b.l_fail)},
                       {"first_unclean", Opt(b.first_unclean)},
                       {"max_clean", Opt(b.max_clean)},
@@ -369,12 +492,11 @@ json RenderJson(const CampaignReport& r) {
                       {"nearest_undecided", nearest},
                       {"length_confidence", b.length_confidence},
                       {"cell_confidence", b.cell_confidence}};
-    cj["totals"] = {{"trials", b.trials},
-                    {"passes", b.passes},
-                    {"errors", b.errors},
-                    {"pending", b.pending},
-                    {"ci95", CiJson(b.passes, b.trials)}};
+    cj["totals"] = {{"trials", b.trials}, {"passes", b.passes},
+                    {"errors", b.errors}, {"pending", b.pending},
+                    {"failed", b.failed}, {"ci95", CiJson(b.passes, b.trials)}};
     cj["outcomes"] = OutcomesJson(c.outcomes);
+    cj["failures"] = FailuresJson(c.failures);
     json lengths = json::array();
     for (const LengthSummary& l : b.lengths) {
       lengths.push_back({{"length", l.length},
@@ -385,6 +507,7 @@ json RenderJson(const CampaignReport& r) {
                          {"passes", l.passes},
                          {"errors", l.errors},
                          {"pending", l.pending},
+                         {"failed", l.failed},
                          {"verdict", std::string(VerdictName(l.verdict))},
                          {"pooled_verdict", std::string(VerdictName(l.pooled))},
                          {"lost_positions", l.lost_positions},
@@ -400,6 +523,7 @@ json RenderJson(const CampaignReport& r) {
                        {"passes", cell.passes},
                        {"errors", cell.errors},
                        {"pending", cell.pending},
+                       {"failed", cell.failed},
                        {"pass_rate", cell.trials > 0 ? json(static_cast<double>(cell.passes) /
                                                             static_cast<double>(cell.trials))
                                                      : json(nullptr)},

@@ -29,6 +29,7 @@ struct ConfigReport {
   std::vector<HeatmapCell> cells;       // by length, then position
   std::array<int64_t, 6> outcomes{};    // counts in kOutcomeOrder
   std::vector<LayerProbeStats> probes;  // by layer; empty when no job carried probes
+  std::vector<FailureReason> failures;  // why jobs ended without an answer, most jobs first
 };
 
 struct CampaignReport {
@@ -37,6 +38,9 @@ struct CampaignReport {
   CampaignProgress progress;
   std::vector<ConfigReport> configs;  // natural order of the label
   std::array<int64_t, 6> outcomes{};  // whole campaign, kOutcomeOrder
+  /// Why jobs ended without an answer, over every configuration, by (kind, reason), most jobs
+  /// first (config left empty): failed jobs (retries used up), engine errors and timeouts.
+  std::vector<FailureReason> failures;
 };
 
 /// Assembles a report from what the Store returns (pure: tests build inputs by hand).
@@ -44,7 +48,19 @@ CampaignReport BuildCampaignReport(const CampaignRecord& campaign, const Campaig
                                    const std::vector<HeatmapCell>& cells,
                                    const std::vector<OutcomeCount>& outcomes,
                                    const std::vector<LayerProbeStats>& probes,
-                                   const Criterion& criterion = {});
+                                   const Criterion& criterion = {},
+                                   const std::vector<FailureReason>& failures = {});
+
+/// The same failures summed over configurations by (kind, reason), most jobs first (config
+/// left empty). Reasons that differ only in the worker the coordinator names ("engine error on
+/// worker embedded-0: ...") are one reason naming the workers ("on workers embedded-0,
+/// embedded-1: ...").
+std::vector<FailureReason> FailuresByReason(const std::vector<FailureReason>& failures);
+
+/// One line per reason, in the order given, e.g. "3 failed (retries used up): unavailable: POST
+/// http://127.0.0.1:9/v1/completions: connection refused" (reasons longer than 300 characters
+/// are cut with "..."). Empty when nothing failed.
+std::vector<std::string> DescribeFailures(const std::vector<FailureReason>& failures);
 
 /// Reads everything for the named campaign (a read-only Store is enough) and judges it against
 /// `criterion` (callers pass the campaign's own: ParseCampaignCriterion on its source_text).
@@ -53,8 +69,19 @@ Result<CampaignReport> LoadCampaignReport(Store& store, const std::string& campa
                                           const Criterion& criterion = {});
 
 struct TextOptions {
-  bool color = false;  // ANSI colours in the heatmap (the CLI sets this when stdout is a TTY)
+  bool color = false;  // ANSI colours in the heatmap (the CLI sets this with ColorAllowed)
 };
+
+/// Whether output to a stream may use ANSI colours: only on a terminal, never when the
+/// environment's NO_COLOR is set to anything but "" (https://no-color.org) or TERM is "dumb".
+/// `no_color` and `term` are the variables' values (nullptr: unset).
+bool ColorAllowed(bool is_terminal, const char* no_color, const char* term);
+/// Whether a terminal may be redrawn in place (carriage return and erase-line): a terminal
+/// whose TERM is not "dumb".
+bool RedrawAllowed(bool is_terminal, const char* term);
+/// The same for a file descriptor, reading NO_COLOR and TERM from the environment.
+bool ColorAllowedOn(int fd);
+bool RedrawAllowedOn(int fd);
 
 /// The terminal report.
 std::string RenderText(const CampaignReport& r, const TextOptions& options = {});

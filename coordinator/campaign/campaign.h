@@ -200,6 +200,10 @@ Result<Campaign> ParseCampaignFile(const std::filesystem::path& path,
 /// it on the text stored with a campaign.
 Result<Criterion> ParseCampaignCriterion(std::string_view text, const std::string& source_name);
 
+/// A valid campaign name (and baseline name): lowercase letters, digits, '.', '_' and '-', at
+/// most 64 characters, starting with a letter or digit.
+bool IsValidCampaignName(std::string_view name);
+
 struct ResolveOptions {
   /// Use this model folder instead of the campaign's `model` (e.g. `nw run --model`).
   std::optional<std::filesystem::path> model_dir;

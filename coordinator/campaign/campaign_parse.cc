@@ -1341,6 +1341,33 @@ Status Parser::CheckCells() const {
                                   "); drop one of them or exclude the combination");
     }
   }
+  // Without engine_params the http backend sends neither topk nor precision to the server:
+  // http cells that differ only in them would send identical requests and be reported as
+  // different configurations.
+  if (c_.http && !c_.http->spec.engine_params) {
+    for (Axis a : {Axis::kTopk, Axis::kPrecision}) {
+      const AxisValue* first = nullptr;
+      for (const Cell& cell : c_.cells) {
+        if (c_.value(cell, Axis::kBackend).name() != "http") continue;
+        const AxisValue& v = c_.value(cell, a);
+        if (first == nullptr) {
+          first = &v;
+        } else if (v.ToString() != first->ToString()) {
+          const std::string axis(AxisName(a));
+          return Error(v.where, "the http backend (" + At(c_.http->where) + ") does not send " +
+                                    axis +
+                                    " to the server (engine_params is false), so its cells "
+                                    "with " +
+                                    axis + " " + first->ToString() + " and " + v.ToString() +
+                                    " would be identical requests reported as different "
+                                    "configurations; keep one " +
+                                    axis + " for http (exclude {backend: http, " + axis + ": " +
+                                    v.ToString() +
+                                    "}), or set engine_params: true if the server is `nw serve`");
+        }
+      }
+    }
+  }
   return Status::Ok();
 }
 
@@ -1595,6 +1622,8 @@ Result<Campaign> ParseCampaignText(std::string_view text, const std::string& sou
                                                  e.mark.column + 1, "YAML error: " + e.msg));
   }
 }
+
+bool IsValidCampaignName(std::string_view name) { return ValidName(name); }
 
 Result<Criterion> ParseCampaignCriterion(std::string_view text, const std::string& source_name) {
   Parser parser(source_name, ParseOptions{});

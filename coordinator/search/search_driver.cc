@@ -12,13 +12,6 @@ TrialOutcome OutcomeOf(Outcome o) {
   return TrialOutcome::kNoAnswer;
 }
 
-// The label v_job_config gives a configuration (db/migrations/0007_fault.sql).
-std::string ConfigLabel(const JobSpec& j) {
-  return "topk=" + std::to_string(j.topk) + " precision=" + j.precision.name +
-         " backend=" + j.backend + " task=" + j.task + " haystack=" + j.haystack +
-         (j.fault != "none" ? " fault=" + j.fault : "");
-}
-
 // What identifies a line: the spec without its length and trial.
 std::string LineKey(const JobSpec& j) {
   JobSpec k = j;

@@ -137,6 +137,42 @@ TEST_F(CampaignHttpTest, IncludeAndExcludeNameItHttp) {
   EXPECT_EQ(d.cells.size(), 4u);
 }
 
+// Without engine_params the server never sees topk or precision: an http backend that sweeps
+// them is refused at the value that makes the second configuration (file, line and field named);
+// the in-process backends may still sweep them, and engine_params: true allows it.
+TEST_F(CampaignHttpTest, SweepingTopkOrPrecisionOnHttpNeedsEngineParams) {
+  auto sweep = [](const std::string& backend, const std::string& axis_line) {
+    return std::string(
+               "name: h\nmodel: ../models/tiny\nmatrix:\n  context_length: [256]\n"
+               "  needle_position: 0.5\n") +
+           axis_line + "  backend: " + backend + "\n";
+  };
+  const std::string topk = ParseError(sweep(kServer, "  topk: [16, 32]\n"));
+  EXPECT_THAT(topk, HasSubstr("c.yaml:6:14: "));  // line 6: topk, column 14: its 32
+  EXPECT_THAT(topk, HasSubstr("matrix.topk[1]: the http backend"));
+  EXPECT_THAT(topk, HasSubstr("does not send topk to the server (engine_params is false)"));
+  EXPECT_THAT(topk, HasSubstr("topk 16 and 32"));
+  const std::string precision =
+      ParseError(sweep(kServer, "  topk: 16\n  precision: [fp32, fp8-index]\n"));
+  EXPECT_THAT(precision, HasSubstr("matrix.precision[1]: the http backend"));
+  EXPECT_THAT(precision, HasSubstr("precision fp32 and fp8-index"));
+  // An include entry that adds a top-k to the http cells is refused at the entry.
+  const std::string include =
+      ParseError(sweep(kServer, "  topk: 16\n") + "include:\n  - {backend: http, topk: 64}\n");
+  EXPECT_THAT(include, HasSubstr("include[0].topk: the http backend"));
+
+  // The CPU cells may sweep them when http keeps one value ...
+  Campaign mixed = MustParse(sweep(std::string("[cpu, ") + kServer + "]", "  topk: [16, 32]\n") +
+                             "exclude:\n  - {backend: http, topk: 32}\n");
+  EXPECT_EQ(mixed.cells.size(), 3u);
+  // ... and a server that takes them (nw serve) may sweep them too.
+  Campaign served = MustParse(sweep(
+      "{http: {url: 'http://127.0.0.1:8000', model: tiny, tokenizer: ../server/tokenizer.json, "
+      "engine_params: true}}",
+      "  topk: [16, 32]\n  precision: [fp32, bf16]\n"));
+  EXPECT_EQ(served.cells.size(), 4u);
+}
+
 TEST_F(CampaignHttpTest, RejectsBadSettingsWithLocations) {
   EXPECT_THAT(ParseError(Yaml("{http: {model: tiny}}")),
               HasSubstr("matrix.backend.http: missing url"));

@@ -99,7 +99,7 @@ TEST(Migrations, FreshFileGetsEveryTableViewAndPragma) {
   for (const char* t :
        {"campaigns", "jobs", "campaign_jobs", "attempts", "results", "probes", "workers",
         "schema_version", "coordinator_campaigns", "v_job_config", "v_results", "v_campaign_jobs",
-        "v_heatmap", "v_length_status", "v_boundary", "v_probe_summary"}) {
+        "v_heatmap", "v_length_status", "v_boundary", "v_probe_summary", "v_job_failures"}) {
     EXPECT_TRUE(raw.HasTable(t)) << t;
   }
   EXPECT_EQ(raw.One("PRAGMA journal_mode"), "wal");

@@ -279,5 +279,84 @@ TEST_F(ViewsTest, SpecColumnsAreBrokenOutForSql) {
   sqlite3_close_v2(raw);
 }
 
+// Migration 0007: a job that gave up (retries used up, no result) is failed, not pending, in
+// v_heatmap, v_length_status and v_boundary, and v_job_failures says why, next to engine errors
+// and timeouts (with their results' errors).
+TEST_F(ViewsTest, FailedJobsAreNotPendingAndSayWhy) {
+  CampaignBuilder b(*store_, "c");
+  b.Cell(1000, 0.0, {P, Outcome::kEngineError})
+      .Pending(1000, 0.0, 7)   // gives up below
+      .Pending(1000, 0.0, 8)   // gives up below, same reason
+      .Pending(1000, 0.0, 9);  // stays queued
+  b.Commit();
+  for (int trial : {7, 8}) {
+    const std::string key = MakeSpec(1000, 0.0, trial, 16, "cpu", b.id()).Key();
+    ASSERT_TRUE(store_->RecordLease(key, 1, "w1", 9000, 5000).ok());
+    ASSERT_TRUE(store_
+                    ->RecordFailure(key, 1, Status::Unavailable("connect 127.0.0.1:9: refused"),
+                                    /*will_retry=*/false, 6000)
+                    .ok());
+  }
+  auto cells = store_->Heatmap(b.id());
+  ASSERT_TRUE(cells.ok()) << cells.status().ToString();
+  ASSERT_EQ(cells->size(), 1u);
+  EXPECT_EQ((*cells)[0].trials, 1);
+  EXPECT_EQ((*cells)[0].errors, 1);
+  EXPECT_EQ((*cells)[0].failed, 2);
+  EXPECT_EQ((*cells)[0].pending, 1);
+  const BoundaryRow row = Boundary(b.id());
+  EXPECT_EQ(row.failed, 2);
+  EXPECT_EQ(row.pending, 1);
+
+  auto reasons = store_->FailureReasons(b.id());
+  ASSERT_TRUE(reasons.ok()) << reasons.status().ToString();
+  ASSERT_EQ(reasons->size(), 2u);
+  EXPECT_EQ((*reasons)[0].config, ConfigLabel());
+  EXPECT_EQ((*reasons)[0].kind, "failed");
+  EXPECT_EQ((*reasons)[0].reason, "unavailable: connect 127.0.0.1:9: refused");
+  EXPECT_EQ((*reasons)[0].jobs, 2);
+  EXPECT_EQ((*reasons)[1].kind, "engine_error");
+  EXPECT_EQ((*reasons)[1].reason, "resource_exhausted: simulated");
+  EXPECT_EQ((*reasons)[1].jobs, 1);
+}
+
+// Migration 0007: an http job's label names its server and model (and api when chat), so two
+// servers are two configurations; db/store.h ConfigLabel builds the same string.
+TEST_F(ViewsTest, HttpConfigurationsAreNamedByServerAndModel) {
+  auto http_job = [](const std::string& url, const std::string& model, const std::string& api) {
+    JobSpec s = MakeSpec(1000, 0.5, 0, 16, "http");
+    HttpBackendSpec h;
+    h.url = url;
+    h.model = model;
+    h.api = api;
+    h.tokenizer = "/t/tokenizer.json";
+    h.tokenizer_digest = "abc";
+    s.http = h;
+    return s;
+  };
+  const std::vector<JobSpec> jobs = {http_job("http://10.0.0.1:8000", "tiny-v4", "completions"),
+                                     http_job("http://10.0.0.2:8000/v1", "tiny-v4", "completions"),
+                                     http_job("http://10.0.0.1:8000", "big", "chat"),
+                                     MakeSpec(1000, 0.5, 0, 16, "cpu")};
+  auto id = store_->UpsertCampaign("c", "", "", 1);
+  ASSERT_TRUE(id.ok());
+  ASSERT_TRUE(store_->AddJobs(*id, jobs, 1).ok());
+  auto samples = store_->CampaignSamples(*id, false);
+  ASSERT_TRUE(samples.ok()) << samples.status().ToString();
+  ASSERT_EQ(samples->size(), 4u);
+  std::map<std::string, std::string> label_of;  // key -> v_job_config label
+  for (const CampaignSample& s : *samples) label_of[s.job.key] = s.config;
+  for (const JobSpec& j : jobs) EXPECT_EQ(label_of[j.Key()], ConfigLabel(j));
+  EXPECT_EQ(label_of[jobs[0].Key()],
+            "topk=16 precision=fp32 backend=http:tiny-v4@http://10.0.0.1:8000 task=niah-single "
+            "haystack=noise");
+  EXPECT_EQ(BackendLabel(jobs[1]), "http:tiny-v4@http://10.0.0.2:8000/v1");
+  EXPECT_EQ(BackendLabel(jobs[2]), "http-chat:big@http://10.0.0.1:8000");
+  EXPECT_EQ(label_of[jobs[3].Key()], ConfigLabel());
+  auto cells = store_->Heatmap(*id);
+  ASSERT_TRUE(cells.ok());
+  EXPECT_EQ(cells->size(), 4u);  // four configurations, one cell each
+}
+
 }  // namespace
 }  // namespace nw

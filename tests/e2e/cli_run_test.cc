@@ -295,5 +295,44 @@ TEST_F(CliRunTest, HelpOnEverySubcommand) {
   }
 }
 
+// An http server that is down: every attempt is refused, the jobs end failed after their
+// retries, never pending, and both the report and nw run's closing message say why (issue 14).
+TEST_F(CliRunTest, AServerThatIsDownEndsFailedWithItsReason) {
+  fs::path c = WriteCampaign("down", R"(matrix:
+  context_length: [300]
+  needle_position: [0.5]
+  topk: 16
+  backend: {http: {url: 'http://127.0.0.1:9', model: tiny, retries: 0, health_path: ''}}
+trials: 2
+)");
+  CommandResult r = Sh(Nw("run " + c.string()));
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_NE(r.out.find("jobs: 2 total, 0 done, 2 failed, 0 leased, 0 queued"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("backend=http:tiny@http://127.0.0.1:9 "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("without an answer: 2 failed (retries used up): unavailable: "),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("- f2"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("2 jobs ended without an answer (failed after their retries, "
+                       "engine_error or timeout):\n  2 failed (retries used up): unavailable: "),
+            std::string::npos)
+      << r.out;
+  // "pending" only in the legend.
+  EXPECT_EQ(r.out.find("pending"), r.out.find("pN = N jobs pending") + 12) << r.out;
+
+  CommandResult j = Sh(Nw("report down --format json"));
+  ASSERT_EQ(j.exit_code, 0) << j.out;
+  const auto report = nlohmann::json::parse(j.out);
+  EXPECT_EQ(report["progress"]["failed"], 2);
+  EXPECT_EQ(report["configs"][0]["totals"]["pending"], 0);
+  EXPECT_EQ(report["configs"][0]["totals"]["failed"], 2);
+  ASSERT_EQ(report["failures"].size(), 1u);
+  EXPECT_EQ(report["failures"][0]["kind"], "failed");
+  EXPECT_NE(report["failures"][0]["reason"].get<std::string>().find("127.0.0.1:9"),
+            std::string::npos)
+      << j.out;
+}
+
 }  // namespace
 }  // namespace nw

@@ -13,6 +13,7 @@
 #include <iterator>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "db/store.h"
 #include "tests/db/campaign_fixture.h"
@@ -197,6 +198,46 @@ TEST_F(ReportCliTest, BaselineAndGateExitCodes) {
   EXPECT_EQ(Sh(Nw("baseline rm release-1")).exit_code, 0);
   EXPECT_EQ(Sh(Nw("baseline rm release-1")).exit_code, 2);
   EXPECT_EQ(Sh(Nw("gate --baseline base --candidate worse")).exit_code, 1);
+}
+
+// Baselines are replaced only when asked, named like campaigns, and never shadow a campaign
+// silently (issue 14).
+TEST_F(ReportCliTest, BaselineNamesReplaceAndShadowing) {
+  ASSERT_EQ(Sh(Nw("baseline set release-2 base")).exit_code, 0);
+  CommandResult again = Sh(Nw("baseline set release-2 better"));
+  EXPECT_EQ(again.exit_code, 2) << again.out;
+  EXPECT_NE(again.out.find("baseline 'release-2' exists; replacing it needs --replace"),
+            std::string::npos)
+      << again.out;
+  // Still the first campaign's.
+  EXPECT_NE(Sh(Nw("baseline list")).out.find("release-2               base"), std::string::npos);
+  CommandResult replaced = Sh(Nw("baseline set release-2 better --replace"));
+  EXPECT_EQ(replaced.exit_code, 0) << replaced.out;
+  EXPECT_NE(replaced.out.find("= campaign 'better'"), std::string::npos) << replaced.out;
+  for (const std::string& bad :
+       std::vector<std::string>{"Release", "_x", "a/b", std::string(65, 'a')}) {
+    CommandResult r = Sh(Nw("baseline set '" + bad + "' base"));
+    EXPECT_EQ(r.exit_code, 2) << bad << ": " << r.out;
+    EXPECT_NE(r.out.find("like a campaign name"), std::string::npos) << r.out;
+  }
+  CommandResult shadow = Sh(Nw("baseline set worse base"));
+  EXPECT_EQ(shadow.exit_code, 2) << shadow.out;
+  EXPECT_NE(shadow.out.find("'worse' is a campaign's name"), std::string::npos) << shadow.out;
+
+  // A campaign created after its name became a baseline's: the gate says which one it read.
+  {
+    auto s = Store::Open(db_);
+    ASSERT_TRUE(s.ok());
+    CampaignBuilder late(**s, "release-2");
+    late.Cell(1000, 0.0, Repeat(P, 10));
+    late.Commit();
+  }
+  CommandResult gate = Sh(Nw("gate --baseline release-2 --candidate better"));
+  EXPECT_NE(gate.out.find("nw gate: note: baseline release-2 (campaign better) (a campaign is also "
+                          "named 'release-2'; --baseline reads the baseline first)"),
+            std::string::npos)
+      << gate.out;
+  EXPECT_EQ(gate.exit_code, 0) << gate.out;
 }
 
 }  // namespace

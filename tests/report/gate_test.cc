@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <functional>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -43,10 +44,12 @@ class Side {
   }
   // One job per outcome at (len, pos), trials numbered from first_trial.
   Side& Add(int64_t len, double pos, const std::vector<Outcome>& outcomes, int topk = 16,
-            int first_trial = 0, const std::string& precision = "fp32", bool probe = false) {
+            int first_trial = 0, const std::string& precision = "fp32", bool probe = false,
+            const std::optional<HttpBackendSpec>& http = std::nullopt) {
     int trial = first_trial;
     for (Outcome o : outcomes) {
-      JobSpec s = MakeSpec(len, pos, trial++, topk, "cpu", id_);
+      JobSpec s = MakeSpec(len, pos, trial++, topk, http ? "http" : "cpu", id_);
+      s.http = http;
       s.precision.name = precision;
       s.probe = probe;
       s.fault = fault_;
@@ -445,6 +448,40 @@ TEST_F(GateFixture, AFaultIsAnAxisUnderTest) {
   EXPECT_EQ(r.pairs[0].baseline_config.find("fault="), std::string::npos);
   EXPECT_NE(r.pairs[0].candidate_config.find(" fault=partial-block-mod4"), std::string::npos);
   EXPECT_EQ(r.exit_code, 1);
+}
+
+// Two http servers are two configurations, named by server and model in the labels and in
+// what is under test (issue 14).
+TEST_F(GateFixture, HttpServersAreNamedInLabelsAndAxes) {
+  auto server = [](const std::string& url) {
+    HttpBackendSpec h;
+    h.url = url;
+    h.model = "tiny";
+    h.tokenizer_digest = "abc";
+    return h;
+  };
+  Side base(*store_, "base"), cand(*store_, "cand");
+  for (double pos : kPositions) {
+    base.Add(1000, pos, N(10, P), 16, 0, "fp32", false, server("http://10.0.0.1:8000"));
+    cand.Add(1000, pos, N(10, M), 16, 0, "fp32", false, server("http://10.0.0.2:8000"));
+  }
+  base.Commit();
+  cand.Commit();
+  const GateReport r = Gate(base, cand);
+  EXPECT_EQ(r.axes_under_test, std::vector<std::string>{"backend"});
+  EXPECT_EQ(r.axis_values.at("backend"),
+            std::make_pair(std::string("http:tiny@http://10.0.0.1:8000"),
+                           std::string("http:tiny@http://10.0.0.2:8000")));
+  ASSERT_EQ(r.pairs.size(), 1u);
+  EXPECT_NE(r.pairs[0].baseline_config.find("backend=http:tiny@http://10.0.0.1:8000 "),
+            std::string::npos);
+  EXPECT_NE(r.pairs[0].candidate_config.find("backend=http:tiny@http://10.0.0.2:8000 "),
+            std::string::npos);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(
+      RenderGateText(r).find("http:tiny@http://10.0.0.1:8000 -> http:tiny@http://10.0.0.2:8000"),
+      std::string::npos)
+      << RenderGateText(r);
 }
 
 // The gate against a frozen baseline: rerunning the baseline campaign afterwards does not move it.

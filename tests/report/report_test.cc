@@ -6,6 +6,7 @@
 
 #include <string>
 
+#include "report/html.h"
 #include "report/stats.h"
 #include "tests/db/campaign_fixture.h"
 
@@ -70,12 +71,14 @@ class ReportTest : public ::testing::Test {
 constexpr const char* kExpectedText = R"txt(campaign snapshot (snapshot.yaml)
 jobs: 34 total, 33 done, 0 failed, 0 leased, 1 queued
 outcomes: pass 26, miss 5, truncated 1, empty 0, engine_error 1, timeout 0
+without an answer: 1 engine_error: resource_exhausted: simulated
 criterion: pass rate >= 0.9 at 95% confidence (found: the Wilson interval lies at or above the pass rate; lost: below it; undecided: it straddles it)
 
 topk=16 precision=fp32 backend=cpu task=niah-single haystack=noise
   undecided at 1,000, 1,850 (each pass 7/7, 98.33% CI 0.55-1.00); lost from 4,509 (pass 3/6, 98.33% CI 0.15-0.85); about 45 more answers at 1,000 (observed rate 1) would decide it if the rate held (52 in all: the smallest n whose 98.33% CI at that rate clears 0.9); 1 without an answer, 1 pending
   verdict levels: lengths 98.33% CI, cells 99.58% CI (the criterion's confidence split over 3 lengths and 12 cells with answers, Bonferroni)
   outcomes: pass 17, miss 3, truncated 0, empty 0, engine_error 1, timeout 0
+  without an answer: 1 engine_error: resource_exhausted: simulated
   heatmap (passes/answers and verdict; rows: context length, columns: needle position):
     length    0%   50%        100%  end-512  length verdict
      1,000  2/2?  2/2?        2/2?     1/1?  undecided
@@ -105,7 +108,8 @@ topk=64 precision=fp32 backend=cpu task=niah-single haystack=noise
 
 cells: passes/answers, then the cell's verdict: + found, x lost, ? undecided; eN = N runs
        without an answer (engine_error, timeout, truncated, empty: never counted as
-       misses); pN = N jobs pending; - = no answers
+       misses); fN = N jobs failed (retries used up, no result); pN = N jobs pending;
+       - = no answers
 )txt";
 
 TEST_F(ReportTest, TextSnapshot) { EXPECT_EQ(RenderText(report_), kExpectedText); }
@@ -150,7 +154,8 @@ TEST_F(ReportTest, MarkdownHasTheSameData) {
             std::string::npos)
       << md;
   EXPECT_NE(md.find("| 4,509 | 1/2? | 0/2x | 1/1 e1 p1? | 1/1? | lost |"), std::string::npos) << md;
-  EXPECT_NE(md.find("| 26 | 5 | 1 | 0 | 1 | 0 |\n\ncriterion: pass rate >= 0.9 at 95% "
+  EXPECT_NE(md.find("| 26 | 5 | 1 | 0 | 1 | 0 |\n\nWithout an answer:\n\n- 1 engine_error: "
+                    "resource_exhausted: simulated\n\ncriterion: pass rate >= 0.9 at 95% "
                     "confidence"),
             std::string::npos)
       << md;
@@ -237,6 +242,107 @@ TEST(ReportEmpty, ACampaignWithoutResults) {
             "\nno results yet\n");
   EXPECT_NE(RenderMarkdown(r).find("No results yet."), std::string::npos);
   EXPECT_TRUE(RenderJson(r)["configs"].empty());
+}
+
+// A job that gave up after its retries (an http server that is down) is failed with its reason
+// in every format, never pending (issue 14).
+TEST(ReportFailures, FailedJobsShowTheirReasonInEveryFormat) {
+  TempDir dir;
+  const auto file = dir.File("nw.db");
+  int64_t id = 0;
+  {
+    auto s = Store::Open(file);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    CampaignBuilder b(**s, "down");
+    b.Cell(1000, 0.0, {P}).Pending(1000, 0.5, 0).Pending(1000, 0.5, 1);
+    b.Commit();
+    id = b.id();
+    for (int trial : {0, 1}) {
+      const std::string key = testing_db::MakeSpec(1000, 0.5, trial, 16, "cpu", id).Key();
+      ASSERT_TRUE((*s)->RecordLease(key, 1, "w1", 9000, 5000).ok());
+      ASSERT_TRUE((*s)->RecordFailure(key, 1,
+                                      Status::Unavailable("POST http://127.0.0.1:9/v1/completions: "
+                                                          "connection refused"),
+                                      false, 6000)
+                      .ok());
+    }
+  }
+  auto ro = Store::Open(file, Store::Mode::kReadOnly);
+  ASSERT_TRUE(ro.ok());
+  auto r = LoadCampaignReport(**ro, "down");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const std::string reason =
+      "2 failed (retries used up): unavailable: POST http://127.0.0.1:9/v1/completions: "
+      "connection refused";
+
+  const std::string text = RenderText(*r);
+  EXPECT_NE(text.find("jobs: 3 total, 1 done, 2 failed, 0 leased, 0 queued"), std::string::npos);
+  EXPECT_NE(text.find("\nwithout an answer: " + reason + "\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("\n  without an answer: " + reason + "\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("- f2"), std::string::npos) << text;  // the cell: no answers, 2 failed
+  EXPECT_NE(text.find("2 failed (retries used up)"), std::string::npos);
+  EXPECT_EQ(text.find("2 pending"), std::string::npos) << text;
+  EXPECT_EQ(text.find(" p2"), std::string::npos) << text;
+
+  const std::string md = RenderMarkdown(*r);
+  EXPECT_NE(md.find("- " + reason + "\n"), std::string::npos) << md;
+  EXPECT_NE(md.find("| - f2 |"), std::string::npos) << md;
+
+  const std::string html = RenderHtml(*r);
+  EXPECT_NE(html.find("<li>" + reason + "</li>"), std::string::npos);
+  EXPECT_NE(html.find("2 failed (retries used up, no result)"), std::string::npos);
+
+  const nlohmann::json j = RenderJson(*r);
+  EXPECT_EQ(j["progress"]["failed"], 2);
+  ASSERT_EQ(j["failures"].size(), 1u);
+  EXPECT_EQ(j["failures"][0]["kind"], "failed");
+  EXPECT_EQ(j["failures"][0]["jobs"], 2);
+  EXPECT_EQ(j["failures"][0]["reason"],
+            "unavailable: POST http://127.0.0.1:9/v1/completions: connection refused");
+  const nlohmann::json& c = j["configs"][0];
+  EXPECT_EQ(c["failures"].size(), 1u);
+  EXPECT_EQ(c["totals"]["failed"], 2);
+  EXPECT_EQ(c["totals"]["pending"], 0);
+  EXPECT_EQ(c["lengths"][0]["failed"], 2);
+  EXPECT_EQ(c["cells"][1]["failed"], 2);
+  EXPECT_EQ(c["cells"][1]["pending"], 0);
+}
+
+// The same cause on several workers is one reason (the coordinator names the worker).
+TEST(ReportFailures, OneReasonAcrossWorkersAndConfigurations) {
+  const std::string tail = ": cannot connect to http://127.0.0.1:9 (attempt 3; giving up)";
+  const std::vector<FailureReason> in = {
+      {"a", "failed", "unavailable: engine error on worker w-0" + tail, 2},
+      {"b", "failed", "unavailable: engine error on worker w-1" + tail, 1},
+      {"b", "engine_error", "resource_exhausted: simulated", 5},
+      {"a", "failed", "unavailable: engine error on worker w-0" + tail, 1},
+  };
+  const std::vector<FailureReason> out = FailuresByReason(in);
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[0].kind, "engine_error");
+  EXPECT_EQ(out[0].jobs, 5);
+  EXPECT_EQ(out[1].kind, "failed");
+  EXPECT_EQ(out[1].jobs, 4);
+  EXPECT_EQ(out[1].reason, "unavailable: engine error on workers w-0, w-1" + tail);
+  EXPECT_EQ(DescribeFailures(out)[1],
+            "4 failed (retries used up): unavailable: engine error on workers w-0, w-1" + tail);
+  // One worker keeps its name as written.
+  EXPECT_EQ(FailuresByReason({in[0]})[0].reason, in[0].reason);
+}
+
+// NO_COLOR (set and not empty) and TERM=dumb turn colour off; redrawing needs a terminal that is
+// not dumb.
+TEST(ReportColour, NoColorAndDumbTerminalsTurnColourOff) {
+  EXPECT_TRUE(ColorAllowed(true, nullptr, "xterm-256color"));
+  EXPECT_TRUE(ColorAllowed(true, nullptr, nullptr));
+  EXPECT_TRUE(ColorAllowed(true, "", "xterm"));  // NO_COLOR= (empty) does not count
+  EXPECT_FALSE(ColorAllowed(true, "1", "xterm"));
+  EXPECT_FALSE(ColorAllowed(true, "0", "xterm"));  // any non-empty value
+  EXPECT_FALSE(ColorAllowed(true, nullptr, "dumb"));
+  EXPECT_FALSE(ColorAllowed(false, nullptr, "xterm"));
+  EXPECT_TRUE(RedrawAllowed(true, "xterm"));
+  EXPECT_FALSE(RedrawAllowed(true, "dumb"));
+  EXPECT_FALSE(RedrawAllowed(false, "xterm"));
 }
 
 }  // namespace
