@@ -31,5 +31,6 @@ void RegisterSubmit(CLI::App& app, Globals& g);
 void RegisterWorker(CLI::App& app, Globals& g);
 void RegisterKeygen(CLI::App& app, Globals& g);
 void RegisterControl(CLI::App& app, Globals& g);  // cancel, pause, resume
+void RegisterSlurm(CLI::App& app, Globals& g);    // slurm submit-workers
 
 }  // namespace nw::cli

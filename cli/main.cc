@@ -31,6 +31,7 @@ int main(int argc, char** argv) {
   nw::cli::RegisterWorker(app, g);
   nw::cli::RegisterKeygen(app, g);
   nw::cli::RegisterControl(app, g);
+  nw::cli::RegisterSlurm(app, g);
   CLI11_PARSE(app, argc, argv);
   return g.exit_code;
 }

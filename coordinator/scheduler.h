@@ -147,6 +147,7 @@ struct WorkerView {
   int busy = 0;  // leases + expired attempts it is presumably still running
   std::vector<std::string> backends;
   nlohmann::json capabilities;
+  bool draining = false;  // it takes no new jobs (READY capability "draining")
 };
 
 /// The campaign of jobs added with AddJob().
@@ -347,6 +348,7 @@ class Scheduler {
     std::set<std::string> leases;  // keys of jobs leased to it (current attempts)
     std::set<AttemptRef> zombies;  // attempts it holds that are not its leases (occupy slots)
     std::string last_model;        // model_digest of the last job granted (affinity)
+    bool draining = false;         // READY said "draining": no new leases
     int Busy() const { return static_cast<int>(leases.size() + zombies.size()); }
     int Capacity() const { return info.slots + prefetch; }
   };
