@@ -41,7 +41,7 @@ struct SubmitWorkersArgs {
   std::vector<std::string> sbatch_args;
   bool no_requeue = false;
   int signal_grace_s = 120;
-  int64_t drain_s = 60;
+  int64_t drain_s = 25;  // below Slurm's default KillWait (30 s): SIGKILL comes then
   int64_t idle_exit_s = 300;
   int64_t coordinator_wait_s = 600;
   std::vector<std::string> models;

@@ -39,18 +39,28 @@ dump_logs() {
   done
 }
 cleanup() {
+  trap - EXIT INT TERM
   if [ -f "$SLURM_CONF" ] && scontrol ping >/dev/null 2>&1; then
-    scancel --quiet --full --signal=KILL --user=root >/dev/null 2>&1 || true
-    scancel --quiet --user=root >/dev/null 2>&1 || true
+    scancel --quiet --user=root >/dev/null 2>&1
+    # Let slurmd's step daemons end the jobs before the daemons go.
+    local end=$((SECONDS + 40))
+    while [ -n "$(squeue -h 2>/dev/null)" ] && [ $SECONDS -lt $end ]; do sleep 0.5; done
   fi
   for pidfile in "$T"/slurmd.pid "$T"/slurmctld.pid "$T"/munged.pid; do
     [ -f "$pidfile" ] && kill "$(cat "$pidfile")" 2>/dev/null
   done
   for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done
   sleep 1
-  for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done
-  # Workers and the coordinator are children of slurmd's stepd: kill what is left of ours.
-  for f in "$T"/slurm-pids/*; do [ -f "$f" ] && kill -9 "$(cat "$f")" 2>/dev/null; done
+  # Whatever is left of this test's Slurm (step daemons, jobs, daemons): every such process has
+  # this test's SLURM_CONF in its environment; nothing else does.
+  local e pid
+  for e in /proc/[0-9]*/environ; do
+    pid=${e#/proc/}; pid=${pid%/environ}
+    [ "$pid" = "$$" ] || [ "$pid" = "$BASHPID" ] && continue
+    if tr '\0' '\n' <"$e" 2>/dev/null | grep -qxF "SLURM_CONF=$SLURM_CONF"; then
+      kill -9 "$pid" 2>/dev/null
+    fi
+  done
   if [ -z "${NW_SLURM_TEST_KEEP:-}" ]; then rm -rf "$T"; else echo "kept $T"; fi
 }
 trap cleanup EXIT
@@ -216,14 +226,16 @@ all_done() { [ "$(done_count)" -eq "$TOTAL" ]; }
 wait_for 150 "all $TOTAL jobs done" all_done
 log "campaign finished: $(done_count)/$TOTAL"
 
-# Idle workers leave by themselves (--idle-exit-s): nothing of the array keeps running. (The
-# requeued element waits in the queue for Slurm's requeue delay; if it starts, it finds no work
-# and leaves too.)
+# Slurm requeued element 1 (it waits in the queue for Slurm's requeue delay, or has started
+# again as a new worker). Cancel it so the check below does not depend on that delay.
 log "squeue: $(squeue -h -j "$WJOB" -o '%i %T %r' 2>/dev/null | tr '\n' ';')"
-no_workers_running() { [ "$(squeue -h -j "$WJOB" -t RUNNING,COMPLETING 2>/dev/null | wc -l)" -eq 0 ]; }
-wait_for 120 "the idle workers to leave" no_workers_running
 scontrol show job "${WJOB}_1" 2>/dev/null | grep -q "Restarts=1" ||
   fail "Slurm did not requeue ${WJOB}_1: $(scontrol show job "${WJOB}_1" 2>&1 | head -n 5)"
+scancel "${WJOB}_1" 2>/dev/null
+# The remaining worker leaves by itself (--idle-exit-s 8): nothing of the array keeps running.
+no_workers_running() { [ "$(squeue -h -j "$WJOB" -t RUNNING,COMPLETING 2>/dev/null | wc -l)" -eq 0 ]; }
+wait_for 120 "the idle workers to leave" no_workers_running
+grep -q "idle, left" "$T"/logs/*_2.out || fail "worker ${WJOB}_2 did not leave as idle"
 
 # ---- exactly once ----------------------------------------------------------------------------
 q() { sqlite3 -cmd ".timeout 10000" "$DB" "$1"; }
