@@ -118,7 +118,7 @@ TEST(CliDistTest, RefusalsAndBadArguments) {
   // fallback); worker/gpu_plan.h, tests/worker/gpu_plan_test.cc.
   CommandResult version = Sh(std::string(NW_BIN) + " version");
   if (version.out.find("cuda") == std::string::npos) {
-    for (const std::string flags : {"--gpu 0", "--gpus all", "--gpus 0,1"}) {
+    for (const std::string flags : {"--gpu 0", "--gpus all", "--gpus 0,1", "--gpu-visible"}) {
       CommandResult gpu = Sh(ws.Nw("worker --coordinator " + ws.endpoint() + " " + flags));
       EXPECT_EQ(gpu.exit_code, 2) << flags << ": " << gpu.out;
       EXPECT_NE(gpu.out.find("cannot run jobs on a GPU"), std::string::npos) << gpu.out;
@@ -132,8 +132,8 @@ TEST(CliDistTest, RefusalsAndBadArguments) {
   // The test double is not advertised in --help.
   EXPECT_EQ(Sh(std::string(NW_BIN) + " worker --help").out.find("test-executor"),
             std::string::npos);
-  for (const std::string sub :
-       {"coordinator", "submit", "worker", "keygen", "cancel", "pause", "resume"}) {
+  for (const std::string sub : {"coordinator", "submit", "worker", "keygen", "cancel", "pause",
+                                "resume", "slurm submit-workers"}) {
     CommandResult h = Sh(std::string(NW_BIN) + " " + sub + " --help");
     EXPECT_EQ(h.exit_code, 0) << sub << ": " << h.out;
   }
