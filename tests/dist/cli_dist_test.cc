@@ -76,6 +76,45 @@ TEST(CliDistTest, SubmitWorkStatusPauseResumeCancel) {
   EXPECT_NE(gone.out.find("no reply from a coordinator"), std::string::npos) << gone.out;
 }
 
+// SIGTERM (what Slurm sends at scancel, preemption, the time limit) drains a worker: its queued
+// job goes back at once, its running job gets --drain-s and is then handed back, and the process
+// exits 0 a few seconds later without waiting for the engine. Another worker does everything
+// exactly once. docs/slurm.md; the same through a real Slurm: tests/slurm/.
+TEST(CliDistTest, SigtermDrainsAWorkerWithinItsGrace) {
+  Workspace ws("drain");
+  ASSERT_TRUE(ws.MakeModel());
+  auto coordinator = ws.StartCoordinator({"--heartbeat-ms", "100", "--retry-backoff-ms", "50"});
+  const std::string c = " --coordinator " + ws.endpoint();
+  ASSERT_EQ(Sh(ws.Nw("submit " + ws.Campaign("drain", 2, 3, 1).string() + c)).exit_code, 0);
+  Db db(ws.db());
+  // A worker whose jobs never finish in time: one running, one queued (prefetch).
+  auto slow = ws.StartWorker("slow", {"--heartbeat-ms", "100", "--slots", "1", "--prefetch", "1",
+                                      "--test-executor", "sleep:600000", "--drain-s", "1"});
+  ASSERT_TRUE(WaitUntil(
+      [&] { return db.Int("SELECT COUNT(*) FROM attempts WHERE status = 'running'") == 2; },
+      20'000))
+      << coordinator->Log();
+  const auto t0 = std::chrono::steady_clock::now();
+  slow->Signal(SIGTERM);
+  ASSERT_TRUE(slow->WaitExit(20'000)) << slow->Log();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(15));
+  EXPECT_EQ(slow->exit_code(), 0) << slow->Log();
+  const std::string log = slow->Log();
+  EXPECT_NE(log.find("draining: 1 queued jobs handed back"), std::string::npos) << log;
+  EXPECT_NE(log.find("drain grace over: 1 running jobs handed back"), std::string::npos) << log;
+  EXPECT_NE(log.find("exiting without them"), std::string::npos) << log;
+  EXPECT_EQ(db.Int("SELECT COUNT(*) FROM attempts WHERE status = 'running'"), 0);
+
+  auto fast = ws.StartWorker("fast", Worker(2));
+  ASSERT_TRUE(WaitUntil([&] { return db.Int("SELECT COUNT(*) FROM results") == 6; }, 30'000))
+      << coordinator->Log();
+  ExpectEveryJobExactlyOnce(db, "drain", 6);
+  EXPECT_EQ(db.Int("SELECT COUNT(*) FROM jobs WHERE state = 'failed'"), 0);
+  EXPECT_EQ(db.Int("SELECT COUNT(*) FROM attempts WHERE error_message LIKE "
+                   "'%draining and handed back%'"),
+            1);
+}
+
 TEST(CliDistTest, WorkersOnlyGetJobsOfTheModelsTheyList) {
   Workspace ws("models");
   ASSERT_TRUE(ws.MakeModel());
