@@ -65,7 +65,9 @@ Result<std::string> RenderWorkerArrayScript(const WorkerArraySpec& s) {
     return Status::InvalidArgument("--gres: only for GPU workers (--gpu)");
   }
   if (s.signal_grace_s < 0) return Status::InvalidArgument("--signal-grace-s: must be >= 0");
-  if (s.job_name.empty()) return Status::InvalidArgument("--job-name: must not be empty");
+  if (s.job_name.empty() || s.job_name.find('/') != std::string::npos) {
+    return Status::InvalidArgument("--job-name: must be a non-empty name without '/'");
+  }
   const std::pair<const char*, const std::string*> tokens[] = {
       {"--job-name", &s.job_name},   {"--gres", &s.gres},       {"--mem", &s.mem},
       {"--partition", &s.partition}, {"--account", &s.account}, {"--qos", &s.qos},
@@ -120,15 +122,22 @@ Result<std::string> RenderWorkerArrayScript(const WorkerArraySpec& s) {
 
 Result<std::string> SubmitBatchScript(const std::string& sbatch, const std::string& script_path) {
   std::array<int, 2> out_pipe{-1, -1}, err_pipe{-1, -1};
-  if (pipe(out_pipe.data()) != 0 || pipe(err_pipe.data()) != 0) {
+  if (pipe(out_pipe.data()) != 0) {
     return Status::IoError(std::string("sbatch: pipe: ") + std::strerror(errno));
+  }
+  if (pipe(err_pipe.data()) != 0) {
+    const int e = errno;
+    close(out_pipe[0]);
+    close(out_pipe[1]);
+    return Status::IoError(std::string("sbatch: pipe: ") + std::strerror(e));
   }
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_adddup2(&fa, out_pipe[1], STDOUT_FILENO);
   posix_spawn_file_actions_adddup2(&fa, err_pipe[1], STDERR_FILENO);
-  posix_spawn_file_actions_addclose(&fa, out_pipe[0]);
-  posix_spawn_file_actions_addclose(&fa, err_pipe[0]);
+  for (int fd : {out_pipe[0], out_pipe[1], err_pipe[0], err_pipe[1]}) {
+    posix_spawn_file_actions_addclose(&fa, fd);
+  }
   std::vector<std::string> args = {sbatch, "--parsable", script_path};
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());

@@ -108,6 +108,9 @@ TEST(SbatchScript, RefusesWhatAnSbatchLineCannotCarryNamingTheFlag) {
   bad = s;
   bad.log_dir = "relative/logs";
   refused(bad, "--dir");
+  bad = s;
+  bad.job_name = "../x";
+  refused(bad, "--job-name");
 }
 
 TEST(SbatchScript, ShellQuote) {
