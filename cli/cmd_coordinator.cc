@@ -2,7 +2,14 @@
 // the database; serves the campaigns submitted with `nw submit` to workers started with
 // `nw worker`, until SIGINT/SIGTERM. Restarting it on the same database recovers everything
 // (docs/distributed.md). Without CURVE keys it listens only on loopback, unless --insecure.
+// --endpoint-file writes the endpoint workers should use (`nw worker --coordinator-file`): the
+// bound one, with a wildcard address (tcp://*:PORT, 0.0.0.0, [::]) replaced by --advertise-host
+// (default: this host's name), so a coordinator running as a Slurm job can be found by workers on
+// other nodes (docs/slurm.md).
 // Exit codes: 0 stopped by a signal; 1 a runtime failure (database, socket); 2 bad arguments.
+#include <unistd.h>
+
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <ctime>
@@ -36,6 +43,7 @@ struct CoordinatorArgs {
   std::vector<std::string> model_roots;
   int max_workers = 4096;
   std::string endpoint_file;
+  std::string advertise_host;
   int64_t heartbeat_ms = 1000;
   int64_t lease_s = 2 * 60 * 60;
   int max_attempts = 3;
@@ -52,6 +60,21 @@ std::string Timestamp() {
   char buf[32];
   std::strftime(buf, sizeof(buf), "%Y-%m-%d %H:%M:%S", &tm);
   return buf;
+}
+
+// The endpoint to give workers for the one bound: a wildcard host becomes `host`.
+std::string AdvertisedEndpoint(const std::string& bound, const std::string& host) {
+  for (const char* wildcard : {"tcp://0.0.0.0:", "tcp://*:", "tcp://[::]:"}) {
+    const std::string w(wildcard);
+    if (bound.rfind(w, 0) == 0) return "tcp://" + host + ":" + bound.substr(w.size());
+  }
+  return bound;
+}
+
+std::string ThisHostName() {
+  std::array<char, 256> buf{};
+  if (gethostname(buf.data(), buf.size() - 1) != 0) return "localhost";
+  return buf.data();
 }
 
 int Coordinator(const CoordinatorArgs& a, const Globals& g) {
@@ -148,13 +171,14 @@ int Coordinator(const CoordinatorArgs& a, const Globals& g) {
   so.scheduler.retry_backoff_initial_ms = a.retry_backoff_ms;
   so.scheduler.retry_backoff_max_ms = std::max<int64_t>(a.retry_backoff_ms, 32'000);
   const std::string endpoint_file = a.endpoint_file;
-  so.on_listening = [&endpoint_file](const std::string& bound) {
+  const std::string advertise = a.advertise_host.empty() ? ThisHostName() : a.advertise_host;
+  so.on_listening = [&endpoint_file, &advertise](const std::string& bound) {
     if (endpoint_file.empty()) return;
     // Written whole, then renamed: a reader never sees half an endpoint.
     const std::string tmp = endpoint_file + ".tmp";
     {
       std::ofstream out(tmp);
-      out << bound << "\n";
+      out << AdvertisedEndpoint(bound, advertise) << "\n";
     }
     std::error_code ec;
     std::filesystem::rename(tmp, endpoint_file, ec);
@@ -209,7 +233,11 @@ void RegisterCoordinator(CLI::App& app, Globals& g) {
   cmd->add_option("--max-workers", a->max_workers, "Workers registered at once, at most")
       ->capture_default_str();
   cmd->add_option("--endpoint-file", a->endpoint_file,
-                  "Write the bound endpoint here (useful with tcp://127.0.0.1:*)");
+                  "Write the bound endpoint here (useful with tcp://127.0.0.1:*), for "
+                  "`nw worker --coordinator-file`");
+  cmd->add_option("--advertise-host", a->advertise_host,
+                  "In --endpoint-file, this host name for a wildcard address (default: the "
+                  "host's name)");
   cmd->add_option("--heartbeat-ms", a->heartbeat_ms, "Heartbeat interval")->capture_default_str();
   cmd->add_option("--lease-s", a->lease_s, "Time limit of one attempt")->capture_default_str();
   cmd->add_option("--max-attempts", a->max_attempts, "Attempts per job before it fails")

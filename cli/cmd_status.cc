@@ -8,6 +8,7 @@
 #include "coordinator/control_client.h"
 #include "db/store.h"
 #include "engine/engine.h"
+#include "slurm/slurm_env.h"
 
 namespace nw::cli {
 namespace {
@@ -38,7 +39,11 @@ Status ShowStatus(const Globals& g, const std::string& only) {
   if (!workers.empty()) {
     std::cout << "\nworkers:\n";
     for (const WorkerRecord& w : workers) {
-      std::cout << "  " << w.id << "  " << w.device << "  " << w.state << "\n";
+      std::cout << "  " << w.id << "  " << w.device << "  " << w.state;
+      std::string job, node;
+      SlurmPlacement(w.capabilities, &job, &node);
+      if (!job.empty()) std::cout << "  slurm job " << job << " on " << node;
+      std::cout << "\n";
     }
   }
   return Status::Ok();
@@ -75,6 +80,8 @@ Status ShowRemoteStatus(const RemoteStatusArgs& a, const std::string& only) {
     std::cout << "  " << w.id << "  " << w.host << "  " << w.device << "  " << w.busy << "/"
               << w.slots << " busy  backends";
     for (const auto& b : w.backends) std::cout << " " << b;
+    if (!w.slurm_job.empty()) std::cout << "  slurm job " << w.slurm_job << " on " << w.node;
+    if (w.draining) std::cout << "  draining";
     std::cout << "\n";
   }
   return Status::Ok();

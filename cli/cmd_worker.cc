@@ -4,6 +4,15 @@
 // results until they are acknowledged. It reconnects by itself (1 s doubling to 32 s) when the
 // coordinator goes away, and runs until SIGINT/SIGTERM or until the coordinator tells it to exit.
 //
+// The first SIGINT/SIGTERM drains the worker (worker/worker.h: no more jobs, queued ones handed
+// back, running ones get --drain-s to finish and be acknowledged, then it leaves); a second one
+// stops it at once. A job still running when the grace is over has been handed back to the
+// coordinator, and the process exits without waiting for it (an engine cannot be interrupted),
+// a few seconds after the grace. --idle-exit-s makes it leave when it has had nothing to do for
+// that long, so a batch job gives its node back. --coordinator-file reads the endpoint from the
+// file `nw coordinator --endpoint-file` writes (waiting for it to appear), again at every
+// reconnect. Inside a Slurm job the worker reports the job and node (slurm/slurm_env.h).
+//
 // --gpu N / --gpus all|0,2 need a build with CUDA, an engine with a CUDA backend to run the jobs
 // with, and the GPUs (worker/gpu_plan.h); otherwise the worker refuses with the reason (exit 2)
 // and never falls back to the CPU. A build without the CUDA engine backend refuses every GPU
@@ -23,10 +32,14 @@
 #include <array>
 #include <cerrno>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <iostream>
 #include <mutex>
+#include <optional>
+#include <stop_token>
 #include <thread>
 
 #include "cli/commands.h"
@@ -36,6 +49,7 @@
 #include "engine/backend_catalog.h"
 #include "engine/checkpoint/model_files.h"
 #include "engine/engine.h"
+#include "slurm/slurm_env.h"
 #include "worker/engine_executor.h"
 #include "worker/gpu_plan.h"
 #include "worker/worker.h"
@@ -49,9 +63,14 @@ using json = nlohmann::json;
 
 struct WorkerArgs {
   std::string coordinator;
+  std::string coordinator_file;
+  int64_t coordinator_wait_s = 600;
+  int64_t idle_exit_s = 0;
+  int64_t drain_s = 30;
   bool cpu = false;
   int gpu = -1;
   std::string gpus;
+  bool gpu_visible = false;
   int slots = 1;
   int prefetch = -1;  // -1: one per slot
   std::string id;
@@ -129,6 +148,9 @@ json HostFacts() {
   json facts;
   facts["host"] = Hostname();
   facts["pid"] = static_cast<int64_t>(getpid());
+  if (auto slurm = SlurmFactsFromEnv([](const char* v) { return std::getenv(v); })) {
+    facts["slurm"] = *slurm;
+  }
   facts["cpus"] = static_cast<int64_t>(std::thread::hardware_concurrency());
   const long pages = sysconf(_SC_PHYS_PAGES);
   const long page = sysconf(_SC_PAGE_SIZE);
@@ -177,13 +199,89 @@ int RunPerGpu(const std::vector<GpuWorkerProcess>& plan) {
   return rc;
 }
 
+// The endpoint in FILE (as `nw coordinator --endpoint-file` writes it: one line), or empty when
+// the file is missing or empty.
+std::string ReadEndpointFile(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  if (!in || !std::getline(in, line)) return "";
+  while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
+  return line;
+}
+
+// Waits up to `wait_s` for the endpoint file to name an endpoint.
+Result<std::string> AwaitEndpointFile(const std::string& path, int64_t wait_s) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(wait_s);
+  while (true) {
+    std::string ep = ReadEndpointFile(path);
+    if (!ep.empty()) {
+      if (ep.find("://") == std::string::npos) {
+        return Status::InvalidArgument("--coordinator-file " + path + ": '" + ep +
+                                       "' is not an endpoint (expected tcp://HOST:PORT)");
+      }
+      return ep;
+    }
+    if (std::chrono::steady_clock::now() >= deadline) {
+      return Status::DeadlineExceeded("--coordinator-file " + path + ": no endpoint after " +
+                                      std::to_string(wait_s) +
+                                      " s (is `nw coordinator --endpoint-file` running?)");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+}
+
+// After a drain request, the process ends by `grace`: Worker::Run() has handed back what still
+// runs by then, but it waits for the running engines before it returns. This exits the process
+// when Run() has not returned a few seconds after the grace (the coordinator already re-queued
+// those jobs). Owned by RunWorker; armed from the signal thread, so its own thread starts there
+// and inherits that thread's blocked SIGINT/SIGTERM.
+class DrainDeadline {
+ public:
+  DrainDeadline() = default;
+  DrainDeadline(const DrainDeadline&) = delete;
+  DrainDeadline& operator=(const DrainDeadline&) = delete;
+
+  // The first call starts the clock; later ones keep it.
+  void Arm(std::chrono::milliseconds after) {
+    std::lock_guard<std::mutex> l(mu_);
+    if (thread_.joinable()) return;
+    const auto deadline = std::chrono::steady_clock::now() + after;
+    thread_ = std::jthread([this, deadline](std::stop_token st) {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait_until(lock, st, deadline, [] { return false; });
+      if (st.stop_requested()) return;
+      std::cerr << "nw worker: jobs still running after the drain grace; they were handed back "
+                   "to the coordinator; exiting without them\n";
+      std::cerr.flush();
+      std::_Exit(0);
+    });
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable_any cv_;
+  std::jthread thread_;  // last: stopped and joined before the members it uses go
+};
+
 int RunWorker(const WorkerArgs& a, const Globals& g) {
-  const int device_flags = (a.cpu ? 1 : 0) + (a.gpu >= 0 ? 1 : 0) + (a.gpus.empty() ? 0 : 1);
-  if (device_flags > 1) {
-    std::cerr << "nw worker: give one of --cpu, --gpu N, --gpus all\n";
+  if (a.coordinator.empty() == a.coordinator_file.empty()) {
+    std::cerr << "nw worker: give one of --coordinator EP (or NW_COORDINATOR) and "
+                 "--coordinator-file FILE\n";
     return 2;
   }
-  const bool gpu_request = a.gpu >= 0 || !a.gpus.empty();
+  if (a.idle_exit_s < 0 || a.drain_s < 0 || a.coordinator_wait_s < 0) {
+    std::cerr << "nw worker: --idle-exit-s, --drain-s and --coordinator-wait-s must be >= 0\n";
+    return 2;
+  }
+  const int device_flags =
+      (a.cpu ? 1 : 0) + (a.gpu >= 0 ? 1 : 0) + (a.gpus.empty() ? 0 : 1) + (a.gpu_visible ? 1 : 0);
+  if (device_flags > 1) {
+    std::cerr << "nw worker: give one of --cpu, --gpu N, --gpus all, --gpu-visible\n";
+    return 2;
+  }
+  const bool gpu_request = a.gpu >= 0 || !a.gpus.empty() || a.gpu_visible;
+  const char* gpu_flag = a.gpu >= 0 ? "--gpu" : a.gpu_visible ? "--gpu-visible" : "--gpus";
+  std::string visible;  // --gpu-visible: CUDA_VISIBLE_DEVICES as the batch system set it
   std::vector<GpuDevice> devices;
   std::vector<int> gpus;
   if (gpu_request && a.test_executor.empty()) {
@@ -191,7 +289,16 @@ int RunWorker(const WorkerArgs& a, const Globals& g) {
     const GpuSupport support = ThisBuildGpuSupport();
     if (support.cuda_build && !GpuBackends(support).empty()) devices = ListGpus();
     Status st = CheckGpuWorkerSupport(support, devices);
-    if (st.ok()) {
+    if (st.ok() && a.gpu_visible) {
+      const char* v = std::getenv("CUDA_VISIBLE_DEVICES");
+      visible = v != nullptr ? v : "";
+      if (visible.empty() || visible.find(',') != std::string::npos) {
+        st = Status::InvalidArgument(
+            "CUDA_VISIBLE_DEVICES must name exactly one GPU (Slurm sets it for "
+            "--gpus-per-task=1), got '" +
+            visible + "'");
+      }
+    } else if (st.ok()) {
       auto selected =
           SelectGpus(a.gpu >= 0 ? std::optional<int>(a.gpu) : std::nullopt, a.gpus, devices);
       if (selected.ok()) {
@@ -201,12 +308,11 @@ int RunWorker(const WorkerArgs& a, const Globals& g) {
       }
     }
     if (!st.ok()) {
-      std::cerr << "nw worker: " << (a.gpu >= 0 ? "--gpu" : "--gpus") << ": " << st.message()
-                << "\n";
+      std::cerr << "nw worker: " << gpu_flag << ": " << st.message() << "\n";
       return 2;
     }
   } else if (gpu_request) {
-    std::cerr << "nw worker: --test-executor runs no engine; it takes no --gpu/--gpus\n";
+    std::cerr << "nw worker: --test-executor runs no engine; it takes no " << gpu_flag << "\n";
     return 2;
   }
   if (a.slots < 1 || a.slots > kMaxSlots || a.prefetch > 3 * a.slots) {
@@ -219,9 +325,16 @@ int RunWorker(const WorkerArgs& a, const Globals& g) {
     return 2;
   }
   if (!a.gpus.empty()) {
-    std::vector<std::string> tail = {"--coordinator",  a.coordinator,
-                                     "--slots",        std::to_string(a.slots),
-                                     "--heartbeat-ms", std::to_string(a.heartbeat_ms)};
+    std::vector<std::string> tail = {"--slots",        std::to_string(a.slots),
+                                     "--heartbeat-ms", std::to_string(a.heartbeat_ms),
+                                     "--idle-exit-s",  std::to_string(a.idle_exit_s),
+                                     "--drain-s",      std::to_string(a.drain_s)};
+    if (!a.coordinator.empty()) {
+      tail.insert(tail.begin(), {"--coordinator", a.coordinator});
+    } else {
+      tail.insert(tail.begin(), {"--coordinator-file", a.coordinator_file, "--coordinator-wait-s",
+                                 std::to_string(a.coordinator_wait_s)});
+    }
     if (a.prefetch >= 0) tail.insert(tail.end(), {"--prefetch", std::to_string(a.prefetch)});
     if (!a.server_key.empty()) tail.insert(tail.end(), {"--server-key", a.server_key});
     if (!a.curve_key.empty()) tail.insert(tail.end(), {"--curve-key", a.curve_key});
@@ -234,9 +347,27 @@ int RunWorker(const WorkerArgs& a, const Globals& g) {
 
   WorkerOptions wo;
   wo.endpoint = a.coordinator;
-  wo.worker_id = !a.id.empty() ? a.id : Hostname() + "-" + std::to_string(getpid());
+  if (!a.coordinator_file.empty()) {
+    auto ep = AwaitEndpointFile(a.coordinator_file, a.coordinator_wait_s);
+    if (!ep.ok()) {
+      std::cerr << "nw worker: " << ep.status().message() << "\n";
+      return ep.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
+    }
+    wo.endpoint = *ep;
+    // A coordinator restarted elsewhere (e.g. a requeued Slurm job) rewrites the file.
+    wo.endpoint_source = [path = a.coordinator_file] { return ReadEndpointFile(path); };
+  }
+  json extra = HostFacts();
+  std::string default_id = Hostname() + "-" + std::to_string(getpid());
+  if (extra.contains("slurm")) {
+    // e.g. slurm-1234_3-node7-4711: the job in `nw status`, unique across requeues (new pid).
+    default_id = "slurm-" + SlurmJobLabel(extra["slurm"]) + "-" + default_id;
+  }
+  wo.worker_id = !a.id.empty() ? a.id : default_id;
   wo.host = Hostname();
   wo.heartbeat_interval_ms = a.heartbeat_ms;
+  wo.idle_exit_ms = a.idle_exit_s * 1000;
+  wo.drain_grace_ms = a.drain_s * 1000;
   if (!a.server_key.empty() || !a.curve_key.empty()) {
     if (a.server_key.empty() || a.curve_key.empty()) {
       std::cerr << "nw worker: CURVE needs both --server-key (the coordinator's public key) and "
@@ -254,7 +385,6 @@ int RunWorker(const WorkerArgs& a, const Globals& g) {
     wo.curve_public_key = mine->public_key;
     wo.curve_secret_key = mine->secret_key;
   }
-  json extra = HostFacts();
   if (!a.models.empty()) {
     // Only jobs of these models (matched by digest), e.g. the ones this host has on disk.
     json digests = json::array();
@@ -285,8 +415,22 @@ int RunWorker(const WorkerArgs& a, const Globals& g) {
     }
   } else {
     std::vector<std::string> backends;
-    const bool gpu = a.gpu >= 0;
-    if (gpu) {
+    const bool gpu = a.gpu >= 0 || a.gpu_visible;
+    if (a.gpu_visible) {
+      // The batch system chose the GPU: CUDA_VISIBLE_DEVICES stays as it set it (device 0 is
+      // that GPU). SLURM_JOB_GPUS names it in nvidia-smi's numbering, for the name shown.
+      extra["gpu"] = {{"visible", visible}};
+      const char* job_gpus = std::getenv("SLURM_JOB_GPUS");
+      for (const GpuDevice& d : devices) {
+        if (job_gpus != nullptr && std::to_string(d.index) == job_gpus) {
+          extra["gpu"] = {{"visible", visible},
+                          {"index", d.index},
+                          {"name", d.name},
+                          {"memory_mib", d.memory_mib}};
+        }
+      }
+      backends = GpuBackends(ThisBuildGpuSupport());
+    } else if (gpu) {
       // One engine per GPU: the process sees only its GPU, as CUDA's device 0.
       for (const auto& [k, v] : GpuWorkerEnvironment(a.gpu)) setenv(k.c_str(), v.c_str(), 1);
       for (const GpuDevice& d : devices) {
@@ -307,7 +451,9 @@ int RunWorker(const WorkerArgs& a, const Globals& g) {
       eo.backends = backends;
       executors.push_back(std::make_unique<EngineExecutor>(eo));
     }
-    if (gpu) extra["device"] = extra.contains("gpu") ? extra["gpu"]["name"] : json("cuda");
+    if (gpu)
+      extra["device"] = extra.contains("gpu") ? extra["gpu"].value("name", std::string("cuda"))
+                                              : std::string("cuda");
   }
   wo.extra_capabilities = extra;
 
@@ -325,10 +471,22 @@ int RunWorker(const WorkerArgs& a, const Globals& g) {
   Worker worker(context, clock, wo, std::move(executors));
   if (!g.quiet) {
     std::cerr << "worker " << wo.worker_id << ": " << a.slots << " slots, coordinator "
-              << a.coordinator << (a.test_executor.empty() ? "" : " (TEST DOUBLE executor)")
-              << "\n";
+              << wo.endpoint << (a.test_executor.empty() ? "" : " (TEST DOUBLE executor)") << "\n";
   }
-  SignalStopper stopper([&worker](int) { worker.Stop(); });
+  DrainDeadline deadline;
+  const auto drain_ms = std::chrono::milliseconds(wo.drain_grace_ms);
+  int signals = 0;  // used only by the signal thread
+  SignalStopper stopper(
+      [&worker, &deadline, &signals, drain_ms](int) {
+        // First signal: drain; the process ends by the grace (+5 s). A second: stop now.
+        if (++signals == 1) {
+          worker.Drain();
+          deadline.Arm(drain_ms + std::chrono::seconds(5));
+        } else {
+          worker.Stop();
+        }
+      },
+      SignalStopper::Deliver::kEvery);
   Status st = worker.Run();
   if (!st.ok()) {
     std::cerr << "nw worker: " << st.ToString() << "\n";
@@ -336,8 +494,12 @@ int RunWorker(const WorkerArgs& a, const Globals& g) {
   }
   if (!g.quiet) {
     const WorkerStats s = worker.Stats();
-    std::cerr << "worker " << wo.worker_id << ": stopped after " << s.jobs_executed << " jobs ("
-              << s.acks << " acknowledged, " << s.reconnects << " reconnects)\n";
+    std::cerr << "worker " << wo.worker_id << ": "
+              << (s.idle_exit ? "idle, left"
+                  : s.drained ? "drained"
+                              : "stopped")
+              << " after " << s.jobs_executed << " jobs (" << s.acks << " acknowledged, "
+              << s.handed_back << " handed back, " << s.reconnects << " reconnects)\n";
   }
   return 0;
 }
@@ -349,8 +511,21 @@ void RegisterWorker(CLI::App& app, Globals& g) {
       "worker", "Run a worker process: take jobs from a coordinator and run them on this host");
   auto a = std::make_shared<WorkerArgs>();
   cmd->add_option("--coordinator", a->coordinator, "The coordinator's endpoint (tcp://HOST:PORT)")
-      ->required()
       ->envname("NW_COORDINATOR");
+  cmd->add_option("--coordinator-file", a->coordinator_file,
+                  "Read the endpoint from this file (`nw coordinator --endpoint-file`), waiting "
+                  "for it; read again at every reconnect");
+  cmd->add_option("--coordinator-wait-s", a->coordinator_wait_s,
+                  "With --coordinator-file: how long to wait for the file")
+      ->capture_default_str();
+  cmd->add_option("--idle-exit-s", a->idle_exit_s,
+                  "Leave after this long connected with nothing to do (0: never), e.g. to give a "
+                  "batch job's node back")
+      ->capture_default_str();
+  cmd->add_option("--drain-s", a->drain_s,
+                  "On SIGTERM/SIGINT: take no more jobs, give queued ones back, let running ones "
+                  "finish for this long, then leave (a second signal: leave at once)")
+      ->capture_default_str();
   cmd->add_flag("--cpu", a->cpu, "Run on the CPU backends (the default)");
   cmd->add_option("--gpu", a->gpu,
                   "Run one engine on GPU N (needs a CUDA build with a CUDA engine backend; "
@@ -358,6 +533,9 @@ void RegisterWorker(CLI::App& app, Globals& g) {
   cmd->add_option("--gpus", a->gpus,
                   "'all' or a list like 0,2: one `nw worker --gpu i` process per GPU (same "
                   "requirements as --gpu)");
+  cmd->add_flag("--gpu-visible", a->gpu_visible,
+                "Run one engine on the one GPU CUDA_VISIBLE_DEVICES names, left as the batch "
+                "system set it (Slurm --gpus-per-task=1; same requirements as --gpu)");
   cmd->add_option("--slots", a->slots, "Jobs run at once (one engine each)")->capture_default_str();
   cmd->add_option("--prefetch", a->prefetch,
                   "Jobs queued locally beyond the slots (default: one per slot)");

@@ -33,6 +33,7 @@ int main(int argc, char** argv) {
   nw::cli::RegisterWorker(app, g);
   nw::cli::RegisterKeygen(app, g);
   nw::cli::RegisterControl(app, g);
+  nw::cli::RegisterSlurm(app, g);
   nw::cli::RegisterDiff(app, g);
   // The global options work before or after any subcommand (fallthrough), so every
   // subcommand's --help lists them too.

@@ -7,20 +7,20 @@
 
 namespace nw {
 
-SignalStopper::SignalStopper(std::function<void(int)> on_signal)
+SignalStopper::SignalStopper(std::function<void(int)> on_signal, Deliver deliver)
     : on_signal_(std::move(on_signal)) {
   sigemptyset(&set_);
   sigaddset(&set_, SIGINT);
   sigaddset(&set_, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &set_, nullptr);
-  thread_ = std::thread([this] {
+  thread_ = std::thread([this, deliver] {
     const timespec tick{0, 100'000'000};
     while (!done_.load()) {
       const int sig = sigtimedwait(&set_, nullptr, &tick);
       if (sig > 0) {
         signal_.store(sig);
         if (on_signal_) on_signal_(sig);
-        return;
+        if (deliver == Deliver::kFirst) return;
       }
     }
   });

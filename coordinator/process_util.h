@@ -18,14 +18,18 @@ namespace nw {
 
 class SignalStopper {
  public:
+  /// Which signals reach `on_signal`: only the first, or every one (e.g. `nw worker`: the first
+  /// SIGTERM drains, a second one stops at once).
+  enum class Deliver { kFirst, kEvery };
   /// Blocks SIGINT and SIGTERM in the calling thread and waits for them on a thread of its own;
-  /// the first one calls `on_signal` (from that thread) with the signal number.
-  explicit SignalStopper(std::function<void(int)> on_signal);
+  /// the first one (or each one, with Deliver::kEvery) calls `on_signal` (from that thread) with
+  /// the signal number.
+  explicit SignalStopper(std::function<void(int)> on_signal, Deliver deliver = Deliver::kFirst);
   ~SignalStopper();
   SignalStopper(const SignalStopper&) = delete;
   SignalStopper& operator=(const SignalStopper&) = delete;
 
-  int signal() const { return signal_.load(); }  // 0 until a signal arrived
+  int signal() const { return signal_.load(); }  // 0 until a signal arrived; the latest one
 
  private:
   sigset_t set_;

@@ -492,6 +492,13 @@ SchedulerEvents Scheduler::OnReady(const WorkerInfo& info, const std::vector<Att
   SchedulerEvents ev;
   const std::set<AttemptRef> held_set(held.begin(), held.end());
   auto it = workers_.find(info.id);
+  // A draining worker (capability "draining": true) takes no new jobs, and the leases it leaves
+  // out of `held` were handed back, not lost: they count as no attempt of this run.
+  bool draining = false;
+  if (info.capabilities.is_object()) {
+    auto d = info.capabilities.find("draining");
+    draining = d != info.capabilities.end() && d->is_boolean() && d->get<bool>();
+  }
   if (it != workers_.end()) {
     Worker& w = it->second;
     const std::set<std::string> leases = w.leases;
@@ -504,9 +511,14 @@ SchedulerEvents Scheduler::OnReady(const WorkerInfo& info, const std::vector<Att
         }
       }
       for (int a : dropped) {
+        if (draining && job.leases.size() == 1 && job.attempts_this_run > 0) {
+          --job.attempts_this_run;
+        }
         ev.failures.push_back(
             FailLease(job, a,
-                      Status::Unavailable("worker " + info.id + " re-registered without attempt " +
+                      Status::Unavailable("worker " + info.id +
+                                          (draining ? " is draining and handed back attempt "
+                                                    : " re-registered without attempt ") +
                                           std::to_string(a))));
       }
     }
@@ -532,6 +544,7 @@ SchedulerEvents Scheduler::OnReady(const WorkerInfo& info, const std::vector<Att
     }
   }
   w.last_seen_ms = clock_.NowMs();
+  w.draining = draining;
 
   // Leases from before a coordinator restart that name this worker: adopt or fail them.
   std::vector<std::pair<Job*, int>> orphans;
@@ -773,7 +786,7 @@ void Scheduler::Grant(SchedulerEvents* ev) {
     granted_any = false;
     std::vector<Worker*> order;
     for (auto& [id, w] : workers_) {
-      if (w.Busy() < w.Capacity()) order.push_back(&w);
+      if (!w.draining && w.Busy() < w.Capacity()) order.push_back(&w);
     }
     if (order.empty()) break;
     std::sort(order.begin(), order.end(), [](const Worker* a, const Worker* b) {
@@ -922,6 +935,7 @@ std::vector<WorkerView> Scheduler::Workers() const {
     v.credit = w.Capacity();
     v.backends.assign(w.backends.begin(), w.backends.end());
     v.capabilities = w.info.capabilities;
+    v.draining = w.draining;
     out.push_back(std::move(v));
   }
   return out;

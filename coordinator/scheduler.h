@@ -164,6 +164,7 @@ struct WorkerView {
   int credit = 0;  // jobs it may hold now (measured throughput, capped by slots + prefetch)
   std::vector<std::string> backends;
   nlohmann::json capabilities;
+  bool draining = false;  // it takes no new jobs (READY capability "draining")
 };
 
 /// The campaign of jobs added with AddJob().
@@ -367,6 +368,7 @@ class Scheduler {
     std::set<AttemptRef> zombies;  // attempts it holds that are not its leases (occupy slots)
     std::string last_model;        // model_digest of the last job granted (affinity)
     int credit = 0;                // measured throughput: jobs it may hold (see the top)
+    bool draining = false;         // READY said "draining": no new leases
     int Busy() const { return static_cast<int>(leases.size() + zombies.size()); }
     int Capacity() const { return std::min(info.slots + prefetch, credit); }
   };

@@ -11,6 +11,7 @@
 
 #include "coordinator/campaign_table.h"
 #include "protocol/control.h"
+#include "slurm/slurm_env.h"
 
 namespace nw {
 namespace {
@@ -722,6 +723,8 @@ struct Server::Loop {
       ws.backends = w.backends;
       auto d = w.capabilities.find("device");
       if (d != w.capabilities.end() && d->is_string()) ws.device = d->get<std::string>();
+      SlurmPlacement(w.capabilities, &ws.slurm_job, &ws.node);
+      ws.draining = w.draining;
       out.workers.push_back(std::move(ws));
     }
     return out;

@@ -88,12 +88,12 @@ json ReplyPayload(const ControlReply& r) {
       }
       json workers = json::array();
       for (const auto& w : s.workers) {
-        workers.push_back(json{{"id", w.id},
-                               {"host", w.host},
-                               {"device", w.device},
-                               {"slots", w.slots},
-                               {"busy", w.busy},
-                               {"backends", w.backends}});
+        json wj{{"id", w.id},       {"host", w.host}, {"device", w.device},
+                {"slots", w.slots}, {"busy", w.busy}, {"backends", w.backends}};
+        if (!w.slurm_job.empty()) wj["slurm_job"] = w.slurm_job;
+        if (!w.node.empty()) wj["node"] = w.node;
+        if (w.draining) wj["draining"] = true;
+        workers.push_back(std::move(wj));
       }
       return json{{"campaigns", std::move(campaigns)}, {"workers", std::move(workers)}};
     }
@@ -269,6 +269,11 @@ Result<ControlReply> DecodeStatusReply(const json& p) {
       }
       w.backends.push_back(v.get<std::string>());
     }
+    if (wj.contains("slurm_job")) {
+      NW_RETURN_IF_ERROR(wr.String("slurm_job", &w.slurm_job, 1, kMaxIdBytes));
+    }
+    if (wj.contains("node")) NW_RETURN_IF_ERROR(wr.String("node", &w.node, 1, kMaxIdBytes));
+    if (wj.contains("draining")) NW_RETURN_IF_ERROR(wr.Bool("draining", &w.draining));
     s.workers.push_back(std::move(w));
   }
   return ControlReply(std::move(s));

@@ -121,6 +121,11 @@ struct WorkerStatus {
   int slots = 0;
   int busy = 0;  // attempts it holds (running or queued locally)
   std::vector<std::string> backends;
+  // Optional on the wire (absent when empty/false): a worker running as a Slurm job reports its
+  // job ("JOBID", or "ARRAYJOB_TASK" for an array element) and node; draining workers take no jobs.
+  std::string slurm_job;
+  std::string node;
+  bool draining = false;
 };
 
 struct StatusReply {

@@ -146,6 +146,13 @@ struct Worker::Loop {
   int64_t reconnect_at_ms = 0;
   int64_t backoff_ms = 0;
   bool finished = false;  // DISCONNECT received
+  // Drain() and idle exit (worker.h).
+  bool draining = false;
+  int64_t drain_deadline_ms = 0;
+  bool ready_again = false;   // draining: a JOB came anyway; READY again without it
+  bool heard = false;         // a valid message from the coordinator on this connection
+  int64_t idle_since_ms = 0;  // since when nothing was held here (while connected)
+  std::string endpoint;       // options.endpoint, or endpoint_source's latest answer
 
   explicit Loop(Worker& worker) : w(worker), limits{worker.options_.max_frame_bytes} {}
 
@@ -238,8 +245,18 @@ struct Worker::Loop {
       dealer->set(zmq::sockopt::curve_publickey, w.options_.curve_public_key);
       dealer->set(zmq::sockopt::curve_secretkey, w.options_.curve_secret_key);
     }
-    dealer->connect(w.options_.endpoint);
+    if (w.options_.endpoint_source) {
+      std::string ep = w.options_.endpoint_source();
+      if (!ep.empty() && ep != endpoint) {
+        if (!endpoint.empty())
+          w.Log("worker " + w.options_.worker_id + ": coordinator now at " + ep);
+        endpoint = std::move(ep);
+      }
+    }
+    dealer->connect(endpoint);
     const int64_t now = Now();
+    heard = false;
+    idle_since_ms = now;
     liveness_deadline_ms = now + DeadAfter();
     next_heartbeat_ms = now + w.options_.heartbeat_interval_ms;
     SendReady();
@@ -298,9 +315,16 @@ struct Worker::Loop {
     // Any valid message proves the coordinator alive.
     liveness_deadline_ms = Now() + DeadAfter();
     backoff_ms = w.options_.reconnect_initial_ms;
+    heard = true;
     if (auto* job = std::get_if<JobMsg>(&*msg)) {
       const AttemptRef ref{job->job_key, job->attempt};
       if (Holds(ref)) return;  // a repeated grant
+      if (draining) {
+        // Granted before the coordinator read our draining READY: give it back.
+        w.counters_.handed_back++;
+        ready_again = true;
+        return;
+      }
       w.counters_.jobs_received++;
       if (!Dispatch(*job)) backlog.push_back(std::move(*job));
     } else if (auto* ack = std::get_if<AckMsg>(&*msg)) {
@@ -350,12 +374,52 @@ struct Worker::Loop {
     if (!backlog.empty() && Dispatch(backlog.front())) backlog.pop_front();
   }
 
+  bool HoldsNothing() const {
+    if (!backlog.empty() || !unacked.empty()) return false;
+    for (const auto& s : slots) {
+      if (s.running) return false;
+    }
+    return true;
+  }
+
+  int RunningCount() const {
+    int n = 0;
+    for (const auto& s : slots) n += s.running ? 1 : 0;
+    return n;
+  }
+
+  // Drain(): no more jobs; the queued ones go back at once (READY without them, "draining").
+  void StartDrain(int64_t now) {
+    draining = true;
+    drain_deadline_ms = now + std::max<int64_t>(0, w.options_.drain_grace_ms);
+    capabilities["draining"] = true;
+    const auto queued = static_cast<int64_t>(backlog.size());
+    backlog.clear();
+    w.counters_.handed_back += queued;
+    w.Log("worker " + w.options_.worker_id + ": draining: " + std::to_string(queued) +
+          " queued jobs handed back, " + std::to_string(RunningCount()) + " running get up to " +
+          std::to_string(w.options_.drain_grace_ms) + " ms");
+    SendReady();
+  }
+
+  // Draining: the reason to leave now, if it is time.
+  std::optional<std::string> DrainOver(int64_t now) {
+    if (unacked.empty() && RunningCount() == 0) return std::string("worker drained");
+    if (now < drain_deadline_ms) return std::nullopt;
+    const int running = RunningCount();
+    w.counters_.handed_back += running;
+    return "worker drain grace over: " + std::to_string(running) + " running jobs handed back, " +
+           std::to_string(unacked.size()) + " results unacknowledged";
+  }
+
   Status Run() {
+    endpoint = w.options_.endpoint;
     backoff_ms = w.options_.reconnect_initial_ms;
     capabilities = w.capabilities_;
     StartSlots();
     Connect();
     std::vector<zmq_pollitem_t> items;
+    std::string leave_reason = "worker stopping";
     while (!finished && !w.stop_.load(std::memory_order_relaxed)) {
       int64_t now = Now();
       int64_t wake = now + kMaxPollMs;
@@ -384,6 +448,27 @@ struct Worker::Loop {
       if (finished) break;
 
       now = Now();
+      if (ready_again) {
+        ready_again = false;
+        SendReady();
+      }
+      if (!draining && w.drain_.load(std::memory_order_relaxed)) StartDrain(now);
+      if (draining) {
+        if (auto reason = DrainOver(now)) {
+          leave_reason = *reason;
+          w.counters_.drained = true;
+          w.Log("worker " + w.options_.worker_id + ": " + leave_reason);
+          break;
+        }
+      } else if (w.options_.idle_exit_ms > 0) {
+        if (!dealer || !HoldsNothing()) idle_since_ms = now;
+        if (dealer && heard && now - idle_since_ms >= w.options_.idle_exit_ms) {
+          leave_reason = "worker idle for " + std::to_string(now - idle_since_ms) + " ms";
+          w.counters_.idle_exit = true;
+          w.Log("worker " + w.options_.worker_id + ": " + leave_reason + "; leaving");
+          break;
+        }
+      }
       if (dealer) {
         if (now >= liveness_deadline_ms) {
           Disconnected(now);
@@ -401,8 +486,9 @@ struct Worker::Loop {
       }
     }
     if (dealer && !finished) {
-      // Stop(): tell the coordinator, so it requeues our jobs now rather than after 3 s.
-      Send(DisconnectMsg{"worker stopping", false});
+      // Stop(), drained or idle: tell the coordinator, so it requeues whatever we still hold now
+      // rather than after 3 s.
+      Send(DisconnectMsg{leave_reason, false});
       dealer->set(zmq::sockopt::linger, 250);
     }
     dealer.reset();
@@ -441,6 +527,8 @@ Worker::~Worker() = default;
 
 void Worker::Stop() { stop_.store(true); }
 
+void Worker::Drain() { drain_.store(true); }
+
 void Worker::Log(const std::string& line) const {
   if (options_.log) options_.log(line);
 }
@@ -453,6 +541,9 @@ WorkerStats Worker::Stats() const {
   s.acks = counters_.acks.load();
   s.reconnects = counters_.reconnects.load();
   s.malformed = counters_.malformed.load();
+  s.handed_back = counters_.handed_back.load();
+  s.idle_exit = counters_.idle_exit.load();
+  s.drained = counters_.drained.load();
   return s;
 }
 

@@ -14,6 +14,14 @@
 // heartbeat_liveness heartbeat intervals, the worker closes its socket, waits (1 s doubling to
 // 32 s, reset by any valid message) and reconnects with a new READY that lists the attempts it
 // still holds (running, or results not yet ACKed), then resends the unACKed results.
+//
+// Draining (Drain(), e.g. on SIGTERM from a batch scheduler): the worker stops taking jobs,
+// re-registers with "draining": true (the coordinator grants it nothing more) and without the
+// jobs it had queued locally (the coordinator re-queues those at once, without counting an
+// attempt), lets the running jobs finish and their results be acknowledged for up to
+// drain_grace_ms, then sends DISCONNECT (the coordinator re-queues whatever is still running) and
+// Run() returns. Idle exit (idle_exit_ms): a registered worker that has had nothing to do for that
+// long leaves the same way, so a batch job gives its devices back when the work is done.
 #pragma once
 
 #include <atomic>
@@ -33,7 +41,11 @@
 namespace nw {
 
 struct WorkerOptions {
-  std::string endpoint;   // where the coordinator's ROUTER is bound (inproc://, ipc://, tcp://)
+  std::string endpoint;  // where the coordinator's ROUTER is bound (inproc://, ipc://, tcp://)
+  /// Optional: asked for the endpoint before every (re)connect, e.g. a file the coordinator
+  /// writes (`nw coordinator --endpoint-file`) so a coordinator restarted elsewhere is found; an
+  /// empty answer keeps the last endpoint. Called from the Run() thread.
+  std::function<std::string()> endpoint_source;
   std::string worker_id;  // unique among the coordinator's workers; required
   std::string host;       // informational
   int64_t heartbeat_interval_ms = 1000;
@@ -42,6 +54,11 @@ struct WorkerOptions {
   int64_t reconnect_max_ms = 32000;     // ... up to this
   int64_t result_resend_ms = 0;         // resend an unACKed RESULT this often; 0 = 3 heartbeats
   size_t max_frame_bytes = kDefaultMaxFrameBytes;
+  /// Drain(): how long running jobs may take to finish and have their results acknowledged.
+  int64_t drain_grace_ms = 30'000;
+  /// > 0: leave (DISCONNECT, Run() returns OK) after this long connected to a coordinator that
+  /// answers, with no job running or queued here and no result waiting for its ACK. 0: never.
+  int64_t idle_exit_ms = 0;
   /// Extra READY capabilities, merged over the executors' own (docs/protocol.md): e.g.
   /// {"prefetch": 2} to have that many jobs queued locally beyond the slots, "models",
   /// "engine_versions", or host facts (gpu, memory) that are shown but not matched. "backends"
@@ -63,6 +80,9 @@ struct WorkerStats {
   int64_t acks = 0;           // ACKs that matched an unACKed result
   int64_t reconnects = 0;     // times the socket was recreated after coordinator silence
   int64_t malformed = 0;      // coordinator messages dropped as malformed or unexpected
+  int64_t handed_back = 0;    // attempts given back unfinished by Drain() (queued or running)
+  bool idle_exit = false;     // Run() returned because of idle_exit_ms
+  bool drained = false;       // Run() returned after a Drain()
 };
 
 class Worker {
@@ -80,6 +100,9 @@ class Worker {
   Status Run();
   /// Thread-safe: asks Run() to send DISCONNECT, let running jobs finish and return.
   void Stop();
+  /// Thread-safe: asks Run() to drain (file comment): take no more jobs, hand back the queued
+  /// ones, finish the running ones within drain_grace_ms, then DISCONNECT and return.
+  void Drain();
   WorkerStats Stats() const;
   /// The READY capabilities this worker advertises (the first executor's, with backends
   /// narrowed to what every executor supports, and options.extra_capabilities merged in),
@@ -98,9 +121,11 @@ class Worker {
   std::vector<std::unique_ptr<JobExecutor>> executors_;
   const nlohmann::json capabilities_;  // computed once, at construction
   std::atomic<bool> stop_{false};
+  std::atomic<bool> drain_{false};
   struct Counters {
     std::atomic<int64_t> jobs_received{0}, jobs_executed{0}, results_sent{0}, acks{0},
-        reconnects{0}, malformed{0};
+        reconnects{0}, malformed{0}, handed_back{0};
+    std::atomic<bool> idle_exit{false}, drained{false};
   };
   Counters counters_;
 };

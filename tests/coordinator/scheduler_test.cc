@@ -602,3 +602,52 @@ TEST_F(SchedulerTest, LeaseCoversTheWaitInTheWorkersQueue) {
 
 }  // namespace
 }  // namespace nw
+
+namespace nw {
+namespace {
+
+// A worker that re-registers with "draining": true gets no new leases; the leases it leaves out
+// of `held` were handed back: requeued at once, counting no attempt of this run (so draining
+// workers never push a job towards max_attempts); the one it holds still completes.
+TEST_F(SchedulerTest, DrainingWorkerGetsNoLeasesAndHandedBackJobsCostNoAttempt) {
+  SchedulerOptions o = Options();
+  o.max_attempts = 1;  // a counted failure would fail the job at once
+  o.retry_backoff_initial_ms = 0;
+  Scheduler s(clock_, o);
+  ASSERT_TRUE(s.AddJob("a", Spec("cpu", 0), 0).ok());
+  ASSERT_TRUE(s.AddJob("b", Spec("cpu", 1), 0).ok());
+  ASSERT_TRUE(s.AddJob("c", Spec("cpu", 2), 0).ok());
+  s.OnReady(Worker("w1", {"cpu"}, 2), {});
+  SchedulerEvents ev = s.Tick();
+  ASSERT_EQ(ev.grants.size(), 2u);
+  const Grant running = ev.grants[0];
+  const Grant queued = ev.grants[1];
+
+  WorkerInfo draining = Worker("w1", {"cpu"}, 2);
+  draining.capabilities["draining"] = true;
+  ev = s.OnReady(draining, {{running.job_key, running.attempt}});
+  ASSERT_EQ(ev.failures.size(), 1u);
+  EXPECT_EQ(ev.failures[0].job_key, queued.job_key);
+  EXPECT_TRUE(ev.failures[0].will_retry);
+  EXPECT_NE(ev.failures[0].reason.message().find("draining"), std::string::npos);
+  EXPECT_EQ(s.StateOf(queued.job_key), "queued");
+  EXPECT_TRUE(s.Tick().grants.empty());  // a free slot, but draining
+  ASSERT_EQ(s.Workers().size(), 1u);
+  EXPECT_TRUE(s.Workers()[0].draining);
+  EXPECT_EQ(s.OnResult("w1", ResultFor(running)).verdict, ResultVerdict::kCommit);
+  EXPECT_TRUE(s.Tick().grants.empty());
+
+  // Another worker takes the handed-back job and the rest.
+  s.OnReady(Worker("w2", {"cpu"}, 2), {});
+  ev = s.Tick();
+  ASSERT_EQ(ev.grants.size(), 2u);
+  for (const Grant& g : ev.grants) {
+    EXPECT_EQ(g.worker_id, "w2");
+    EXPECT_EQ(s.OnResult("w2", ResultFor(g)).verdict, ResultVerdict::kCommit);
+  }
+  EXPECT_TRUE(s.Finished());
+  EXPECT_EQ(s.Counts().failed, 0);
+}
+
+}  // namespace
+}  // namespace nw

@@ -76,6 +76,45 @@ TEST(CliDistTest, SubmitWorkStatusPauseResumeCancel) {
   EXPECT_NE(gone.out.find("no reply from a coordinator"), std::string::npos) << gone.out;
 }
 
+// SIGTERM (what Slurm sends at scancel, preemption, the time limit) drains a worker: its queued
+// job goes back at once, its running job gets --drain-s and is then handed back, and the process
+// exits 0 a few seconds later without waiting for the engine. Another worker does everything
+// exactly once. docs/slurm.md; the same through a real Slurm: tests/slurm/.
+TEST(CliDistTest, SigtermDrainsAWorkerWithinItsGrace) {
+  Workspace ws("drain");
+  ASSERT_TRUE(ws.MakeModel());
+  auto coordinator = ws.StartCoordinator({"--heartbeat-ms", "100", "--retry-backoff-ms", "50"});
+  const std::string c = " --coordinator " + ws.endpoint();
+  ASSERT_EQ(Sh(ws.Nw("submit " + ws.Campaign("drain", 2, 3, 1).string() + c)).exit_code, 0);
+  Db db(ws.db());
+  // A worker whose jobs never finish in time: one running, one queued (prefetch).
+  auto slow = ws.StartWorker("slow", {"--heartbeat-ms", "100", "--slots", "1", "--prefetch", "1",
+                                      "--test-executor", "sleep:600000", "--drain-s", "1"});
+  ASSERT_TRUE(WaitUntil(
+      [&] { return db.Int("SELECT COUNT(*) FROM attempts WHERE status = 'running'") == 2; },
+      20'000))
+      << coordinator->Log();
+  const auto t0 = std::chrono::steady_clock::now();
+  slow->Signal(SIGTERM);
+  ASSERT_TRUE(slow->WaitExit(20'000)) << slow->Log();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(15));
+  EXPECT_EQ(slow->exit_code(), 0) << slow->Log();
+  const std::string log = slow->Log();
+  EXPECT_NE(log.find("draining: 1 queued jobs handed back"), std::string::npos) << log;
+  EXPECT_NE(log.find("drain grace over: 1 running jobs handed back"), std::string::npos) << log;
+  EXPECT_NE(log.find("exiting without them"), std::string::npos) << log;
+  EXPECT_EQ(db.Int("SELECT COUNT(*) FROM attempts WHERE status = 'running'"), 0);
+
+  auto fast = ws.StartWorker("fast", Worker(2));
+  ASSERT_TRUE(WaitUntil([&] { return db.Int("SELECT COUNT(*) FROM results") == 6; }, 30'000))
+      << coordinator->Log();
+  ExpectEveryJobExactlyOnce(db, "drain", 6);
+  EXPECT_EQ(db.Int("SELECT COUNT(*) FROM jobs WHERE state = 'failed'"), 0);
+  EXPECT_EQ(db.Int("SELECT COUNT(*) FROM attempts WHERE error_message LIKE "
+                   "'%draining and handed back%'"),
+            1);
+}
+
 TEST(CliDistTest, WorkersOnlyGetJobsOfTheModelsTheyList) {
   Workspace ws("models");
   ASSERT_TRUE(ws.MakeModel());
@@ -118,7 +157,7 @@ TEST(CliDistTest, RefusalsAndBadArguments) {
   // fallback); worker/gpu_plan.h, tests/worker/gpu_plan_test.cc.
   CommandResult version = Sh(std::string(NW_BIN) + " version");
   if (version.out.find("cuda") == std::string::npos) {
-    for (const std::string flags : {"--gpu 0", "--gpus all", "--gpus 0,1"}) {
+    for (const std::string flags : {"--gpu 0", "--gpus all", "--gpus 0,1", "--gpu-visible"}) {
       CommandResult gpu = Sh(ws.Nw("worker --coordinator " + ws.endpoint() + " " + flags));
       EXPECT_EQ(gpu.exit_code, 2) << flags << ": " << gpu.out;
       EXPECT_NE(gpu.out.find("cannot run jobs on a GPU"), std::string::npos) << gpu.out;
@@ -132,8 +171,8 @@ TEST(CliDistTest, RefusalsAndBadArguments) {
   // The test double is not advertised in --help.
   EXPECT_EQ(Sh(std::string(NW_BIN) + " worker --help").out.find("test-executor"),
             std::string::npos);
-  for (const std::string sub :
-       {"coordinator", "submit", "worker", "keygen", "cancel", "pause", "resume"}) {
+  for (const std::string sub : {"coordinator", "submit", "worker", "keygen", "cancel", "pause",
+                                "resume", "slurm submit-workers"}) {
     CommandResult h = Sh(std::string(NW_BIN) + " " + sub + " --help");
     EXPECT_EQ(h.exit_code, 0) << sub << ": " << h.out;
   }

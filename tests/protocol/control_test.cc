@@ -122,7 +122,9 @@ TEST(ControlTest, ReplyRoundTrips) {
 
   StatusReply st;
   st.campaigns.push_back({"a", 1, -5, "paused", 10, 4, 1, 5, 0, 3, 2, 0});
-  st.workers.push_back({"w-1", "box", "cpu", 2, 1, {"cpu", "cpu-paged"}});
+  st.workers.push_back({"w-1", "box", "cpu", 2, 1, {"cpu", "cpu-paged"}, "", "", false});
+  // A Slurm worker, draining: the optional fields.
+  st.workers.push_back({"w-2", "n7", "cpu", 1, 1, {"cpu"}, "1234_3", "n7", true});
   auto st2 = std::get<StatusReply>(RoundTrip(st));
   ASSERT_EQ(st2.campaigns.size(), 1u);
   EXPECT_EQ(st2.campaigns[0].name, "a");
@@ -130,9 +132,14 @@ TEST(ControlTest, ReplyRoundTrips) {
   EXPECT_EQ(st2.campaigns[0].state, "paused");
   EXPECT_EQ(st2.campaigns[0].done, 5);
   EXPECT_EQ(st2.campaigns[0].pass, 3);
-  ASSERT_EQ(st2.workers.size(), 1u);
+  ASSERT_EQ(st2.workers.size(), 2u);
   EXPECT_EQ(st2.workers[0].busy, 1);
   EXPECT_EQ(st2.workers[0].backends, (std::vector<std::string>{"cpu", "cpu-paged"}));
+  EXPECT_EQ(st2.workers[0].slurm_job, "");
+  EXPECT_FALSE(st2.workers[0].draining);
+  EXPECT_EQ(st2.workers[1].slurm_job, "1234_3");
+  EXPECT_EQ(st2.workers[1].node, "n7");
+  EXPECT_TRUE(st2.workers[1].draining);
 
   auto op = std::get<CampaignOpReply>(RoundTrip(CampaignOpReply{"a", "cancelled", 12}));
   EXPECT_EQ(op.state, "cancelled");

@@ -473,3 +473,109 @@ TEST_F(WorkerTest, MalformedAndUnexpectedMessagesAreDroppedAndLogged) {
 
 }  // namespace
 }  // namespace nw
+
+namespace nw {
+namespace {
+
+// Drain() (SIGTERM under Slurm): READY again with "draining" and without the queued job, the
+// running job finishes and is acknowledged, a JOB granted meanwhile is handed back, then
+// DISCONNECT and Run() returns.
+TEST_F(WorkerTest, DrainHandsBackQueuedJobsFinishesTheRunningOneAndLeaves) {
+  FakeCoordinator coord(ctx_, "inproc://wt-drain");
+  Gate gate;
+  std::vector<FakeExecutor*> execs;
+  WorkerOptions o = Options("inproc://wt-drain");
+  o.drain_grace_ms = 30'000;
+  Worker& w = Make(o, Executors(&execs, 1, {{"cpu"}}, &gate));
+  Start(w);
+  auto ready = coord.RecvA<ReadyMsg>();
+  ASSERT_TRUE(ready);
+  const std::string id = ready->first;
+  coord.Send(id, Job(1));
+  coord.Send(id, Job(2));  // queued behind the running one
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (execs[0]->started < 1 && std::chrono::steady_clock::now() < end) {
+    ASSERT_TRUE(coord.RecvA<HeartbeatMsg>());
+  }
+  w.Drain();
+  auto again = coord.RecvA<ReadyMsg>();
+  ASSERT_TRUE(again);
+  EXPECT_EQ(again->second.capabilities["draining"], true);
+  ASSERT_EQ(again->second.held.size(), 1u);  // the running job only: job 2 is handed back
+  EXPECT_EQ(again->second.held[0].job_key, Spec(1).Key());
+  coord.Send(id, Job(3));  // granted before the coordinator read the READY: handed back too
+  auto third = coord.RecvA<ReadyMsg>();
+  ASSERT_TRUE(third);
+  EXPECT_EQ(third->second.held.size(), 1u);
+  gate.Open();
+  auto res = coord.RecvA<ResultMsg>();
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->second.result.job_key, Spec(1).Key());
+  EXPECT_FALSE(returned_);  // waits for the ACK
+  coord.Send(id, AckMsg{Spec(1).Key(), 1, AckStatus::kCommitted, ""});
+  auto bye = coord.RecvA<DisconnectMsg>();
+  ASSERT_TRUE(bye);
+  EXPECT_FALSE(bye->second.reconnect);
+  EXPECT_EQ(bye->second.reason, "worker drained");
+  Join();
+  EXPECT_TRUE(run_status_.ok());
+  const WorkerStats s = w.Stats();
+  EXPECT_TRUE(s.drained);
+  EXPECT_EQ(s.jobs_executed, 1);
+  EXPECT_EQ(s.handed_back, 2);
+  EXPECT_EQ(execs[0]->started, 1);
+}
+
+// A job still running when the drain grace ends is handed back (DISCONNECT names it).
+TEST_F(WorkerTest, DrainGraceOverHandsBackTheRunningJob) {
+  FakeCoordinator coord(ctx_, "inproc://wt-drain-grace");
+  Gate gate;
+  std::vector<FakeExecutor*> execs;
+  WorkerOptions o = Options("inproc://wt-drain-grace");
+  o.drain_grace_ms = 200;
+  Worker& w = Make(o, Executors(&execs, 1, {{"cpu"}}, &gate));
+  Start(w);
+  auto ready = coord.RecvA<ReadyMsg>();
+  ASSERT_TRUE(ready);
+  coord.Send(ready->first, Job(1));
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (execs[0]->started < 1 && std::chrono::steady_clock::now() < end) {
+    ASSERT_TRUE(coord.RecvA<HeartbeatMsg>());
+  }
+  w.Drain();
+  auto bye = coord.RecvA<DisconnectMsg>();
+  ASSERT_TRUE(bye);
+  EXPECT_NE(bye->second.reason.find("1 running jobs handed back"), std::string::npos)
+      << bye->second.reason;
+  gate.Open();  // Run() returns once the engine lets go
+  Join();
+  EXPECT_TRUE(run_status_.ok());
+  EXPECT_EQ(w.Stats().handed_back, 1);
+}
+
+// idle_exit_ms: a connected worker with nothing to do leaves; work resets the clock.
+TEST_F(WorkerTest, IdleExitLeavesAfterNothingToDo) {
+  FakeCoordinator coord(ctx_, "inproc://wt-idle");
+  WorkerOptions o = Options("inproc://wt-idle");
+  o.idle_exit_ms = 300;
+  Worker& w = Make(o, Executors(nullptr, 1, {{"cpu"}}));
+  Start(w);
+  auto ready = coord.RecvA<ReadyMsg>();
+  ASSERT_TRUE(ready);
+  coord.Send(ready->first, HeartbeatMsg{});
+  coord.Send(ready->first, Job(1));
+  auto res = coord.RecvA<ResultMsg>();
+  ASSERT_TRUE(res);
+  coord.Send(ready->first, AckMsg{Spec(1).Key(), 1, AckStatus::kCommitted, ""});
+  const auto acked = std::chrono::steady_clock::now();
+  auto bye = coord.RecvA<DisconnectMsg>();
+  ASSERT_TRUE(bye);
+  EXPECT_GE(std::chrono::steady_clock::now() - acked, std::chrono::milliseconds(250));
+  EXPECT_NE(bye->second.reason.find("idle"), std::string::npos);
+  Join();
+  EXPECT_TRUE(run_status_.ok());
+  EXPECT_TRUE(w.Stats().idle_exit);
+}
+
+}  // namespace
+}  // namespace nw
