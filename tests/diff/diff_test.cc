@@ -135,16 +135,11 @@ TEST(DiffTest, PartialBlockMod4AgreesOffResidue3) {
   EXPECT_EQ(Diff(*a, *b, Prompts(*a, 300)).exit_code(), 0);
 }
 
-// shared-expert-no-clamp: tiny-v4 itself runs unclamped, so the fault is a no-op there; on a copy
-// whose config clamps, the first difference is a block's MoE (the hidden state), not attention.
-TEST(DiffTest, SharedExpertNoClampPartsInTheMoe) {
-  auto plain_a = Side("backend=cpu");
-  auto plain_b = Side("backend=cpu,fault=shared-expert-no-clamp");
-  ASSERT_TRUE(plain_a && plain_b);
-  EXPECT_EQ(Diff(*plain_a, *plain_b, Prompts(*plain_a, 300)).exit_code(), 0);
-
+// A copy of tiny-v4 whose config.json says "swiglu_clamp_shared_expert": `clamp`.
+std::filesystem::path TinyCopyWithClamp(bool clamp) {
   const std::filesystem::path dir =
-      std::filesystem::temp_directory_path() / ("nw-diff-clamp-" + std::to_string(::getpid()));
+      std::filesystem::temp_directory_path() /
+      ("nw-diff-clamp-" + std::to_string(::getpid()) + (clamp ? "-on" : "-off"));
   std::filesystem::create_directories(dir);
   for (const char* f : {"model.safetensors", "tokenizer.json"}) {
     std::filesystem::copy_file(kTiny / f, dir / f,
@@ -152,15 +147,39 @@ TEST(DiffTest, SharedExpertNoClampPartsInTheMoe) {
   }
   std::ifstream in(kTiny / "config.json");
   std::string cfg((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const std::string key = "\"swiglu_clamp_shared_expert\": false";
-  ASSERT_NE(cfg.find(key), std::string::npos);
-  cfg.replace(cfg.find(key), key.size(), "\"swiglu_clamp_shared_expert\": true");
+  for (const char* was :
+       {"\"swiglu_clamp_shared_expert\": false", "\"swiglu_clamp_shared_expert\": true"}) {
+    const size_t at = cfg.find(was);
+    if (at != std::string::npos) {
+      cfg.replace(
+          at, std::string(was).size(),
+          clamp ? "\"swiglu_clamp_shared_expert\": true" : "\"swiglu_clamp_shared_expert\": false");
+    }
+  }
+  EXPECT_NE(cfg.find(clamp ? "\"swiglu_clamp_shared_expert\": true"
+                           : "\"swiglu_clamp_shared_expert\": false"),
+            std::string::npos);
   std::ofstream(dir / "config.json") << cfg;
-  auto a = Side("backend=cpu", dir);
-  auto b = Side("backend=cpu,fault=shared-expert-no-clamp", dir);
+  return dir;
+}
+
+// shared-expert-no-clamp: a no-op where the config already says the shared expert is unclamped;
+// where it clamps (tiny-v4 since its clamp fine-tune), the first difference is a block's MoE (the
+// hidden state), not attention.
+TEST(DiffTest, SharedExpertNoClampPartsInTheMoe) {
+  const std::filesystem::path off = TinyCopyWithClamp(false);
+  auto plain_a = Side("backend=cpu", off);
+  auto plain_b = Side("backend=cpu,fault=shared-expert-no-clamp", off);
+  ASSERT_TRUE(plain_a && plain_b);
+  EXPECT_EQ(Diff(*plain_a, *plain_b, Prompts(*plain_a, 300)).exit_code(), 0);
+  std::filesystem::remove_all(off);
+
+  const std::filesystem::path on = TinyCopyWithClamp(true);
+  auto a = Side("backend=cpu", on);
+  auto b = Side("backend=cpu,fault=shared-expert-no-clamp", on);
   ASSERT_TRUE(a && b);
   const DiffReport r = Diff(*a, *b, Prompts(*a, 300));
-  std::filesystem::remove_all(dir);
+  std::filesystem::remove_all(on);
   ASSERT_EQ(r.exit_code(), 1) << RenderText(r);
   EXPECT_EQ(r.first->component, "hidden") << RenderText(r);
   EXPECT_EQ(r.layers[static_cast<size_t>(r.first->layer)].attn.max_rel_error, 0);
