@@ -258,8 +258,7 @@ int Run(const RunArgs& a, const Globals& g) {
               << (gpus > 0 ? " + " + std::to_string(gpus) + " GPU x " +
                                  std::to_string(a.gpu_slots) + " slot(s)"
                            : std::string())
-              << ", database "
-              << g.db_path << "\n";
+              << ", database " << g.db_path << "\n";
   }
 
   std::stop_source stop;

@@ -32,6 +32,6 @@ void RegisterWorker(CLI::App& app, Globals& g);
 void RegisterKeygen(CLI::App& app, Globals& g);
 void RegisterControl(CLI::App& app, Globals& g);  // cancel, pause, resume
 void RegisterDiff(CLI::App& app, Globals& g);
-void RegisterSlurm(CLI::App& app, Globals& g);    // slurm submit-workers
+void RegisterSlurm(CLI::App& app, Globals& g);  // slurm submit-workers
 
 }  // namespace nw::cli
