@@ -183,8 +183,13 @@ struct Worker::Loop {
   }
 
   void StartSlots() {
-    char tag[32];
-    std::snprintf(tag, sizeof(tag), "%p", static_cast<const void*>(&w));
+    // The slots' inproc names must be unique in the context for as long as ZeroMQ keeps a closed
+    // socket's name: a Worker created where a just-destroyed one lived (the same address) would
+    // otherwise find its names still bound (EADDRINUSE), so the address is joined by a random
+    // nonce drawn for this run.
+    std::random_device rd;
+    char tag[64];
+    std::snprintf(tag, sizeof(tag), "%p-%08x%08x", static_cast<const void*>(&w), rd(), rd());
     for (size_t i = 0; i < w.executors_.size(); ++i) {
       Slot s{zmq::socket_t(w.context_, zmq::socket_type::pair),
              "inproc://nw-worker-" + std::string(tag) + "-slot-" + std::to_string(i),

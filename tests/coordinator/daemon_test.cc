@@ -137,7 +137,10 @@ class DaemonTest : public ::testing::Test {
     for (int i = 0; i < slots; ++i) ex.push_back(std::make_unique<RecordingExecutor>(mu_, order_));
     workers_.push_back(std::make_unique<Worker>(ctx_, clock_, wo, std::move(ex)));
     Worker& w = *workers_.back();
-    worker_threads_.emplace_back([&w] { EXPECT_TRUE(w.Run().ok()); });
+    worker_threads_.emplace_back([&w] {
+      const Status st = w.Run();
+      EXPECT_TRUE(st.ok()) << st.ToString();
+    });
     return w;
   }
   void StopWorkers() {
