@@ -37,21 +37,26 @@ int main(int argc, char** argv) {
   nw::cli::RegisterDiff(app, g);
   // The global options work before or after any subcommand (fallthrough), so every
   // subcommand's --help lists them too.
+  const std::string colours =
+      "Colours: only on a terminal; off with NO_COLOR set (non-empty) or TERM=dumb.\n";
   const std::string globals =
       "Global options (before or after the subcommand):\n"
       "  --db FILE                   SQLite database file (default: " +
       g.db_path +
       ")\n"
-      "  -q,--quiet                  No progress output\n"
-      "Colours: only on a terminal; off with NO_COLOR set (non-empty) or TERM=dumb.\n";
-  std::vector<CLI::App*> todo = app.get_subcommands([](CLI::App*) { return true; });
-  while (!todo.empty()) {
-    CLI::App* sub = todo.back();
-    todo.pop_back();
+      "  -q,--quiet                  No progress output\n" +
+      colours;
+  // Every subcommand, nested ones included, gets the footer (a depth-first walk).
+  std::vector<CLI::App*> unvisited = app.get_subcommands([](CLI::App*) { return true; });
+  while (!unvisited.empty()) {
+    CLI::App* sub = unvisited.back();
+    unvisited.pop_back();
     sub->footer(globals);
-    for (CLI::App* s : sub->get_subcommands([](CLI::App*) { return true; })) todo.push_back(s);
+    for (CLI::App* s : sub->get_subcommands([](CLI::App*) { return true; })) {
+      unvisited.push_back(s);
+    }
   }
-  app.footer("Colours: only on a terminal; off with NO_COLOR set (non-empty) or TERM=dumb.\n");
+  app.footer(colours);
   CLI11_PARSE(app, argc, argv);
   return g.exit_code;
 }
