@@ -164,17 +164,24 @@ TEST(GoldenTest, RandomCheckpointMatchesPyTorch) {
   for (const GoldenPrompt& g : prompts) CheckPrompt(*cfg, *weights, g);
 }
 
-TEST(GoldenTest, TrainedModelMatchesPyTorch) {
-  const fs::path model = ShippedModel();
+void CheckTrainedModel(const fs::path& model, const std::string& golden) {
   Result<ModelConfig> cfg = LoadModelConfig(model / "config.json");
   ASSERT_TRUE(cfg.ok()) << cfg.status().ToString();
   Result<SafetensorsArchive> archive = SafetensorsArchive::Open(model);
   ASSERT_TRUE(archive.ok()) << archive.status().ToString();
   Result<ModelWeights> weights = LoadModelWeights(*archive, *cfg);
   ASSERT_TRUE(weights.ok()) << weights.status().ToString();
-  const std::vector<GoldenPrompt> prompts = ReadGolden(GoldenPath("tiny-v4.json"));
+  const std::vector<GoldenPrompt> prompts = ReadGolden(GoldenPath(golden));
   ASSERT_FALSE(prompts.empty());
   for (const GoldenPrompt& g : prompts) CheckPrompt(*cfg, *weights, g);
+}
+
+TEST(GoldenTest, TrainedModelMatchesPyTorch) { CheckTrainedModel(ShippedModel(), "tiny-v4.json"); }
+
+// models/tiny-v4-indexer: ratio-0 and ratio-4 layers only, top-k 16 (its retrieval goes through the
+// lightning indexer's selection).
+TEST(GoldenTest, IndexerModelMatchesPyTorch) {
+  CheckTrainedModel(fs::path(NW_SOURCE_DIR) / "models" / "tiny-v4-indexer", "tiny-v4-indexer.json");
 }
 
 // The trained model's greedy answers through the public engine API, on both CPU backends.

@@ -53,8 +53,12 @@ constexpr double kLogitRel = 1e-4;
 constexpr double kGreedyTieRel = 1e-4;
 constexpr double kTopkTieRel = 1e-4;
 
-fs::path GoldenFile() { return fs::path(NW_TEST_DATA_DIR) / "hf_reference" / "tiny-v4.json"; }
-fs::path Model() { return fs::path(NW_SOURCE_DIR) / "models" / "tiny-v4"; }
+fs::path GoldenFile(const std::string& model = "tiny-v4") {
+  return fs::path(NW_TEST_DATA_DIR) / "hf_reference" / (model + ".json");
+}
+fs::path Model(const std::string& model = "tiny-v4") {
+  return fs::path(NW_SOURCE_DIR) / "models" / model;
+}
 
 constexpr const char* kHowToMake =
     "produce it on the GPU machine with `python3 models/train/hf_reference.py --model "
@@ -66,11 +70,11 @@ struct Loaded {
   ModelWeights weights;
 };
 
-std::optional<Loaded> LoadTinyV4(bool clamp_shared) {
-  Result<ModelConfig> cfg = LoadModelConfig(Model() / "config.json");
+std::optional<Loaded> LoadTinyV4(bool clamp_shared, const std::string& model = "tiny-v4") {
+  Result<ModelConfig> cfg = LoadModelConfig(Model(model) / "config.json");
   EXPECT_TRUE(cfg.ok()) << cfg.status().ToString();
   if (!cfg.ok()) return std::nullopt;
-  Result<SafetensorsArchive> archive = SafetensorsArchive::Open(Model());
+  Result<SafetensorsArchive> archive = SafetensorsArchive::Open(Model(model));
   EXPECT_TRUE(archive.ok()) << archive.status().ToString();
   if (!archive.ok()) return std::nullopt;
   Result<ModelWeights> weights = LoadModelWeights(*archive, *cfg);
@@ -196,6 +200,23 @@ TEST(HfReferenceTest, TinyV4MatchesHfTransformers) {
   std::cout << "hf: top-k sets compared " << counts.topk_compared << ", near-ties skipped "
             << counts.topk_ties << "; greedy steps compared " << counts.greedy_compared << "\n";
   // The comparisons must not have been skipped away.
+  EXPECT_GT(counts.topk_compared, 4 * counts.topk_ties);
+  EXPECT_GE(counts.greedy_compared, static_cast<int>(prompts.size()) * 4);
+}
+
+// models/tiny-v4-indexer (ratio-0/ratio-4 layers only, top-k 16) against HF, same requirements.
+TEST(HfReferenceTest, TinyV4IndexerMatchesHfTransformers) {
+  const fs::path golden = GoldenFile("tiny-v4-indexer");
+  ASSERT_TRUE(fs::exists(golden)) << golden;
+  const std::vector<HfPrompt> prompts = ReadGolden(golden);
+  ASSERT_GE(prompts.size(), 6u);
+  std::optional<Loaded> m = LoadTinyV4(/*clamp_shared=*/true, "tiny-v4-indexer");
+  ASSERT_TRUE(m.has_value());
+  Counts counts;
+  for (const HfPrompt& g : prompts) CheckPrompt(*m, g, &counts);
+  std::cout << "hf tiny-v4-indexer: top-k sets compared " << counts.topk_compared
+            << ", near-ties skipped " << counts.topk_ties << "; greedy steps compared "
+            << counts.greedy_compared << "\n";
   EXPECT_GT(counts.topk_compared, 4 * counts.topk_ties);
   EXPECT_GE(counts.greedy_compared, static_cast<int>(prompts.size()) * 4);
 }

@@ -468,11 +468,11 @@ TEST_F(CudaEngine, RequestTooLargeForTheGpuIsResourceExhausted) {
 // CPU test's requirements (tests/cpu_backend/hf_reference_test.cc): logits at the stored positions
 // within 1e-4 of the row's largest |logit|, the greedy tokens up to HF's first near-tie, the
 // indexer's top-k sets (as sets) except near-ties at the cut.
-TEST_F(CudaEngine, MatchesHfTransformers) {
-  const fs::path golden = fs::path(NW_TEST_DATA_DIR) / "hf_reference" / "tiny-v4.json";
+// Run for each shipped model: tiny-v4 and tiny-v4-indexer (no ratio-128 layer; top-k 16).
+void CheckAgainstHf(const Model& md, const std::string& model_name) {
+  const fs::path golden = fs::path(NW_TEST_DATA_DIR) / "hf_reference" / (model_name + ".json");
   ASSERT_TRUE(fs::exists(golden)) << golden;
   const std::vector<HfPrompt> prompts = ReadGolden(golden);
-  const Model& md = Shipped();
   ModelConfig cfg = md.m.config;
   cfg.swiglu_clamp_shared_expert = true;
   std::ostringstream rep;
@@ -551,12 +551,23 @@ TEST_F(CudaEngine, MatchesHfTransformers) {
     }
     EXPECT_GT(sets_compared, 4 * ties);
     EXPECT_GE(greedy_compared, static_cast<int>(prompts.size()) * 4);
-    rep << name << " vs HF transformers: " << prompts.size() << " prompts, worst logit error "
-        << worst << " of the row's max |logit|, top-k sets equal at " << sets_compared
+    rep << model_name << " " << name << " vs HF transformers: " << prompts.size()
+        << " prompts, worst logit error " << worst
+        << " of the row's max |logit|, top-k sets equal at " << sets_compared
         << " (layer, position) pairs (" << ties << " near-ties skipped), greedy steps equal "
         << greedy_compared << "\n";
   }
   Report(rep.str());
+}
+
+TEST_F(CudaEngine, MatchesHfTransformers) { CheckAgainstHf(Shipped(), "tiny-v4"); }
+
+TEST_F(CudaEngine, IndexerModelMatchesHfTransformers) {
+  auto loaded = LoadModelFolder(fs::path(NW_SOURCE_DIR) / "models" / "tiny-v4-indexer");
+  ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+  auto weights = std::make_shared<const ModelWeights>(loaded->weights);
+  const Model md{std::move(loaded).value(), std::move(weights)};
+  CheckAgainstHf(md, "tiny-v4-indexer");
 }
 
 // The GPU backends against models/train/v4.py, our PyTorch model (tests/data/golden/tiny-v4.json,
