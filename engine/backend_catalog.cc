@@ -11,14 +11,17 @@ constexpr int64_t kPagedChunk = 256;  // tokens per prefill chunk of the paged b
 
 // The faults each CPU backend replays (docs/faults.md). The PD handoff faults need the
 // decode-state transfer, so only cpu-pd has them. The GPU backends replay none yet.
-constexpr std::array<Fault, 6> kCpuFaults = {
-    Fault::kIndexerRopeLayout,  Fault::kRaggedKeyRange,   Fault::kPartialBlockMod4,
-    Fault::kCompressedKvNoRope, Fault::kCompressRopeBase, Fault::kSharedExpertNoClamp,
+constexpr std::array<Fault, 7> kCpuFaults = {
+    Fault::kIndexerRopeLayout,   Fault::kRaggedKeyRange,     Fault::kRaggedKeyOffset,
+    Fault::kPartialBlockMod4,    Fault::kCompressedKvNoRope, Fault::kCompressRopeBase,
+    Fault::kSharedExpertNoClamp,
 };
-constexpr std::array<Fault, 8> kPdFaults = {
-    Fault::kPdHandoffLosesState, Fault::kCompressorStateNotRestored, Fault::kIndexerRopeLayout,
-    Fault::kRaggedKeyRange,      Fault::kPartialBlockMod4,           Fault::kCompressedKvNoRope,
-    Fault::kCompressRopeBase,    Fault::kSharedExpertNoClamp,
+constexpr std::array<Fault, 9> kPdFaults = {
+    Fault::kPdHandoffLosesState, Fault::kCompressorStateNotRestored,
+    Fault::kIndexerRopeLayout,   Fault::kRaggedKeyRange,
+    Fault::kRaggedKeyOffset,     Fault::kPartialBlockMod4,
+    Fault::kCompressedKvNoRope,  Fault::kCompressRopeBase,
+    Fault::kSharedExpertNoClamp,
 };
 
 constexpr std::array<BackendInfo, 6> kCatalog = {{

@@ -6,7 +6,7 @@ namespace nw {
 
 namespace {
 
-constexpr std::array<FaultInfo, 9> kFaults = {{
+constexpr std::array<FaultInfo, 10> kFaults = {{
     {Fault::kNone, "none", "the correct engine", ""},
     {Fault::kPdHandoffLosesState, "pd-handoff-loses-state",
      "the decode instance receives the KV window and the compressors' rolling states but not the "
@@ -21,6 +21,12 @@ constexpr std::array<FaultInfo, 9> kFaults = {{
      "in a multi-token prefill chunk every query's indexer key range ends where the chunk's last "
      "query's does (per-query ke not passed), so earlier queries score entries of later blocks",
      "sglang issue #11629 / PR #12583 (ks/ke of the ragged indexer)"},
+    {Fault::kRaggedKeyOffset, "ragged-key-offset",
+     "chunked prefill whose ragged indexer gets each query's key start offset to the chunk (ks = "
+     "the chunk's first compressed entry, not the sequence's), so no prefill query can select an "
+     "entry written by an earlier chunk; the prompt is prefilled in the backend's chunks, or in "
+     "1,024-token chunks where the backend has none; decode (the paged path) is correct",
+     "sglang issue #11629 / PR #12583 (ks/ke of the ragged indexer offset)"},
     {Fault::kPartialBlockMod4, "partial-block-mod4",
      "when a prefill chunk ends with 3 tokens of an unfinished ratio-4 block (prompt_len % 4 == "
      "3), those tokens are not kept in the compressors' rolling state, so the entry completed at "

@@ -24,6 +24,7 @@ enum class Fault : uint8_t {
   kPdHandoffLosesState,         // cpu-pd: pre-handoff compressed entries / index keys lost
   kIndexerRopeLayout,           // indexer q/k RoPE in the half-split layout, not interleaved
   kRaggedKeyRange,              // ragged prefill indexer: every query gets the chunk's key end
+  kRaggedKeyOffset,             // ragged prefill indexer: key range starts at the chunk's start
   kPartialBlockMod4,            // prompt_len % 4 == 3: partial last block's rolling state lost
   kCompressorStateNotRestored,  // cpu-pd: compressor rolling states not restored on import
   kCompressedKvNoRope,          // compressed KV entries stored without RoPE

@@ -363,14 +363,16 @@ void Sequence::Impl::RecordProbe(int layer, int64_t p, int64_t visible, const fl
   }
 }
 
-void Sequence::Impl::SelectEntries(int layer, int64_t p, int64_t visible, const float* iq,
-                                   const float* iw, std::vector<int32_t>& selected,
+void Sequence::Impl::SelectEntries(int layer, int64_t p, int64_t key_begin, int64_t visible,
+                                   const float* iq, const float* iw, std::vector<int32_t>& selected,
                                    std::vector<float>& scores, std::vector<int32_t>& topk_out,
                                    std::vector<int32_t>& scratch) {
   const bool probe = opts.probe.has_value() && p >= opts.probe->query_begin;
-  const bool need_scores = probe || (!opts.dense_compressed && visible > topk);
-  // Only min(topk, visible) entries can be selected; the -1 padding up to topk is implicit.
-  const int width = static_cast<int>(std::min<int64_t>(topk, visible));
+  // key_begin > 0 only under the ragged-key-offset fault: entries before it are not selectable.
+  const bool need_scores = probe || key_begin > 0 || (!opts.dense_compressed && visible > topk);
+  // Only min(topk, visible - key_begin) entries can be selected; the -1 padding up to topk is
+  // implicit.
+  const int width = static_cast<int>(std::min<int64_t>(topk, visible - key_begin));
   topk_out.assign(static_cast<size_t>(width), -1);
   int n_sel = 0;
   if (need_scores) {
@@ -402,6 +404,9 @@ void Sequence::Impl::SelectEntries(int layer, int64_t p, int64_t visible, const 
         }
       }
     }
+    for (int64_t i = 0; i < key_begin; ++i) {
+      scores[static_cast<size_t>(i)] = -std::numeric_limits<float>::infinity();
+    }
     n_sel = TopK(scores.data(), visible, width, topk_out.data(), scratch.data());
   } else {
     // Every visible entry is selected (k >= visible): no scores needed.
@@ -410,9 +415,9 @@ void Sequence::Impl::SelectEntries(int layer, int64_t p, int64_t visible, const 
   }
   if (probe) RecordProbe(layer, p, visible, scores.data(), topk_out.data(), n_sel);
   if (opts.dense_compressed) {
-    selected.resize(static_cast<size_t>(visible));
-    for (int64_t i = 0; i < visible; ++i)
-      selected[static_cast<size_t>(i)] = static_cast<int32_t>(i);
+    selected.resize(static_cast<size_t>(visible - key_begin));
+    for (int64_t i = key_begin; i < visible; ++i)
+      selected[static_cast<size_t>(i - key_begin)] = static_cast<int32_t>(i);
   } else {
     selected.assign(topk_out.begin(), topk_out.begin() + n_sel);
     std::sort(selected.begin(), selected.end());
@@ -519,8 +524,11 @@ void Sequence::Impl::AttnCore(int layer, int64_t n, int64_t s, const AttnRows& r
         // (its entries are stored already: Compress ran for the whole chunk).
         const int64_t key_end =
             opts.fault == Fault::kRaggedKeyRange && n > 1 ? (s + n) / ratio : visible;
-        SelectEntries(layer, p, key_end, r.iq + t * hI * cI, r.iw + t * hI, selected, scores,
-                      topk_out, scratch_idx);
+        // Fault ragged-key-offset: the key range starts at the chunk's first entry.
+        const int64_t key_begin =
+            opts.fault == Fault::kRaggedKeyOffset && n > 1 ? std::min(s / ratio, key_end) : 0;
+        SelectEntries(layer, p, key_begin, key_end, r.iq + t * hI * cI, r.iw + t * hI, selected,
+                      scores, topk_out, scratch_idx);
         for (int32_t i : selected) entries.push_back(cache.compressed.Row(i));
       } else {
         for (int64_t i = 0; i < visible; ++i) entries.push_back(cache.compressed.Row(i));
@@ -1010,9 +1018,13 @@ Status Sequence::Impl::Forward(std::span<const int32_t> tokens, std::vector<floa
 
 Status Sequence::Prefill(std::span<const int32_t> tokens, std::vector<float>* logits) {
   if (tokens.empty()) return Status::InvalidArgument("prefill needs at least one token");
+  // ragged-key-offset acts between chunks: a backend that prefills in one pass gets 1,024-token
+  // chunks under it (engine/fault.h).
+  const int64_t fault_chunk = impl_->opts.fault == Fault::kRaggedKeyOffset ? 1024 : 0;
   const size_t chunk = impl_->opts.prefill_chunk > 0
                            ? static_cast<size_t>(impl_->opts.prefill_chunk)
-                           : tokens.size();
+                       : fault_chunk > 0 ? static_cast<size_t>(fault_chunk)
+                                         : tokens.size();
   for (size_t b = 0; b < tokens.size(); b += chunk) {
     const size_t e = std::min(tokens.size(), b + chunk);
     NW_RETURN_IF_ERROR(

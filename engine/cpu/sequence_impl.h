@@ -93,8 +93,8 @@ struct Sequence::Impl {
   void Compress(const CompressorWeights& cw, bool indexer, const RopeTable& rope, const float* kv,
                 float* score, int64_t n, int64_t s, CompressorState& state, RowStore& store);
   // Indexer selection for the token at position p; returns the entries to attend, ascending.
-  void SelectEntries(int layer, int64_t p, int64_t visible, const float* iq, const float* iw,
-                     std::vector<int32_t>& selected, std::vector<float>& scores,
+  void SelectEntries(int layer, int64_t p, int64_t key_begin, int64_t visible, const float* iq,
+                     const float* iw, std::vector<int32_t>& selected, std::vector<float>& scores,
                      std::vector<int32_t>& topk_out, std::vector<int32_t>& scratch);
   void RecordProbe(int layer, int64_t p, int64_t visible, const float* scores,
                    const int32_t* topk_out, int n_selected);

@@ -240,6 +240,42 @@ TEST_F(FaultTest, RaggedKeyRangeHitsMultiTokenChunksOnly) {
   EXPECT_TRUE(clean1.logits == faulty1.logits);
 }
 
+// ragged-key-offset: in a multi-chunk prefill no query of a later chunk selects an entry of an
+// earlier chunk (clean: some do); a prompt within one chunk, and decode, are unchanged. cpu-paged
+// prefills in its own 256-token chunks, cpu in 1,024-token chunks under the fault.
+TEST_F(FaultTest, RaggedKeyOffsetHidesEarlierChunksFromPrefill) {
+  for (const auto& [name, chunk] : {std::pair<const char*, int64_t>{"cpu", 1024},
+                                    std::pair<const char*, int64_t>{"cpu-paged", 256}}) {
+    auto b = Make(name, cfg_);
+    ASSERT_NE(b, nullptr);
+    const int64_t L = chunk + 40;
+    const std::vector<int32_t> prompt = RandomTokens(L, cfg_.vocab_size, 16);
+    const FaultRun clean = Go(*b, Fault::kNone, prompt, 2);
+    const FaultRun faulty = Go(*b, Fault::kRaggedKeyOffset, prompt, 2);
+    const size_t k = static_cast<size_t>(faulty.probes[0].topk);
+    int clean_early = 0, faulty_early = 0;
+    for (int64_t t = chunk; t < L; ++t) {  // the second chunk's prompt positions
+      const std::vector<int32_t> cs = Sets(clean, 0, static_cast<size_t>(t), t + 1);
+      const std::vector<int32_t> fs = Sets(faulty, 0, static_cast<size_t>(t), t + 1);
+      for (size_t j = 0; j < k; ++j) {
+        clean_early += cs[j] >= 0 && cs[j] < chunk / 4;
+        faulty_early += fs[j] >= 0 && fs[j] < chunk / 4;
+      }
+    }
+    EXPECT_GT(clean_early, 0) << name;
+    EXPECT_EQ(faulty_early, 0) << name;
+    EXPECT_TRUE(Sets(clean, 0, 0, static_cast<size_t>(chunk)) ==
+                Sets(faulty, 0, 0, static_cast<size_t>(chunk)))
+        << name << ": the first chunk is unchanged";
+    EXPECT_TRUE(clean.logits[0] != faulty.logits[0]) << name;
+    // One chunk only: bit-identical, decode steps included.
+    const std::vector<int32_t> short_prompt = RandomTokens(chunk - 10, cfg_.vocab_size, 17);
+    EXPECT_TRUE(Go(*b, Fault::kNone, short_prompt, 3).logits ==
+                Go(*b, Fault::kRaggedKeyOffset, short_prompt, 3).logits)
+        << name;
+  }
+}
+
 // partial-block-mod4: prompt logits never change; decode outputs change iff prompt_len % 4 == 3.
 TEST_F(FaultTest, PartialBlockMod4ChangesOutputsOnlyAtResidue3) {
   ModelConfig cfg = cfg_;
