@@ -97,7 +97,7 @@ const Scheduler::SpecCommon* Scheduler::Intern(const JobSpec& spec) {
   // The interning key: every shared field, separated by a byte that cannot occur in them.
   std::string id;
   for (const std::string* f : {&spec.model_dir, &spec.model_digest, &spec.engine_version,
-                               &spec.task, &spec.haystack, &spec.backend}) {
+                               &spec.task, &spec.haystack, &spec.backend, &spec.fault}) {
     id += *f;
     id.push_back('\0');
   }
@@ -113,6 +113,7 @@ const Scheduler::SpecCommon* Scheduler::Intern(const JobSpec& spec) {
     common->task = spec.task;
     common->haystack = spec.haystack;
     common->backend = spec.backend;
+    common->fault = spec.fault;
     common->precision = spec.precision;
     common->http = spec.http;
     it = spec_pool_.emplace(std::move(id), std::move(common)).first;
@@ -128,6 +129,7 @@ JobSpec Scheduler::SpecOf(const Job& job) const {
   s.task = job.common->task;
   s.haystack = job.common->haystack;
   s.backend = job.common->backend;
+  s.fault = job.common->fault;
   s.precision = job.common->precision;
   s.http = job.common->http;
   s.context_length = job.context_length;

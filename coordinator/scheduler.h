@@ -284,7 +284,7 @@ class Scheduler {
   // The parts of a JobSpec that many jobs share, interned (a few per campaign), so a queued job
   // costs a few hundred bytes.
   struct SpecCommon {
-    std::string model_dir, model_digest, engine_version, task, haystack, backend;
+    std::string model_dir, model_digest, engine_version, task, haystack, backend, fault;
     PrecisionProfile precision;
     std::optional<HttpBackendSpec> http;  // backend "http": the server and its settings
   };

@@ -80,6 +80,29 @@ TEST_F(SchedulerTest, OptionsValidate) {
   EXPECT_FALSE(o.Validate().ok());
 }
 
+// Every field of a job's spec survives the scheduler's interning: what a worker is sent is what
+// was submitted (a fault dropped here ran every faulted campaign clean).
+TEST_F(SchedulerTest, SpecOfJobRoundTripsEveryField) {
+  Scheduler s(clock_, Options());
+  JobSpec a = Spec("cpu-pd", 3);
+  a.fault = "ragged-key-offset";
+  a.context_length = 2047;
+  a.needle_position = 0.25;
+  a.topk = 7;
+  a.max_new_tokens = 9;
+  a.probe = true;
+  a.seed = 12345;
+  JobSpec b = a;
+  b.fault = "none";
+  ASSERT_TRUE(s.AddJob("a", a, 0).ok());
+  ASSERT_TRUE(s.AddJob("b", b, 0).ok());
+  for (const auto& [key, want] : {std::pair<std::string, JobSpec>{"a", a}, {"b", b}}) {
+    const std::optional<JobSpec> got = s.SpecOfJob(key);
+    ASSERT_TRUE(got.has_value()) << key;
+    EXPECT_EQ(got->ToJson(), want.ToJson()) << key;
+  }
+}
+
 TEST_F(SchedulerTest, HappyPathQueuedLeasedDone) {
   Scheduler s(clock_, Options());
   ASSERT_TRUE(s.AddJob("a", Spec("cpu", 0), 0).ok());
