@@ -8,7 +8,7 @@
 #   experiments/known-bugs/sensitivity.sh [MODEL_DIR ...]      (default: models/tiny-v4-indexer)
 # Environment: NW (default build/cli/nw), WORK (default /tmp/nw-known-bugs), WORKERS (default
 # nproc), LENGTHS (override the campaign's lengths, e.g. "1023, 2047"), TRIALS, FAULTS (a subset,
-# space-separated), DIFF_LENGTH (default 1023).
+# space-separated), DIFF_LENGTH (default 2047: two prefill chunks under ragged-key-offset).
 # The databases ($WORK/MODEL.db) are kept: a second run reuses every finished job (delete them
 # for a fresh run). Exit 0 when every command ran (whatever the table says); non-zero when one failed to run.
 set -euo pipefail
@@ -16,7 +16,7 @@ cd "$(dirname "$0")/../.."
 NW=${NW:-build/cli/nw}
 WORK=${WORK:-/tmp/nw-known-bugs}
 WORKERS=${WORKERS:-$(nproc)}
-DIFF_LENGTH=${DIFF_LENGTH:-1023}
+DIFF_LENGTH=${DIFF_LENGTH:-2047}
 ALL_FAULTS="pd-handoff-loses-state indexer-rope-layout ragged-key-range ragged-key-offset
 partial-block-mod4 compressor-state-not-restored compressed-kv-no-rope compress-rope-base
 shared-expert-no-clamp"
@@ -78,6 +78,11 @@ for model in "${MODELS[@]}"; do
   echo "| $m | none | $(lost_lengths "$WORK/$clean.json" | sed 's/^$/none/') | exit $rc | $grid_jobs / - | - |" >>"$TABLE"
   for f in $FAULTS; do
     name=kb-$m-$f
+    # nw diff (one core) runs beside the campaign (the workers).
+    "$NW" diff --model "$model" --a backend=cpu-pd --b "backend=cpu-pd,fault=$f" \
+      --length "$DIFF_LENGTH" --position 0 --topk 16 --trials 1 --format json \
+      >"$WORK/$name.diff.json" 2>"$WORK/$name.diff.err" &
+    diff_pid=$!
     "$NW" --db "$db" -q run --workers "$WORKERS" --no-report "$(campaign_for "$model" "$name" "$f")" \
       >"$WORK/$name.run.log" 2>&1
     "$NW" --db "$db" report "$name" --format json >"$WORK/$name.json"
@@ -98,9 +103,7 @@ for model in "${MODELS[@]}"; do
       search=$(jobs_done "$sdb" "$name-search")
     fi
     drc=0
-    "$NW" diff --model "$model" --a backend=cpu-pd --b "backend=cpu-pd,fault=$f" \
-      --length "$DIFF_LENGTH" --position 0 --topk 16 --trials 1 --format json \
-      >"$WORK/$name.diff.json" 2>"$WORK/$name.diff.err" || drc=$?
+    wait "$diff_pid" || drc=$?
     first=$(python3 -c '
 import json, sys
 d = json.load(open(sys.argv[1]))
