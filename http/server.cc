@@ -1,5 +1,6 @@
 #include "http/server.h"
 
+#include <malloc.h>
 #include <sodium.h>
 
 #include <algorithm>
@@ -134,6 +135,9 @@ Result<tcp::endpoint> ParseListen(const std::string& listen) {
   if (ec) return bad("'" + host + "' is not an IP address");
   return tcp::endpoint(address, static_cast<uint16_t>(port));
 }
+
+// After a body at least this large is released, free heap pages go back to the system.
+constexpr size_t kTrimAfterBytes = 1 << 20;
 
 // JSON bodies nest at most this deep (a request has 3 or 4 levels).
 constexpr int kMaxJsonNesting = 64;
@@ -507,8 +511,15 @@ class Session : public std::enable_shared_from_this<Session> {
           refused = ErrorReply(*e);
         }
       }
+      const bool large = body.size() >= kTrimAfterBytes;
       body.clear();
       body.shrink_to_fit();
+      if (large) {
+        // glibc keeps freed heap pages mapped (its mmap threshold rises after the first large
+        // free), so a burst of large bodies would leave the server holding their peak: give
+        // the free pages back (docs/http.md, "Memory after an attack").
+        malloc_trim(0);
+      }
       asio::post(self->stream_.get_executor(),
                  [self, seq, task = std::move(task), refused = std::move(refused)]() mutable {
                    if (seq != self->seq_ || self->closed_) return;

@@ -142,10 +142,8 @@ TEST_F(StreamTest, StreamedCompletionsFrameAsOpenAIAndEqualTheWholeAnswer) {
   auto server = Start();
   ASSERT_NE(server, nullptr);
   auto client = Client(*server);
-  const json base{{"prompt", Prompt(200)},
-                  {"max_tokens", 24},
-                  {"temperature", 0},
-                  {"ignore_eos", true}};
+  const json base{
+      {"prompt", Prompt(200)}, {"max_tokens", 24}, {"temperature", 0}, {"ignore_eos", true}};
   auto [status, whole] = Call(*client, "/v1/completions", base);
   ASSERT_EQ(status, 200) << whole.dump();
 
@@ -224,10 +222,8 @@ TEST_F(StreamTest, StopStringsAreHeldBackUntilDecided) {
   auto server = Start();
   ASSERT_NE(server, nullptr);
   auto client = Client(*server);
-  const json base{{"prompt", Prompt(120, 3)},
-                  {"max_tokens", 30},
-                  {"temperature", 0},
-                  {"ignore_eos", true}};
+  const json base{
+      {"prompt", Prompt(120, 3)}, {"max_tokens", 30}, {"temperature", 0}, {"ignore_eos", true}};
   auto [s1, free_run] = Call(*client, "/v1/completions", base);
   ASSERT_EQ(s1, 200);
   const std::string full = free_run["choices"][0]["text"];
@@ -261,16 +257,17 @@ TEST_F(StreamTest, AClientThatHangsUpMidStreamCancelsItsRequest) {
   ASSERT_NE(server, nullptr);
   boost::asio::io_context ioc;
   boost::asio::ip::tcp::socket sock(ioc);
-  sock.connect(boost::asio::ip::tcp::endpoint(boost::asio::ip::make_address("127.0.0.1"),
-                                              server->port()));
-  const std::string body = json{{"prompt", Prompt(128)},
-                                {"max_tokens", 20000},
-                                {"ignore_eos", true},
-                                {"stream", true}}
-                               .dump();
-  const std::string request = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
-                              "application/json\r\nContent-Length: " +
-                              std::to_string(body.size()) + "\r\n\r\n" + body;
+  sock.connect(
+      boost::asio::ip::tcp::endpoint(boost::asio::ip::make_address("127.0.0.1"), server->port()));
+  const std::string body = json{
+      {"prompt", Prompt(128)},
+      {"max_tokens", 20000},
+      {"ignore_eos", true},
+      {"stream", true}}.dump();
+  const std::string request =
+      "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+      "application/json\r\nContent-Length: " +
+      std::to_string(body.size()) + "\r\n\r\n" + body;
   boost::asio::write(sock, boost::asio::buffer(request));
   boost::asio::streambuf buf;
   // The header and the first events arrive while the request still runs.
@@ -350,10 +347,12 @@ TEST_F(StreamTest, EchoWithLogprobsScoresThePromptAsLmEvalAsks) {
   auto client = Client(*server);
   const std::vector<int32_t> prompt = Prompt(128, 9);
   // lm-eval's local-completions loglikelihood request (max_tokens 0 here, 1 in lm-eval).
-  auto [status, scored] = Call(
-      *client, "/v1/completions",
-      json{{"prompt", prompt}, {"max_tokens", 0}, {"logprobs", 3}, {"echo", true},
-           {"temperature", 0}});
+  auto [status, scored] = Call(*client, "/v1/completions",
+                               json{{"prompt", prompt},
+                                    {"max_tokens", 0},
+                                    {"logprobs", 3},
+                                    {"echo", true},
+                                    {"temperature", 0}});
   ASSERT_EQ(status, 200) << scored.dump();
   const json& lp = scored["choices"][0]["logprobs"];
   ASSERT_EQ(lp["tokens"].size(), prompt.size());
@@ -371,16 +370,17 @@ TEST_F(StreamTest, EchoWithLogprobsScoresThePromptAsLmEvalAsks) {
     EXPECT_GE(lp["top_logprobs"][i].size(), 1u);
     EXPECT_LE(lp["top_logprobs"][i].size(), 3u);
     double best = -INFINITY;
-    for (const auto& [tok, p] : lp["top_logprobs"][i].items()) best = std::max(best, p.get<double>());
+    for (const auto& [tok, p] : lp["top_logprobs"][i].items())
+      best = std::max(best, p.get<double>());
     EXPECT_GE(best, v);
   }
   // Position k's top alternatives equal those of a one-token greedy completion of the first k
   // prompt tokens (the same logits, reached by prefill in one piece instead of token by token).
   for (size_t k : {size_t{5}, size_t{23}, prompt.size() - 1}) {
     const std::vector<int32_t> prefix(prompt.begin(), prompt.begin() + static_cast<int64_t>(k));
-    auto [s, one] = Call(*client, "/v1/completions",
-                         json{{"prompt", prefix}, {"max_tokens", 1}, {"logprobs", 3},
-                              {"temperature", 0}});
+    auto [s, one] =
+        Call(*client, "/v1/completions",
+             json{{"prompt", prefix}, {"max_tokens", 1}, {"logprobs", 3}, {"temperature", 0}});
     ASSERT_EQ(s, 200) << one.dump();
     const json& top = one["choices"][0]["logprobs"]["top_logprobs"][0];
     ASSERT_GE(top.size(), 1u);
@@ -411,7 +411,8 @@ TEST_F(StreamTest, EveryFieldIsHonouredOrRefused) {
   ASSERT_NE(server, nullptr);
   auto client = Client(*server);
   const std::vector<int32_t> prompt = Prompt(128, 4);
-  const json greedy{{"prompt", prompt}, {"max_tokens", 6}, {"temperature", 0}, {"ignore_eos", true}};
+  const json greedy{
+      {"prompt", prompt}, {"max_tokens", 6}, {"temperature", 0}, {"ignore_eos", true}};
   auto [s0, ref] = Call(*client, "/v1/completions", greedy);
   ASSERT_EQ(s0, 200);
   // top_k 1 samples the argmax: the greedy answer at any temperature and seed.
@@ -443,13 +444,15 @@ TEST_F(StreamTest, EveryFieldIsHonouredOrRefused) {
            {"/v1/completions", {{"prompt", "x"}, {"frobnicate", 1}}, "frobnicate"},
            {"/v1/completions", {{"prompt", "x"}, {"n", 2}}, "n"},
            {"/v1/completions", {{"prompt", {"a", "b"}}}, "prompt"},
-           {"/v1/completions", {{"prompt", "x"}, {"response_format", {{"type", "text"}}}},
+           {"/v1/completions",
+            {{"prompt", "x"}, {"response_format", {{"type", "text"}}}},
             "response_format"},
            {"/v1/chat/completions",
             {{"messages", chat_msgs}, {"response_format", {{"type", "json_object"}}}},
             "response_format"},
            {"/v1/chat/completions", {{"messages", chat_msgs}, {"echo", true}}, "echo"},
-           {"/v1/completions", {{"prompt", "x"}, {"min_tokens", 5}, {"max_tokens", 2}},
+           {"/v1/completions",
+            {{"prompt", "x"}, {"min_tokens", 5}, {"max_tokens", 2}},
             "min_tokens"}}) {
     auto [s, err] = Call(*client, path, body);
     EXPECT_EQ(s, 400) << body.dump();
@@ -508,8 +511,8 @@ TEST_F(StreamTest, ApiKeyAndAccessLog) {
   EXPECT_EQ(denied.status, 401);
   EXPECT_EQ(denied.headers["www-authenticate"], "Bearer");
   EXPECT_EQ(json::parse(denied.body)["error"]["code"], "invalid_api_key");
-  for (const std::string wrong : {"Bearer s3cret-ke", "Bearer s3cret-key2", "s3cret-key",
-                                   "Basic s3cret-key"}) {
+  for (const std::string wrong :
+       {"Bearer s3cret-ke", "Bearer s3cret-key2", "s3cret-key", "Basic s3cret-key"}) {
     auto c = Client(*server, {{"Authorization", wrong}});
     auto [s, err] = Call(*c, "/v1/completions", json{{"prompt", "x"}, {"max_tokens", 1}});
     EXPECT_EQ(s, 401) << wrong;
@@ -526,9 +529,9 @@ TEST_F(StreamTest, ApiKeyAndAccessLog) {
   ASSERT_EQ(lines.size(), 8u);
   EXPECT_THAT(lines[0], HasSubstr(" 127.0.0.1 \"GET /health\" 200 prompt_tokens=- "));
   EXPECT_THAT(lines[1], HasSubstr("\"GET /v1/models\" 401 "));
-  EXPECT_THAT(lines[7], HasSubstr("\"POST /v1/completions\" 200 prompt_tokens=" +
-                                  std::to_string(prompt.size()) +
-                                  " completion_tokens=2 stream=0 ms="));
+  EXPECT_THAT(lines[7],
+              HasSubstr("\"POST /v1/completions\" 200 prompt_tokens=" +
+                        std::to_string(prompt.size()) + " completion_tokens=2 stream=0 ms="));
   for (const std::string& line : lines) EXPECT_THAT(line, ::testing::Not(HasSubstr("s3cret")));
 }
 
