@@ -237,8 +237,10 @@ void ServeGeneration::AddLogprob(const float* logits, int32_t token) {
     const int64_t n = std::min<int64_t>(request_.logprobs, V);
     std::vector<int32_t> ids(static_cast<size_t>(V));
     std::iota(ids.begin(), ids.end(), 0);
+    // NaN sorts last, so the order stays a strict weak ordering.
+    auto key = [&](int32_t i) { return std::isnan(logits[i]) ? -INFINITY : logits[i]; };
     std::partial_sort(ids.begin(), ids.begin() + n, ids.end(), [&](int32_t a, int32_t b) {
-      return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+      return key(a) > key(b) || (key(a) == key(b) && a < b);
     });
     for (int64_t k = 0; k < n; ++k)
       t.top.emplace_back(ids[static_cast<size_t>(k)], logprob(ids[static_cast<size_t>(k)]));

@@ -353,6 +353,7 @@ class Session : public std::enable_shared_from_this<Session> {
     parser_->body_limit(impl_->options.max_body_bytes);
     answered_ = false;
     streaming_ = false;
+    method_ = path_ = "-";
     ++seq_;
     stream_.expires_after(std::chrono::milliseconds(impl_->options.read_timeout_ms));
     bhttp::async_read_header(
@@ -407,6 +408,7 @@ class Session : public std::enable_shared_from_this<Session> {
       return Close();  // the client went away, or sent nothing in time
     }
     keep_alive_ = false;
+    arrived_ = std::chrono::steady_clock::now();
     Send(Error(400, "invalid_request_error", "malformed HTTP request: " + ec.message()), true);
   }
 

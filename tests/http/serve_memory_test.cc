@@ -41,9 +41,10 @@ void Post(uint16_t port, const std::string& body) {
   boost::system::error_code ec;
   sock.connect(tcp::endpoint(boost::asio::ip::make_address("127.0.0.1"), port), ec);
   if (ec) return;
-  const std::string head = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
-                           "Content-Type: application/json\r\nContent-Length: " +
-                           std::to_string(body.size()) + "\r\n\r\n";
+  const std::string head =
+      "POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+      "Content-Type: application/json\r\nContent-Length: " +
+      std::to_string(body.size()) + "\r\n\r\n";
   boost::asio::write(sock, boost::asio::buffer(head), ec);
   if (!ec) boost::asio::write(sock, boost::asio::buffer(body), ec);
   std::string answer;
@@ -66,9 +67,9 @@ TEST(ServeMemoryTest, MemoryReturnsToBaselineAfterAnAttack) {
   ASSERT_TRUE(url.ok());
   HttpClient client(*url, HttpClientOptions{});
   auto complete = [&] {
-    auto r = client.Send("POST", "/v1/completions",
-                         json{{"prompt", "hello"}, {"max_tokens", 4}}.dump(),
-                         std::chrono::seconds(60));
+    auto r =
+        client.Send("POST", "/v1/completions", json{{"prompt", "hello"}, {"max_tokens", 4}}.dump(),
+                    std::chrono::seconds(60));
     ASSERT_TRUE(r.ok()) << r.status().ToString();
     EXPECT_EQ(r->status, 200) << r->body;
   };
@@ -108,9 +109,10 @@ TEST(ServeMemoryTest, MemoryReturnsToBaselineAfterAnAttack) {
   // Idle again: every connection closed, one more ordinary request.
   complete();
   const double after = ResidentMiB();
-  std::printf("nw serve memory: baseline %.1f MiB, peak %.1f MiB during the attack, %.1f MiB after "
-              "(+%.1f MiB)\n",
-              baseline, peak, after, after - baseline);
+  std::printf(
+      "nw serve memory: baseline %.1f MiB, peak %.1f MiB during the attack, %.1f MiB after "
+      "(+%.1f MiB)\n",
+      baseline, peak, after, after - baseline);
   EXPECT_LT(after - baseline, 32.0) << "memory held after the attack";
   (*server)->Stop();
 }
