@@ -4,9 +4,12 @@
 // Exit codes: 0 stopped by a signal; 2 bad options, an unloadable model or an address in use.
 #include <pthread.h>
 
+#include <cctype>
 #include <csignal>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
+#include <sstream>
 
 #include "cli/commands.h"
 #include "engine/backend_catalog.h"
@@ -25,8 +28,29 @@ struct ServeArgs {
   int64_t max_batched_tokens = 256;
   size_t max_body_bytes = 16 << 20;
   int64_t timeout_ms = 600'000;
+  int64_t read_timeout_ms = 30'000;
+  int max_connections = 256;
   bool allow_faults = false;
+  std::string api_key;
+  std::string api_key_file;
+  std::string access_log;
 };
+
+// The key of --api-key-file: the file's content without surrounding whitespace.
+Result<std::string> ReadKeyFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::NotFound("--api-key-file " + path + ": cannot be read");
+  std::ostringstream text;
+  text << in.rdbuf();
+  std::string key = text.str();
+  const auto space = [](unsigned char c) { return std::isspace(c) != 0; };
+  while (!key.empty() && space(static_cast<unsigned char>(key.back()))) key.pop_back();
+  size_t start = 0;
+  while (start < key.size() && space(static_cast<unsigned char>(key[start]))) ++start;
+  key.erase(0, start);
+  if (key.empty()) return Status::InvalidArgument("--api-key-file " + path + ": the file is empty");
+  return key;
+}
 
 int Serve(const ServeArgs& a, const Globals& g) {
   // The signals are blocked before any thread starts (every thread inherits the mask) and
@@ -37,6 +61,24 @@ int Serve(const ServeArgs& a, const Globals& g) {
   sigaddset(&signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
+  std::string api_key = a.api_key;
+  if (!a.api_key_file.empty()) {
+    auto key = ReadKeyFile(a.api_key_file);
+    if (!key.ok()) {
+      std::cerr << "nw serve: " << key.status().ToString() << "\n";
+      return 2;
+    }
+    api_key = *std::move(key);
+  }
+  // The access log: "-" is stderr; a file is appended to, one line per request, flushed.
+  std::shared_ptr<std::ofstream> access_file;
+  if (!a.access_log.empty() && a.access_log != "-") {
+    access_file = std::make_shared<std::ofstream>(a.access_log, std::ios::app);
+    if (!*access_file) {
+      std::cerr << "nw serve: --access-log " << a.access_log << ": cannot be opened for writing\n";
+      return 2;
+    }
+  }
   auto model = ServeModel::Load(a.model, a.backend);
   if (!model.ok()) {
     std::cerr << "nw serve: " << model.status().ToString() << "\n";
@@ -55,7 +97,17 @@ int Serve(const ServeArgs& a, const Globals& g) {
   so.max_batched_tokens = a.max_batched_tokens;
   so.max_body_bytes = a.max_body_bytes;
   so.timeout_ms = a.timeout_ms;
+  so.read_timeout_ms = a.read_timeout_ms;
+  so.max_connections = a.max_connections;
   so.allow_faults = a.allow_faults;
+  so.api_key = api_key;
+  if (access_file) {
+    so.access_log = [access_file](std::string_view line) {
+      *access_file << line << '\n' << std::flush;  // the I/O thread only
+    };
+  } else if (a.access_log == "-") {
+    so.access_log = [](std::string_view line) { std::cerr << line << '\n'; };
+  }
   if (!g.quiet) so.log = [](std::string_view line) { std::cerr << line << "\n"; };
   auto server = HttpServer::Start(*std::move(model), std::move(so));
   if (!server.ok()) {
@@ -107,6 +159,26 @@ void RegisterServe(CLI::App& app, Globals& g) {
                   "Per-request limit from arrival to answer; later requests are answered 504")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{24} * 3600 * 1000));
+  cmd->add_option("--read-timeout-ms", a->read_timeout_ms,
+                  "Time a connection has to deliver each request (header and body), also the "
+                  "keep-alive idle time; slower connections are closed")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{3600} * 1000));
+  cmd->add_option("--max-connections", a->max_connections,
+                  "Open connections at most; at the cap the one waiting longest for a request "
+                  "is closed to make room")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 16));
+  auto* key_opt = cmd->add_option("--api-key", a->api_key,
+                                  "Require 'Authorization: Bearer KEY' on every route but /health "
+                                  "(prefer --api-key-file: a command line is visible to others)");
+  cmd->add_option("--api-key-file", a->api_key_file,
+                  "Read the API key from this file (whitespace around it dropped)")
+      ->check(CLI::ExistingFile)
+      ->excludes(key_opt);
+  cmd->add_option("--access-log", a->access_log,
+                  "Write one line per request (method, path, status, tokens, latency) to this "
+                  "file, appending; '-' for stderr");
   cmd->add_flag("--allow-faults", a->allow_faults,
                 "Admit requests that name a fault (known-bug replay, docs/faults.md); without it "
                 "they are answered 400");

@@ -14,6 +14,7 @@ struct BatchScheduler::Active {
   ServeRequest request;
   std::unique_ptr<ServeGeneration> gen;
   Status failed;         // set when the request failed; it is answered with this error
+  int64_t reported = 0;  // tokens generated when Progress last ran
   bool retired = false;  // answered (or dropped) and out of the admission count
 };
 
@@ -195,7 +196,20 @@ void BatchScheduler::Loop() {
       stats_.prefill_chunks += chunks;
       stats_.prefill_tokens += chunk_tokens;
     }
-    // 5. Finished (or failed) requests are answered and leave.
+    // 5. Requests that gained tokens hear of them; finished (or failed) ones are answered and
+    // leave.
+    for (Active& a : active) {
+      if (!a.failed.ok() || a.gen->finished() || a.job->cancelled ||
+          a.gen->generated() == a.reported) {
+        continue;
+      }
+      a.reported = a.gen->generated();
+      try {
+        a.job->Progress(*a.gen);
+      } catch (const std::exception& e) {
+        fail(a, Status::Internal(std::string("internal error: ") + e.what()));
+      }
+    }
     for (Active& a : active) {
       if (!a.failed.ok() || a.gen->finished()) retire(a);
     }

@@ -12,7 +12,8 @@
 //   4. prompt chunks, oldest request first, with the rest of the step's token budget
 //      (max_batched_tokens minus the decode tokens), so a long prompt is spread over steps and
 //      never stalls the decodes of the others for more than one chunk;
-//   5. finished requests (stop token or string, max tokens, or an error) are answered (Finish)
+//   5. requests that gained tokens and go on hear of them (Progress: a stream sends them);
+//      finished requests (stop token or string, max tokens, or an error) are answered (Finish)
 //      and leave.
 // Batching and chunking change no value: a greedy request's tokens are those it gets alone.
 // Back-pressure: Submit refuses a job while max_queued jobs are queued or active.
@@ -54,6 +55,9 @@ class BatchJob {
   /// On the scheduler thread, once, unless the job was cancelled: the answer, or why it failed.
   /// `request` is what Prepare returned (empty if Prepare failed).
   virtual void Finish(const ServeRequest& request, Result<ServeResult> result) = 0;
+  /// On the scheduler thread after each step in which the job's generation gained tokens and is
+  /// not finished yet (a streaming job sends them); Finish follows once it is.
+  virtual void Progress(const ServeGeneration& /*generation*/) {}
 
   /// Set by anyone: the scheduler drops the job at its next step, without Finish.
   std::atomic<bool> cancelled{false};

@@ -1,13 +1,18 @@
 #include "http/openai.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <iterator>
 #include <limits>
 
 namespace nw {
 namespace {
 
 using json = nlohmann::json;
+
+// The most alternatives "logprobs" may ask for (OpenAI's limit).
+constexpr int64_t kMaxLogprobs = 20;
 
 ApiError Invalid(std::string param, std::string message) {
   ApiError e;
@@ -95,27 +100,77 @@ std::optional<ApiError> ReadIds(const json& v, const std::string& param, int64_t
   return std::nullopt;
 }
 
+// Every field a request may carry; anything else is refused (400 naming it), as OpenAI does.
+// Those this server does not implement are refused below when they ask for something.
+constexpr std::string_view kCommonFields[] = {"model",
+                                              "max_tokens",
+                                              "min_tokens",
+                                              "temperature",
+                                              "top_p",
+                                              "top_k",
+                                              "n",
+                                              "seed",
+                                              "stop",
+                                              "stop_token_ids",
+                                              "ignore_eos",
+                                              "stream",
+                                              "stream_options",
+                                              "logprobs",
+                                              "logit_bias",
+                                              "presence_penalty",
+                                              "frequency_penalty",
+                                              "repetition_penalty",
+                                              "user",
+                                              "return_indexer_topk",
+                                              "return_meta_info",
+                                              "index_topk",
+                                              "precision",
+                                              "fault"};
+constexpr std::string_view kCompletionFields[] = {"prompt", "echo", "best_of", "suffix"};
+constexpr std::string_view kChatFields[] = {
+    "messages",    "max_completion_tokens", "top_logprobs", "response_format", "tools",
+    "tool_choice", "parallel_tool_calls",   "store",        "metadata"};
+
+std::optional<ApiError> RejectUnknown(const json& body, ApiKind kind) {
+  for (const auto& [key, value] : body.items()) {
+    auto in = [&](std::span<const std::string_view> list) {
+      return std::find(list.begin(), list.end(), key) != list.end();
+    };
+    if (in(kCommonFields) ||
+        (kind == ApiKind::kCompletions ? in(kCompletionFields) : in(kChatFields))) {
+      continue;
+    }
+    return Invalid(key, "unrecognized request argument: " + key +
+                            " (docs/http.md lists the fields this server takes)");
+  }
+  return std::nullopt;
+}
+
 // Fields that ask for something this server does not do.
 std::optional<ApiError> RejectUnsupported(const json& body, ApiKind kind) {
   if (const json* v = Get(body, "n"); v != nullptr && !(v->is_number_integer() && *v == 1)) {
-    return Unsupported("n", "n other than 1");
+    return Unsupported("n", "n other than 1 (send one request per choice)");
   }
   if (const json* v = Get(body, "best_of"); v != nullptr && !(v->is_number_integer() && *v == 1)) {
     return Unsupported("best_of", "best_of other than 1");
   }
-  if (const json* v = Get(body, "stream"); v != nullptr && !(v->is_boolean() && !v->get<bool>())) {
-    return Unsupported("stream", "streaming");
-  }
-  if (const json* v = Get(body, "logprobs");
-      v != nullptr && !((v->is_boolean() && !v->get<bool>()) ||
-                        (kind == ApiKind::kCompletions && v->is_number_integer() && *v == 0))) {
-    return Unsupported("logprobs", "logprobs");
-  }
-  if (const json* v = Get(body, "top_logprobs"); v != nullptr && !(v->is_number() && *v == 0)) {
-    return Unsupported("top_logprobs", "top_logprobs");
-  }
-  if (const json* v = Get(body, "echo"); v != nullptr && !(v->is_boolean() && !v->get<bool>())) {
-    return Unsupported("echo", "echo");
+  if (kind == ApiKind::kChat) {
+    if (const json* v = Get(body, "logprobs");
+        v != nullptr && !(v->is_boolean() && !v->get<bool>())) {
+      return Unsupported("logprobs", "logprobs on chat completions (use /v1/completions)");
+    }
+    if (const json* v = Get(body, "top_logprobs"); v != nullptr && !(v->is_number() && *v == 0)) {
+      return Unsupported("top_logprobs", "top_logprobs on chat completions (use /v1/completions)");
+    }
+    if (const json* v = Get(body, "response_format");
+        v != nullptr &&
+        !(v->is_object() && v->size() == 1 && v->contains("type") && (*v)["type"] == "text")) {
+      return Unsupported("response_format", "response_format other than {\"type\": \"text\"}");
+    }
+    if (const json* v = Get(body, "tool_choice");
+        v != nullptr && !(v->is_string() && *v == "none")) {
+      return Unsupported("tool_choice", "tool_choice other than \"none\"");
+    }
   }
   if (const json* v = Get(body, "suffix"); v != nullptr && !(v->is_string() && v->empty())) {
     return Unsupported("suffix", "suffix");
@@ -134,6 +189,11 @@ std::optional<ApiError> RejectUnsupported(const json& body, ApiKind kind) {
   }
   if (const json* v = Get(body, "tools"); v != nullptr && !(v->is_array() && v->empty())) {
     return Unsupported("tools", "tools");
+  }
+  // user, store, metadata and parallel_tool_calls are accepted and change nothing: nothing is
+  // stored, and no tools run.
+  if (const json* v = Get(body, "store"); v != nullptr && !(v->is_boolean() && !v->get<bool>())) {
+    return Unsupported("store", "store: true");
   }
   return std::nullopt;
 }
@@ -226,6 +286,7 @@ std::optional<ApiError> ParseCompletionRequest(const json& body, ApiKind kind,
     if (!body.is_object()) return Invalid("", "the request body must be a JSON object");
     CompletionRequest r;
     r.kind = kind;
+    if (auto e = RejectUnknown(body, kind)) return e;
     if (auto e = RejectUnsupported(body, kind)) return e;
     if (const json* m = Get(body, "model")) {
       if (!m->is_string()) return Invalid("model", "model must be a string");
@@ -236,16 +297,63 @@ std::optional<ApiError> ParseCompletionRequest(const json& body, ApiKind kind,
     } else {
       if (auto e = ParseMessages(body, limits, &r.messages)) return e;
     }
+    if (kind == ApiKind::kCompletions) {
+      if (auto e = ReadBool(body, "echo", &r.echo)) return e;
+      std::optional<int64_t> logprobs;
+      if (const json* v = Get(body, "logprobs"); v != nullptr && v->is_boolean()) {
+        if (v->get<bool>()) return Invalid("logprobs", "logprobs must be an integer (top N)");
+      } else if (auto e = ReadInt(body, "logprobs", 0, kMaxLogprobs, &logprobs)) {
+        return e;
+      }
+      if (logprobs) r.logprobs = static_cast<int>(*logprobs);
+    }
     std::optional<int64_t> max_tokens;
-    if (auto e = ReadInt(body, "max_tokens", 1, limits.max_tokens, &max_tokens)) return e;
+    // max_tokens 0 scores the prompt alone: echo with logprobs (as OpenAI's legacy API).
+    const int min_max_tokens = r.echo && r.logprobs >= 0 ? 0 : 1;
+    if (auto e = ReadInt(body, "max_tokens", min_max_tokens, limits.max_tokens, &max_tokens)) {
+      return e;
+    }
     if (kind == ApiKind::kChat && !max_tokens) {
       if (auto e = ReadInt(body, "max_completion_tokens", 1, limits.max_tokens, &max_tokens)) {
         return e;
       }
     }
     if (max_tokens) r.max_tokens = static_cast<int>(*max_tokens);
+    std::optional<int64_t> min_tokens;
+    if (auto e = ReadInt(body, "min_tokens", 0, limits.max_tokens, &min_tokens)) return e;
+    if (min_tokens) r.min_tokens = static_cast<int>(*min_tokens);
+    if (max_tokens && r.min_tokens > *max_tokens) {
+      return Invalid("min_tokens", "min_tokens must not exceed max_tokens");
+    }
     if (auto e = ReadNumber(body, "temperature", 0, 2, false, &r.temperature)) return e;
     if (auto e = ReadNumber(body, "top_p", 0, 1, true, &r.top_p)) return e;
+    std::optional<int64_t> top_k;
+    if (auto e = ReadInt(body, "top_k", -1, 1 << 20, &top_k)) return e;
+    if (top_k && *top_k > 0) r.top_k = static_cast<int>(*top_k);
+    if (auto e = ReadBool(body, "stream", &r.stream)) return e;
+    if (const json* so = Get(body, "stream_options")) {
+      if (!so->is_object()) return Invalid("stream_options", "stream_options must be an object");
+      if (!r.stream) {
+        return Invalid("stream_options", "stream_options is only allowed with stream: true");
+      }
+      for (const auto& [key, value] : so->items()) {
+        if (key != "include_usage" && key != "continuous_usage_stats") {
+          return Invalid("stream_options." + key,
+                         "unrecognized request argument: stream_options." + key);
+        }
+        if (key == "continuous_usage_stats" && !(value.is_boolean() && !value.get<bool>())) {
+          return Unsupported("stream_options.continuous_usage_stats", "continuous_usage_stats");
+        }
+      }
+      if (auto e = ReadBool(*so, "include_usage", &r.include_usage)) {
+        e->param = "stream_options.include_usage";
+        return e;
+      }
+    }
+    if (r.stream && r.logprobs >= 0) {
+      return Unsupported("logprobs", "logprobs with stream: true");
+    }
+    if (r.stream && r.echo) return Unsupported("echo", "echo with stream: true");
     if (const json* s = Get(body, "seed")) {
       if (!s->is_number_integer()) return Invalid("seed", "seed must be an integer");
       r.seed =
@@ -322,7 +430,7 @@ std::string RenderChatPrompt(const std::vector<ChatMessage>& messages) {
 
 json CompletionResponse(ApiKind kind, const std::string& id, int64_t created_s,
                         const std::string& model, const CompletionOutput& out) {
-  json choice{{"index", 0}, {"logprobs", nullptr}, {"finish_reason", out.finish_reason}};
+  json choice{{"index", 0}, {"logprobs", out.logprobs}, {"finish_reason", out.finish_reason}};
   if (kind == ApiKind::kCompletions) {
     choice["text"] = out.text;
   } else {
@@ -339,6 +447,45 @@ json CompletionResponse(ApiKind kind, const std::string& id, int64_t created_s,
                {{"prompt_tokens", out.prompt_tokens},
                 {"completion_tokens", out.completion_tokens},
                 {"total_tokens", out.prompt_tokens + out.completion_tokens}}}};
+}
+
+json StreamChunk(ApiKind kind, const std::string& id, int64_t created_s, const std::string& model,
+                 const json& text, bool first, const json& finish_reason, bool include_usage) {
+  json choice{{"index", 0}, {"logprobs", nullptr}, {"finish_reason", finish_reason}};
+  if (kind == ApiKind::kCompletions) {
+    choice["text"] = text.is_null() ? json("") : text;
+  } else {
+    json delta = json::object();
+    if (first) delta["role"] = "assistant";
+    if (!text.is_null()) delta["content"] = text;
+    choice["delta"] = std::move(delta);
+  }
+  json chunk{
+      {"id", id},
+      {"object", kind == ApiKind::kCompletions ? "text_completion" : "chat.completion.chunk"},
+      {"created", created_s},
+      {"model", model},
+      {"choices", json::array({std::move(choice)})}};
+  if (include_usage) chunk["usage"] = nullptr;
+  return chunk;
+}
+
+json StreamUsageChunk(ApiKind kind, const std::string& id, int64_t created_s,
+                      const std::string& model, int64_t prompt_tokens, int64_t completion_tokens) {
+  return json{
+      {"id", id},
+      {"object", kind == ApiKind::kCompletions ? "text_completion" : "chat.completion.chunk"},
+      {"created", created_s},
+      {"model", model},
+      {"choices", json::array()},
+      {"usage",
+       {{"prompt_tokens", prompt_tokens},
+        {"completion_tokens", completion_tokens},
+        {"total_tokens", prompt_tokens + completion_tokens}}}};
+}
+
+std::string SseEvent(const json& data) {
+  return "data: " + data.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n";
 }
 
 Result<ParsedCompletion> ParseCompletionResponse(const json& body, ApiKind kind) {

@@ -55,25 +55,33 @@ struct CompletionRequest {
   std::optional<std::string> prompt_text;  // completions: "prompt" as a string
   std::vector<int32_t> prompt_ids;         // completions: "prompt" as token ids
   std::vector<ChatMessage> messages;       // chat
-  int max_tokens = 16;                     // "max_tokens" (chat also "max_completion_tokens")
-  double temperature = 1.0;                // 0 = greedy (OpenAI's default is 1)
+  std::optional<int> max_tokens;  // "max_tokens" (chat also "max_completion_tokens"); unset:
+                                  // completions 16, chat the rest of the context
+  int min_tokens = 0;             // vLLM extension: no stop token before this many
+  double temperature = 1.0;       // 0 = greedy (OpenAI's default is 1)
   double top_p = 1.0;
-  std::optional<uint64_t> seed;               // sampling seed
-  std::vector<std::string> stop;              // stop strings (not part of the returned text)
-  std::vector<int32_t> stop_token_ids;        // vLLM/sglang extension
-  bool ignore_eos = false;                    // vLLM/sglang extension
-  bool return_indexer_topk = false;           // sglang extension (meta_info.indexer_topk)
-  bool return_meta_info = false;              // sglang extension (choices[i].meta_info)
-  std::optional<int> index_topk;              // needlework extension: the indexer top-k
+  int top_k = 0;                        // vLLM/sglang extension: 0 or -1 = off
+  bool stream = false;                  // server-sent events
+  bool include_usage = false;           // stream_options.include_usage
+  int logprobs = -1;                    // completions: "logprobs" N >= 0 (top N); -1 = none
+  bool echo = false;                    // completions: the prompt precedes the text (and logprobs)
+  std::optional<uint64_t> seed;         // sampling seed
+  std::vector<std::string> stop;        // stop strings (not part of the returned text)
+  std::vector<int32_t> stop_token_ids;  // vLLM/sglang extension
+  bool ignore_eos = false;              // vLLM/sglang extension
+  bool return_indexer_topk = false;     // sglang extension (meta_info.indexer_topk)
+  bool return_meta_info = false;        // sglang extension (choices[i].meta_info)
+  std::optional<int> index_topk;        // needlework extension: the indexer top-k
   std::optional<PrecisionProfile> precision;  // needlework extension: number formats
   std::optional<Fault> fault;  // needlework extension: known-bug replay (docs/faults.md); the
                                // server refuses one unless started with --allow-faults
 };
 
-/// Parses and validates a request body. Fields this server does not implement are rejected when
-/// they ask for something (n > 1, stream, logprobs, echo, best_of > 1, suffix, logit_bias,
-/// penalties), never silently ignored; other unknown fields are ignored, as OpenAI-compatible
-/// servers do. Returns the error to answer with, or nullopt with *out filled.
+/// Parses and validates a request body. Every field is either honoured or refused: fields this
+/// server does not implement are refused when they ask for something (n > 1, best_of > 1,
+/// suffix, logit_bias, penalties, tools, response_format other than text, chat logprobs), and
+/// unknown fields are refused (400 naming the field), as OpenAI does. Returns the error to
+/// answer with, or nullopt with *out filled.
 std::optional<ApiError> ParseCompletionRequest(const nlohmann::json& body, ApiKind kind,
                                                const RequestLimits& limits, CompletionRequest* out);
 
@@ -90,13 +98,29 @@ struct CompletionOutput {
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;  // the stop token included, as vLLM counts
   nlohmann::json meta_info;       // null, or the choice's meta_info object
+  nlohmann::json logprobs;        // null, or the choice's logprobs object
 };
 
 /// The response body: "text_completion" with choices[0].text, or "chat.completion" with
 /// choices[0].message; usage with prompt/completion/total tokens; meta_info in the choice when
-/// not null.
+/// not null; `logprobs` (null when not asked for) in the choice.
 nlohmann::json CompletionResponse(ApiKind kind, const std::string& id, int64_t created_s,
                                   const std::string& model, const CompletionOutput& out);
+
+/// One chunk of a streamed answer ("text_completion" or "chat.completion.chunk"): one choice with
+/// `text` (completions) or `delta` (chat: `role` when `first`, `content` when `text` is not
+/// null), and finish_reason (null while streaming). With include_usage, "usage": null.
+nlohmann::json StreamChunk(ApiKind kind, const std::string& id, int64_t created_s,
+                           const std::string& model, const nlohmann::json& text, bool first,
+                           const nlohmann::json& finish_reason, bool include_usage);
+/// The last chunk with include_usage: no choices, the usage of the whole request.
+nlohmann::json StreamUsageChunk(ApiKind kind, const std::string& id, int64_t created_s,
+                                const std::string& model, int64_t prompt_tokens,
+                                int64_t completion_tokens);
+/// One server-sent event: "data: <json>\n\n" (invalid UTF-8 replaced by U+FFFD).
+std::string SseEvent(const nlohmann::json& data);
+/// The end of a stream, as OpenAI sends it.
+inline constexpr std::string_view kSseDone = "data: [DONE]\n\n";
 
 /// A response as the client reads it.
 struct ParsedCompletion {

@@ -38,7 +38,7 @@ std::pair<size_t, size_t> FindStop(const std::string& text, const std::vector<st
 }  // namespace
 
 int32_t SampleToken(const std::vector<float>& logits, double temperature, double top_p,
-                    uint64_t* state) {
+                    uint64_t* state, int top_k) {
   const size_t n = logits.size();
   double max_logit = -INFINITY;
   for (float l : logits) {
@@ -59,7 +59,8 @@ int32_t SampleToken(const std::vector<float>& logits, double temperature, double
   });
   size_t keep = 0;
   double kept = 0;
-  while (keep < n && (keep == 0 || kept < top_p * total)) {
+  const size_t max_keep = top_k > 0 ? std::min(n, static_cast<size_t>(top_k)) : n;
+  while (keep < max_keep && (keep == 0 || kept < top_p * total)) {
     kept += p[static_cast<size_t>(order[keep])];
     ++keep;
   }
@@ -93,7 +94,14 @@ Result<std::unique_ptr<ServeModel>> ServeModel::Load(const std::filesystem::path
 
 Result<std::unique_ptr<ServeGeneration>> ServeModel::Start(const ServeRequest& request) {
   if (request.prompt.empty()) return Status::InvalidArgument("the prompt is empty");
-  if (request.max_tokens < 1) return Status::InvalidArgument("max_tokens must be >= 1");
+  if (request.max_tokens < (request.prompt_logprobs ? 0 : 1)) {
+    return Status::InvalidArgument(
+        "max_tokens must be >= 1 (0 only to score the prompt: echo "
+        "with logprobs)");
+  }
+  if (request.prompt_logprobs && request.logprobs < 0) {
+    return Status::InvalidArgument("prompt logprobs need logprobs >= 0");
+  }
   for (int32_t id : request.prompt) {
     if (id < 0 || id >= config().vocab_size) {
       return Status::InvalidArgument("prompt token id " + std::to_string(id) +
@@ -183,22 +191,80 @@ Status ServeGeneration::PrefillChunk(int64_t max_tokens) {
   const std::span<const int32_t> chunk(request_.prompt.data() + prefilled_, static_cast<size_t>(n));
   std::vector<float> logits;
   const bool last = n == prompt_left();
-  NW_RETURN_IF_ERROR(seq_->Prefill(chunk, last ? &logits : nullptr));
+  if (request_.prompt_logprobs) {
+    // Every prompt token's logprob needs the logits of the position before it: the chunk runs
+    // one token at a time (the results do not depend on the pieces, engine/backend.h).
+    if (prefilled_ == 0) AddLogprob(nullptr, request_.prompt[0]);
+    for (int64_t i = 0; i < n; ++i) {
+      NW_RETURN_IF_ERROR(seq_->Prefill(chunk.subspan(static_cast<size_t>(i), 1), &logits));
+      const int64_t next = prefilled_ + i + 1;
+      if (next < prompt_tokens()) {
+        AddLogprob(logits.data(), request_.prompt[static_cast<size_t>(next)]);
+      }
+    }
+  } else {
+    NW_RETURN_IF_ERROR(seq_->Prefill(chunk, last ? &logits : nullptr));
+  }
   prefilled_ += n;
   if (last) {
     result_.prefill_ms = MsSince(prefill_start_);
     decode_start_ = std::chrono::steady_clock::now();
-    Next(logits.data());
+    if (request_.max_tokens == 0) {
+      finished_ = true;  // scoring the prompt only
+    } else {
+      Next(logits.data());
+    }
   }
   return Status::Ok();
 }
 
+void ServeGeneration::AddLogprob(const float* logits, int32_t token) {
+  TokenLogprob t;
+  t.token = token;
+  if (logits != nullptr) {
+    const int64_t V = model_.config().vocab_size;
+    double max_logit = -INFINITY;
+    for (int64_t i = 0; i < V; ++i) {
+      if (std::isfinite(logits[i])) max_logit = std::max(max_logit, static_cast<double>(logits[i]));
+    }
+    double total = 0;
+    for (int64_t i = 0; i < V; ++i) {
+      if (std::isfinite(logits[i])) total += std::exp(static_cast<double>(logits[i]) - max_logit);
+    }
+    const double log_z = max_logit + std::log(total);
+    auto logprob = [&](int32_t id) { return static_cast<double>(logits[id]) - log_z; };
+    t.logprob = logprob(token);
+    const int64_t n = std::min<int64_t>(request_.logprobs, V);
+    std::vector<int32_t> ids(static_cast<size_t>(V));
+    std::iota(ids.begin(), ids.end(), 0);
+    // NaN sorts last, so the order stays a strict weak ordering.
+    auto key = [&](int32_t i) { return std::isnan(logits[i]) ? -INFINITY : logits[i]; };
+    std::partial_sort(ids.begin(), ids.begin() + n, ids.end(), [&](int32_t a, int32_t b) {
+      return key(a) > key(b) || (key(a) == key(b) && a < b);
+    });
+    for (int64_t k = 0; k < n; ++k)
+      t.top.emplace_back(ids[static_cast<size_t>(k)], logprob(ids[static_cast<size_t>(k)]));
+  }
+  result_.logprobs.push_back(std::move(t));
+}
+
 void ServeGeneration::Next(const float* logits) {
   const int64_t V = model_.config().vocab_size;
-  const int32_t next = request_.temperature > 0
-                           ? SampleToken(std::vector<float>(logits, logits + V),
-                                         request_.temperature, request_.top_p, &rng_)
-                           : Argmax(logits, V);
+  std::vector<float> masked;
+  if (static_cast<int>(result_.tokens.size()) < request_.min_tokens) {
+    // min_tokens: the stop tokens cannot be picked yet.
+    masked.assign(logits, logits + V);
+    for (int32_t id : stop_ids_) {
+      if (id >= 0 && id < V) masked[static_cast<size_t>(id)] = -INFINITY;
+    }
+    logits = masked.data();
+  }
+  const int32_t next =
+      request_.temperature > 0
+          ? SampleToken(std::vector<float>(logits, logits + V), request_.temperature,
+                        request_.top_p, &rng_, request_.top_k)
+          : Argmax(logits, V);
+  if (request_.logprobs >= 0) AddLogprob(logits, next);
   result_.tokens.push_back(next);
   if (std::find(stop_ids_.begin(), stop_ids_.end(), next) != stop_ids_.end()) {
     result_.finish_reason = "stop";
@@ -213,6 +279,28 @@ void ServeGeneration::Next(const float* logits) {
     finished_ = true;
   }
   if (finished_) result_.decode_ms = MsSince(decode_start_);
+}
+
+std::string ServeGeneration::StreamableText() const {
+  std::string text = model_.tokenizer().Decode(result_.tokens);
+  size_t hold = 0;
+  for (const std::string& s : request_.stop) hold = std::max(hold, s.size() - 1);
+  text.resize(text.size() - std::min(hold, text.size()));
+  // An incomplete UTF-8 character at the end waits for its continuation bytes.
+  size_t lead = text.size();
+  for (size_t back = 1; back <= 3 && back <= text.size(); ++back) {
+    const auto c = static_cast<unsigned char>(text[text.size() - back]);
+    if ((c & 0xC0) != 0x80) {
+      lead = text.size() - back;
+      break;
+    }
+  }
+  if (lead < text.size()) {
+    const auto c = static_cast<unsigned char>(text[lead]);
+    const size_t need = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
+    if (text.size() - lead < need) text.resize(lead);
+  }
+  return text;
 }
 
 ServeResult ServeGeneration::TakeResult() {

@@ -36,9 +36,13 @@ namespace nw {
 
 struct ServeRequest {
   std::vector<int32_t> prompt;
-  int max_tokens = 16;
+  int max_tokens = 16;                  // 0 only with prompt_logprobs (scores the prompt alone)
+  int min_tokens = 0;                   // the stop tokens cannot be picked before this many
   double temperature = 0;               // 0 = greedy
   double top_p = 1;                     // nucleus sampling when temperature > 0
+  int top_k = 0;                        // > 0: sample among the k likeliest tokens only
+  int logprobs = -1;                    // >= 0: each generated token's logprob and the top N
+  bool prompt_logprobs = false;         // the prompt's tokens too (echo); needs logprobs >= 0
   uint64_t seed = 0;                    // sampling seed
   std::vector<std::string> stop;        // generation ends when the text contains one
   std::vector<int32_t> stop_token_ids;  // generation ends after emitting one
@@ -51,8 +55,18 @@ struct ServeRequest {
   const std::atomic<bool>* cancel = nullptr;  // checked between decode steps
 };
 
+/// One token's log-probability under the model (natural log of the softmax at temperature 1)
+/// and the `top` likeliest tokens at its position, highest first (ties to the lower id).
+struct TokenLogprob {
+  int32_t token = 0;
+  std::optional<double> logprob;  // none for the first prompt token (nothing predicts it)
+  std::vector<std::pair<int32_t, double>> top;
+};
+
 struct ServeResult {
   std::vector<int32_t> tokens;  // generated tokens, the stop token included
+  // With logprobs >= 0: the prompt's tokens (prompt_logprobs) then the generated ones.
+  std::vector<TokenLogprob> logprobs;
   std::string text;             // decoded, without the stop token and from the stop string on
   std::string finish_reason;    // stop | length
   nlohmann::json matched_stop;  // the stop token id or stop string, else null
@@ -90,6 +104,11 @@ class ServeGeneration {
   Status PrefillChunk(int64_t max_tokens);
   /// The answer so far; call once finished (text cut at a stop string, indexer top-k filled in).
   ServeResult TakeResult();
+  /// While not finished: the text generated so far that is final for a stream: without a tail
+  /// that could still become a stop string (the longest stop string's length less one byte) and
+  /// without an incomplete UTF-8 character at the end. Each call's text extends the previous
+  /// one's, and TakeResult's text extends it too.
+  std::string StreamableText() const;
 
  private:
   friend class ServeModel;
@@ -104,6 +123,8 @@ class ServeGeneration {
  private:
   // Takes the logits of the last token run: picks the next token and checks the stop conditions.
   void Next(const float* logits);
+  // Appends `token`'s logprob under `logits` (null: none) to the result.
+  void AddLogprob(const float* logits, int32_t token);
 
   const ServeModel& model_;
   ServeRequest request_;
@@ -159,9 +180,10 @@ class ServeModel {
   std::unique_ptr<Backend> backend_impl_;  // owns the weights (and their requantized copies)
 };
 
-/// Samples a token from `logits` at `temperature` (> 0) with nucleus `top_p`, drawing from a
-/// SplitMix64 stream in *state: deterministic for a given seed on every build.
+/// Samples a token from `logits` at `temperature` (> 0) with nucleus `top_p` among the `top_k`
+/// likeliest tokens (0 = all), drawing from a SplitMix64 stream in *state: deterministic for a
+/// given seed on every build.
 int32_t SampleToken(const std::vector<float>& logits, double temperature, double top_p,
-                    uint64_t* state);
+                    uint64_t* state, int top_k = 0);
 
 }  // namespace nw

@@ -3,6 +3,7 @@
 //   POST /v1/completions        prompt as text or token ids
 //   POST /v1/chat/completions   messages, through RenderChatPrompt
 //   GET  /v1/models             the one model served
+//   GET  /v1/models/{id}        it, by id (404 for any other)
 //   GET  /health                200 while the server runs
 //
 // Threads: one I/O thread runs every connection (an io_context owned by the server) and the
@@ -31,16 +32,19 @@
 namespace nw {
 
 struct HttpServerOptions {
-  std::string listen = "127.0.0.1:8000";      // host:port; port 0 picks a free one
-  std::string model_name;                     // the model id served ("" = the model folder's name)
-  int max_batch = 16;                         // requests queued or running; more get 503
-  int max_running = 8;                        // requests run together (the decode batch)
-  int64_t max_batched_tokens = 256;           // tokens per scheduler step (decode + prompt chunks)
-  size_t max_body_bytes = 16 << 20;           // request bodies above this get 413
-  int64_t timeout_ms = 600'000;               // per request, from arrival to answer (504 after)
-  int64_t read_timeout_ms = 30'000;           // to receive a request; also the keep-alive idle time
-  int max_connections = 256;                  // open connections; more are answered 503 and closed
-  bool allow_faults = false;                  // admit requests naming a fault (docs/faults.md)
+  std::string listen = "127.0.0.1:8000";  // host:port; port 0 picks a free one
+  std::string model_name;                 // the model id served ("" = the model folder's name)
+  int max_batch = 16;                     // requests queued or running; more get 503
+  int max_running = 8;                    // requests run together (the decode batch)
+  int64_t max_batched_tokens = 256;       // tokens per scheduler step (decode + prompt chunks)
+  size_t max_body_bytes = 16 << 20;       // request bodies above this get 413
+  int64_t timeout_ms = 600'000;           // per request, from arrival to answer (504 after)
+  int64_t read_timeout_ms = 30'000;       // to receive a request; also the keep-alive idle time
+  int max_connections = 256;              // open connections; more are answered 503 and closed
+  bool allow_faults = false;              // admit requests naming a fault (docs/faults.md)
+  std::string api_key;  // "" = none; else every route but /health needs "Authorization: Bearer
+                        // KEY" (compared in constant time), 401 otherwise
+  std::function<void(std::string_view)> access_log;  // one line per request (docs/http.md)
   std::function<void()> before_generate;      // scheduler thread, as each request is admitted
   std::function<void(std::string_view)> log;  // lifecycle and server errors (never bodies)
 };

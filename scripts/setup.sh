@@ -6,11 +6,14 @@ pkgs=(build-essential cmake ninja-build pkg-config git clang-format
       libzmq3-dev cppzmq-dev libsodium-dev libsqlite3-dev sqlite3 libyaml-cpp-dev libboost-dev
       nlohmann-json3-dev libcli11-dev googletest libgtest-dev libgmock-dev libpcre2-dev
       chromium   # chromium: tests/report/html_test renders the HTML report headless
-      slurmctld slurmd slurm-client munge)  # tests/slurm: a one-node Slurm (slurm-wlm's daemons)
+      slurmctld slurmd slurm-client munge   # tests/slurm: a one-node Slurm (slurm-wlm's daemons)
+      nodejs)  # tests/http/openai_node: the official OpenAI Node SDK against nw serve
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+# npm comes with NodeSource's nodejs package; with Debian's it is a package of its own.
+command -v npm >/dev/null || missing+=(npm)
 if [ ${#missing[@]} -eq 0 ]; then
   echo "setup: all ${#pkgs[@]} packages present"
   exit 0

@@ -67,8 +67,10 @@ TEST(OpenAiTest, Int32Base64IsLittleEndian) {
 TEST(OpenAiTest, CompletionRequestsAndDefaults) {
   CompletionRequest r = Parse(json{{"prompt", "hello"}});
   EXPECT_EQ(r.prompt_text, "hello");
-  EXPECT_EQ(r.max_tokens, 16);
-  EXPECT_EQ(r.temperature, 1.0);  // OpenAI's default
+  EXPECT_FALSE(r.max_tokens.has_value());  // the server picks: 16, or chat's rest of context
+  EXPECT_EQ(r.temperature, 1.0);           // OpenAI's default
+  EXPECT_FALSE(r.stream);
+  EXPECT_EQ(r.logprobs, -1);
   EXPECT_EQ(r.top_p, 1.0);
   EXPECT_FALSE(r.seed.has_value());
   EXPECT_FALSE(r.return_indexer_topk);
@@ -90,7 +92,9 @@ TEST(OpenAiTest, CompletionRequestsAndDefaults) {
                  {"n", 1},
                  {"logprobs", nullptr},
                  {"echo", false},
-                 {"something_else", {{"ignored", true}}}});
+                 {"top_k", 4},
+                 {"min_tokens", 2},
+                 {"user", "u"}});
   EXPECT_EQ(r.model, "m");
   EXPECT_EQ(r.prompt_ids, (std::vector<int32_t>{5, 6, 7}));
   EXPECT_FALSE(r.prompt_text.has_value());
@@ -102,6 +106,8 @@ TEST(OpenAiTest, CompletionRequestsAndDefaults) {
   EXPECT_EQ(r.stop_token_ids, std::vector<int32_t>{2});
   EXPECT_TRUE(r.ignore_eos && r.return_indexer_topk && r.return_meta_info);
   EXPECT_EQ(r.index_topk, 8);
+  EXPECT_EQ(r.top_k, 4);
+  EXPECT_EQ(r.min_tokens, 2);
   ASSERT_TRUE(r.precision.has_value());
   EXPECT_EQ(r.precision->name, "fp8-index");
 
@@ -112,6 +118,15 @@ TEST(OpenAiTest, CompletionRequestsAndDefaults) {
   custom.name = "mine";
   custom.index_k = NumFormat::kBf16;
   EXPECT_EQ(*Parse(json{{"prompt", "x"}, {"precision", custom.ToJson()}}).precision, custom);
+
+  // Streaming, logprobs and echo.
+  r = Parse(json{{"prompt", "x"}, {"stream", true}, {"stream_options", {{"include_usage", true}}}});
+  EXPECT_TRUE(r.stream && r.include_usage);
+  r = Parse(json{{"prompt", "x"}, {"logprobs", 5}, {"echo", true}, {"max_tokens", 0}});
+  EXPECT_EQ(r.logprobs, 5);
+  EXPECT_TRUE(r.echo);
+  EXPECT_EQ(r.max_tokens, 0);
+  EXPECT_EQ(Parse(json{{"prompt", "x"}, {"logprobs", false}}).logprobs, -1);
 }
 
 TEST(OpenAiTest, BadCompletionRequestsNameTheField) {
@@ -136,10 +151,17 @@ TEST(OpenAiTest, BadCompletionRequestsNameTheField) {
       {json{{"prompt", "x"}, {"top_p", 0}}, "top_p", "must be in (0"},
       {json{{"prompt", "x"}, {"stop", {"a", ""}}}, "stop", "non-empty strings"},
       {json{{"prompt", "x"}, {"stop", 3}}, "stop", "a string or an array"},
-      {json{{"prompt", "x"}, {"stream", true}}, "stream", "streaming is not supported"},
+      {json{{"prompt", "x"}, {"stream", 1}}, "stream", "true or false"},
+      {json{{"prompt", "x"}, {"stream", true}, {"logprobs", 1}}, "logprobs", "not supported"},
+      {json{{"prompt", "x"}, {"stream", true}, {"echo", true}}, "echo", "not supported"},
       {json{{"prompt", "x"}, {"n", 2}}, "n", "not supported"},
-      {json{{"prompt", "x"}, {"logprobs", 5}}, "logprobs", "not supported"},
-      {json{{"prompt", "x"}, {"echo", true}}, "echo", "not supported"},
+      {json{{"prompt", "x"}, {"logprobs", 21}}, "logprobs", "must be in [0, 20]"},
+      {json{{"prompt", "x"}, {"logprobs", true}}, "logprobs", "must be an integer"},
+      {json{{"prompt", "x"}, {"echo", true}, {"max_tokens", 0}}, "max_tokens",
+       "must be in [1, 1000]"},
+      {json{{"prompt", "x"}, {"something_else", 1}}, "something_else", "unrecognized"},
+      {json{{"prompt", "x"}, {"top_logprobs", 2}}, "top_logprobs", "unrecognized"},
+      {json{{"prompt", "x"}, {"top_k", -2}}, "top_k", "must be in [-1,"},
       {json{{"prompt", "x"}, {"best_of", 3}}, "best_of", "not supported"},
       {json{{"prompt", "x"}, {"logit_bias", {{"5", 1}}}}, "logit_bias", "not supported"},
       {json{{"prompt", "x"}, {"presence_penalty", 0.5}}, "presence_penalty", "not supported"},
