@@ -165,6 +165,7 @@ struct WorkerView {
   std::vector<std::string> backends;
   nlohmann::json capabilities;
   bool draining = false;  // it takes no new jobs (READY capability "draining")
+  int64_t last_seen_ms = 0;  // the clock's NowMs() when it was last heard from
 };
 
 /// The campaign of jobs added with AddJob().
