@@ -18,6 +18,13 @@ std::string Num(double v) {
   return std::string(buf, r.ptr);
 }
 
+// A bucket bound as people write it: 0.0005, not 5e-04.
+std::string Bound(double v) {
+  char buf[64];
+  auto r = std::to_chars(buf, buf + sizeof(buf), v, std::chars_format::general);
+  return std::string(buf, r.ptr);
+}
+
 class Writer {
  public:
   void Family(const std::string& name, const std::string& type, const std::string& help) {
@@ -34,7 +41,7 @@ class Writer {
     int64_t cumulative = 0;
     for (size_t i = 0; i < LatencyHistogram::kBounds.size(); ++i) {
       cumulative += h.buckets[i];
-      Sample(name + "_bucket", sep + "le=\"" + Num(LatencyHistogram::kBounds[i]) + "\"",
+      Sample(name + "_bucket", sep + "le=\"" + Bound(LatencyHistogram::kBounds[i]) + "\"",
              static_cast<double>(cumulative));
     }
     Sample(name + "_bucket", sep + "le=\"+Inf\"", static_cast<double>(h.count));
