@@ -135,6 +135,11 @@ int Coordinator(const CoordinatorArgs& a, const Globals& g) {
     return 2;
   }
 
+  if (Status st = CheckDashboardFlags(a.dashboard); !st.ok()) {
+    std::cerr << "nw coordinator: " << st.ToString() << "\n";
+    return 2;
+  }
+
   // The single writer: no other daemon and no `nw run` on this database while it serves.
   auto lock = DbWriterLock::Acquire(g.db_path, DbWriterRole::kCoordinator);
   if (!lock.ok()) {

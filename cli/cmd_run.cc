@@ -145,6 +145,10 @@ int Run(const RunArgs& a, const Globals& g) {
     driver.emplace(std::move(*d));
   }
 
+  if (Status st = CheckDashboardFlags(a.dashboard); !st.ok()) {
+    std::cerr << "nw run: " << st.ToString() << "\n";
+    return 2;
+  }
   // A database that a running `nw coordinator` daemon serves is the daemon's alone (and while
   // this run writes, no daemon may start on it): refuse before opening (opening may migrate).
   auto writer_lock = DbWriterLock::Acquire(g.db_path, DbWriterRole::kRun);

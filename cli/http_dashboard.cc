@@ -16,6 +16,25 @@ void AddDashboardFlags(CLI::App* cmd, DashboardFlags& flags) {
                   "required when --http is not a loopback address");
 }
 
+Status CheckDashboardFlags(const DashboardFlags& flags) {
+  if (flags.http.empty()) {
+    if (!flags.token_file.empty()) {
+      return Status::InvalidArgument("--http-token-file needs --http ADDR");
+    }
+    return Status::Ok();
+  }
+  NW_ASSIGN_OR_RETURN(bool loopback, dashboard::IsLoopbackListen(flags.http));
+  if (flags.token_file.empty()) {
+    if (!loopback) {
+      return Status::InvalidArgument(
+          "--http " + flags.http +
+          ": serving beyond loopback needs a bearer token (--http-token-file FILE)");
+    }
+    return Status::Ok();
+  }
+  return dashboard::ReadTokenFile(flags.token_file).status();
+}
+
 Result<std::unique_ptr<dashboard::DashboardServer>> StartDashboard(const DashboardFlags& flags,
                                                                    const std::string& db_path,
                                                                    const LiveMetrics* live,

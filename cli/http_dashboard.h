@@ -22,6 +22,11 @@ struct DashboardFlags {
 /// Adds --http and --http-token-file to `cmd`.
 void AddDashboardFlags(CLI::App* cmd, DashboardFlags& flags);
 
+/// Checks the flags before anything is written: a token file without --http, a bad address, a
+/// non-loopback address without a token, an unreadable or too short token (InvalidArgument or
+/// NotFound, naming the flag).
+Status CheckDashboardFlags(const DashboardFlags& flags);
+
 /// Starts the dashboard when --http was given (null when not) and prints its URL to stderr
 /// (unless quiet). Errors: bad flags (InvalidArgument: a token file without --http, a
 /// non-loopback address without a token), an unreadable token file, a port in use.
