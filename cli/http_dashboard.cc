@@ -55,8 +55,7 @@ Result<std::unique_ptr<dashboard::DashboardServer>> StartDashboard(const Dashboa
   // The verdicts use the criterion each campaign states (its stored YAML), as `nw report` does.
   o.criterion_of = [](const CampaignRecord& c) -> Result<Criterion> {
     if (c.source_text.empty()) return Criterion{};
-    return ParseCampaignCriterion(c.source_text,
-                                  c.source_path.empty() ? c.name : c.source_path);
+    return ParseCampaignCriterion(c.source_text, c.source_path.empty() ? c.name : c.source_path);
   };
   NW_ASSIGN_OR_RETURN(std::unique_ptr<dashboard::DashboardServer> server,
                       dashboard::DashboardServer::Start(std::move(o)));

@@ -32,8 +32,8 @@ int64_t IntAt(const report::QueryResult& r, size_t row, size_t col) {
 }
 
 json ProgressJson(const CampaignProgress& p) {
-  return {{"total", p.total}, {"queued", p.queued}, {"leased", p.leased}, {"done", p.done},
-          {"failed", p.failed}, {"pass", p.pass},   {"miss", p.miss},     {"other", p.other}};
+  return {{"total", p.total},   {"queued", p.queued}, {"leased", p.leased}, {"done", p.done},
+          {"failed", p.failed}, {"pass", p.pass},     {"miss", p.miss},     {"other", p.other}};
 }
 
 }  // namespace
@@ -65,9 +65,9 @@ Result<json> DashboardData::Campaigns(int64_t now_wall_ms) {
   NW_ASSIGN_OR_RETURN(std::vector<CampaignRecord> campaigns, store_->ListCampaigns());
   // The daemon's run state of submitted campaigns (table coordinator_campaigns, migration 0004).
   std::map<int64_t, std::pair<std::string, int64_t>> run_state;
-  NW_ASSIGN_OR_RETURN(report::QueryResult states,
-                      Sql(db_file_, "SELECT campaign_id, state, priority FROM coordinator_campaigns",
-                          100'000));
+  NW_ASSIGN_OR_RETURN(
+      report::QueryResult states,
+      Sql(db_file_, "SELECT campaign_id, state, priority FROM coordinator_campaigns", 100'000));
   for (const auto& row : states.rows) {
     if (row.size() == 3) run_state[row[0].integer] = {row[1].text, row[2].integer};
   }
@@ -182,10 +182,10 @@ Result<json> DashboardData::Workers(int64_t now_wall_ms) {
     for (const LiveWorker& w : s.workers) {
       json gpu = nullptr;
       if (!w.gpu_name.empty() || w.gpu_memory_bytes) {
-        gpu = {{"name", w.gpu_name},
-               {"memory_total_bytes",
-                w.gpu_memory_bytes ? json(*w.gpu_memory_bytes) : json(nullptr)},
-               {"busy_slot_fraction", BusyFraction(w)}};
+        gpu = {
+            {"name", w.gpu_name},
+            {"memory_total_bytes", w.gpu_memory_bytes ? json(*w.gpu_memory_bytes) : json(nullptr)},
+            {"busy_slot_fraction", BusyFraction(w)}};
       }
       live.push_back(
           {{"id", w.id},

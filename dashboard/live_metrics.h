@@ -6,9 +6,9 @@
 //
 // What it holds: latency histograms (dispatch, commit, SQLite writes by operation), counters of
 // committed results by outcome and the coordinator's own counters (retries, jobs given up,
-// workers lost, ...), and the registered workers as the scheduler sees them (slots, leases held, when each was
-// last heard from, the GPU it reported). Jobs by state per campaign are not here: the dashboard
-// reads them from the database.
+// workers lost, ...), and the registered workers as the scheduler sees them (slots, leases held,
+// when each was last heard from, the GPU it reported). Jobs by state per campaign are not here: the
+// dashboard reads them from the database.
 //
 // Thread-safety: every method may be called from any thread (one mutex; the hooks take it for a
 // few additions, Take() copies).
@@ -27,9 +27,8 @@ namespace nw {
 
 /// A Prometheus-style histogram of seconds with fixed bucket bounds (kLatencyBounds).
 struct LatencyHistogram {
-  static constexpr std::array<double, 14> kBounds = {0.0005, 0.001, 0.0025, 0.005, 0.01,
-                                                     0.025,  0.05,  0.1,    0.25,  0.5,
-                                                     1,      2.5,   5,      10};
+  static constexpr std::array<double, 14> kBounds = {
+      0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
   std::array<int64_t, kBounds.size()> buckets{};  // observations <= kBounds[i] (not cumulative)
   int64_t count = 0;                              // all observations (+Inf bucket)
   double sum = 0;                                 // seconds

@@ -105,8 +105,7 @@ std::string RenderPrometheus(const std::vector<CampaignMetrics>& campaigns,
   }
   w.Family("nw_campaign_size_jobs", "gauge", "Jobs of a campaign, all states (database)");
   for (const CampaignMetrics& c : campaigns) {
-    w.Sample("nw_campaign_size_jobs", L("campaign", c.name),
-             static_cast<double>(c.progress.total));
+    w.Sample("nw_campaign_size_jobs", L("campaign", c.name), static_cast<double>(c.progress.total));
   }
   w.Family("nw_campaign_results", "gauge",
            "Latest results of a campaign's jobs by configuration and outcome (database)");
@@ -149,9 +148,8 @@ std::string RenderPrometheus(const std::vector<CampaignMetrics>& campaigns,
   w.Sample("nw_workers_connected", "", static_cast<double>(live->workers.size()));
   w.Family("nw_worker_slots", "gauge", "Slots (jobs at once) a worker registered with");
   for (const LiveWorker& x : live->workers) {
-    w.Sample("nw_worker_slots", L("worker", x.id) + "," + L("host", x.host) + "," +
-                                    L("device", x.device),
-             x.slots);
+    w.Sample("nw_worker_slots",
+             L("worker", x.id) + "," + L("host", x.host) + "," + L("device", x.device), x.slots);
   }
   w.Family("nw_worker_leases", "gauge",
            "Leases a worker holds: running or prefetched (up to its slots plus its prefetch)");
@@ -161,10 +159,10 @@ std::string RenderPrometheus(const std::vector<CampaignMetrics>& campaigns,
   w.Family("nw_worker_heartbeat_age_seconds", "gauge",
            "Since the coordinator last heard from the worker (any message)");
   for (const LiveWorker& x : live->workers) {
-    const double age = static_cast<double>(x.heartbeat_age_ms) / 1000.0 +
-                       static_cast<double>(std::max<int64_t>(
-                           0, now_wall_ms - live->workers_published_wall_ms)) /
-                           1000.0;
+    const double age =
+        static_cast<double>(x.heartbeat_age_ms) / 1000.0 +
+        static_cast<double>(std::max<int64_t>(0, now_wall_ms - live->workers_published_wall_ms)) /
+            1000.0;
     w.Sample("nw_worker_heartbeat_age_seconds", L("worker", x.id), age);
   }
   w.Family("nw_gpu_busy_fraction", "gauge",

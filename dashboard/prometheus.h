@@ -17,8 +17,8 @@ namespace nw::dashboard {
 /// One campaign's rows for /metrics.
 struct CampaignMetrics {
   std::string name;
-  CampaignProgress progress;                // jobs by state; pass/miss/other of done jobs
-  std::vector<OutcomeCount> outcomes;       // latest results by configuration and outcome
+  CampaignProgress progress;           // jobs by state; pass/miss/other of done jobs
+  std::vector<OutcomeCount> outcomes;  // latest results by configuration and outcome
 };
 
 /// The whole exposition. `live` is null when no coordinator runs in this process (then only

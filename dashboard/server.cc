@@ -169,8 +169,7 @@ Result<std::string> ReadTokenFile(const std::filesystem::path& file) {
 bool TokenMatches(std::string_view presented, std::string_view expected) {
   // Equal-length digests, so the comparison's time depends on neither length nor content.
   unsigned char a[crypto_hash_sha256_BYTES], b[crypto_hash_sha256_BYTES];
-  crypto_hash_sha256(a, reinterpret_cast<const unsigned char*>(presented.data()),
-                     presented.size());
+  crypto_hash_sha256(a, reinterpret_cast<const unsigned char*>(presented.data()), presented.size());
   crypto_hash_sha256(b, reinterpret_cast<const unsigned char*>(expected.data()), expected.size());
   return sodium_memcmp(a, b, sizeof(a)) == 0;
 }
@@ -214,10 +213,9 @@ class Session : public std::enable_shared_from_this<Session> {
     parser_->header_limit(static_cast<uint32_t>(impl_->options.max_header_bytes));
     parser_->body_limit(0);  // GET only: no request carries a body
     stream_.expires_after(std::chrono::milliseconds(impl_->options.read_timeout_ms));
-    bhttp::async_read(stream_, buffer_, *parser_,
-                      [self = shared_from_this()](beast::error_code ec, size_t) {
-                        self->OnRead(ec);
-                      });
+    bhttp::async_read(
+        stream_, buffer_, *parser_,
+        [self = shared_from_this()](beast::error_code ec, size_t) { self->OnRead(ec); });
   }
 
   void OnRead(beast::error_code ec) {
@@ -239,8 +237,7 @@ class Session : public std::enable_shared_from_this<Session> {
     }
     const auto& req = parser_->get();
     ++requests_;
-    const bool last = !req.keep_alive() ||
-                      requests_ >= impl_->options.max_requests_per_connection;
+    const bool last = !req.keep_alive() || requests_ >= impl_->options.max_requests_per_connection;
     version_ = req.version();
     Send(impl_->Handle(req), last);
   }
@@ -330,8 +327,9 @@ Reply DashboardServer::Impl::Handle(const bhttp::request<bhttp::string_body>& re
     constexpr std::string_view kBearer = "Bearer ";
     if (a.size() <= kBearer.size() || a.substr(0, kBearer.size()) != kBearer ||
         !TokenMatches(a.substr(kBearer.size()), options.token)) {
-      Reply r = ErrorJson(401, "this endpoint needs Authorization: Bearer TOKEN (the token of "
-                               "--http-token-file)");
+      Reply r = ErrorJson(401,
+                          "this endpoint needs Authorization: Bearer TOKEN (the token of "
+                          "--http-token-file)");
       r.headers.emplace_back("WWW-Authenticate", "Bearer");
       return r;
     }
@@ -404,8 +402,8 @@ Result<std::unique_ptr<DashboardServer>> DashboardServer::Start(DashboardOptions
   if (!ec) impl->acceptor.bind(ep, ec);
   if (!ec) impl->acceptor.listen(asio::socket_base::max_listen_connections, ec);
   if (ec) {
-    return Status::Unavailable("--http " + impl->options.listen + ": cannot listen: " +
-                               ec.message());
+    return Status::Unavailable("--http " + impl->options.listen +
+                               ": cannot listen: " + ec.message());
   }
   impl->port = impl->acceptor.local_endpoint().port();
   const asio::ip::address a = impl->acceptor.local_endpoint().address();

@@ -128,7 +128,8 @@ TEST(DashboardBrowser, HeatmapFillsInAsTheCampaignRuns) {
   const std::string done_sql = "SELECT COUNT(*) FROM jobs WHERE state = 'done'";
   if (const char* shot = std::getenv("NW_DASHBOARD_SCREENSHOT")) {
     ASSERT_TRUE(WaitUntil([&] { return db.Int(done_sql) >= 6; }, 300'000)) << worker->Log();
-    Chromium(ws, page, std::string("--screenshot=") + (ws.dir() / "shot.png").string(), "shot");
+    Chromium(ws, page, "--window-size=1280,860 --screenshot=" + (ws.dir() / "shot.png").string(),
+             "shot");
     fs::copy_file(ws.dir() / "shot.png", shot, fs::copy_options::overwrite_existing);
   }
   ASSERT_TRUE(WaitUntil([&] { return db.Int(done_sql) == 12; }, 600'000))

@@ -1,13 +1,12 @@
 // /metrics: the Prometheus text exposition built from constructed inputs, checked line by line
 // and with a real parser (promtool check metrics, Debian's prometheus package; scripts/setup.sh
 // installs it).
-#include "dashboard/prometheus.h"
-
 #include <gtest/gtest.h>
 
 #include <string>
 #include <vector>
 
+#include "dashboard/prometheus.h"
 #include "tests/dashboard/dashboard_test_util.h"
 #include "tests/db/campaign_fixture.h"
 
@@ -21,10 +20,9 @@ std::vector<CampaignMetrics> Campaigns() {
   CampaignMetrics c;
   c.name = "nightly \"fp8\" \\ sweep\nsecond line";
   c.progress = CampaignProgress{10, 3, 2, 4, 1, 3, 1, 0};
-  c.outcomes = {{"topk=16 precision=fp32 backend=cpu task=niah-single haystack=noise",
-                 Outcome::kPass, 3},
-                {"topk=16 precision=fp32 backend=cpu task=niah-single haystack=noise",
-                 Outcome::kMiss, 1}};
+  c.outcomes = {
+      {"topk=16 precision=fp32 backend=cpu task=niah-single haystack=noise", Outcome::kPass, 3},
+      {"topk=16 precision=fp32 backend=cpu task=niah-single haystack=noise", Outcome::kMiss, 1}};
   return {c};
 }
 
@@ -40,8 +38,8 @@ LiveMetricsSnapshot Live() {
   m.CountResult("pass");
   m.CountResult("miss");
   LiveWorker cpu{"w-cpu", "host-a", "cpu", {"cpu"}, 2, 3, false, 1500, "", std::nullopt};
-  LiveWorker gpu{"w-gpu", "host-b", "NVIDIA H200", {"cuda"}, 1, 1, false, 200, "NVIDIA H200",
-                 int64_t{143771} * 1024 * 1024};
+  LiveWorker gpu{"w-gpu", "host-b", "NVIDIA H200", {"cuda"},      1,
+                 1,       false,    200,           "NVIDIA H200", int64_t{143771} * 1024 * 1024};
   m.Publish({cpu, gpu}, {{"retried", 2}, {"workers_lost", 1}}, 10'000);
   return m.Take();
 }
@@ -101,9 +99,9 @@ TEST(Prometheus, LiveHistogramsCountersAndWorkers) {
 TEST(Prometheus, PromtoolAcceptsTheExposition) {
   TempDir dir;
   const LiveMetricsSnapshot live = Live();
-  for (const std::string& text : {RenderPrometheus(Campaigns(), &live, 10'500),
-                                  RenderPrometheus(Campaigns(), nullptr, 10'500),
-                                  RenderPrometheus({}, nullptr, 0)}) {
+  for (const std::string& text :
+       {RenderPrometheus(Campaigns(), &live, 10'500),
+        RenderPrometheus(Campaigns(), nullptr, 10'500), RenderPrometheus({}, nullptr, 0)}) {
     auto [rc, out] = Promtool(text, dir.path());
     if (rc == -1) GTEST_SKIP() << out << " (scripts/setup.sh installs Debian's prometheus)";
     EXPECT_EQ(rc, 0) << out << "\n" << text;

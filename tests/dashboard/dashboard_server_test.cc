@@ -1,8 +1,6 @@
 // The dashboard server in-process on a constructed database: every endpoint's answer (the report
 // is exactly `nw report --format json`'s), /metrics through promtool, the bearer token, the
 // read-only rule, and the bounds on requests and connections.
-#include "dashboard/server.h"
-
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -12,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "dashboard/server.h"
 #include "report/report.h"
 #include "tests/dashboard/dashboard_test_util.h"
 #include "tests/db/campaign_fixture.h"
@@ -203,8 +202,8 @@ TEST_F(DashboardServerTest, ReadOnlyAndBounded) {
     EXPECT_EQ(r.headers["Allow"], "GET");
   }
   // No body, however announced.
-  EXPECT_EQ(StatusOf(Raw(port,
-                         "GET /api/campaigns HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello")),
+  EXPECT_EQ(StatusOf(Raw(
+                port, "GET /api/campaigns HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello")),
             413);
   // URL and header sizes.
   EXPECT_EQ(Get(port, "/api/campaigns?x=" + std::string(3000, 'a')).status, 414);

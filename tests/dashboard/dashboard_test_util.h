@@ -107,8 +107,8 @@ inline std::pair<int, std::string> Promtool(const std::string& text,
   const auto in = dir / "metrics.txt";
   const auto log = dir / "promtool.log";
   std::ofstream(in) << text;
-  const std::string cmd = std::string(kPromtool) + " check metrics < " + in.string() + " > " +
-                          log.string() + " 2>&1";
+  const std::string cmd =
+      std::string(kPromtool) + " check metrics < " + in.string() + " > " + log.string() + " 2>&1";
   const int rc = std::system(cmd.c_str());
   std::ifstream l(log);
   std::string out((std::istreambuf_iterator<char>(l)), std::istreambuf_iterator<char>());
