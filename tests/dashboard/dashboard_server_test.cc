@@ -271,6 +271,49 @@ TEST_F(DashboardServerTest, BearerToken) {
   }
 }
 
+// The page in headless Chromium against this database: both campaigns' heatmaps and boundary
+// sentences, the candidate's gate against the release baseline, the engine error among the recent
+// failures, the live worker. (tests/dashboard/dashboard_browser_test.cc runs it against real
+// coordinator and worker processes.)
+TEST_F(DashboardServerTest, PageRendersGatesAndFailuresInChromium) {
+  const std::string chromium = "/usr/bin/chromium";
+  if (!std::filesystem::exists(chromium)) GTEST_SKIP() << chromium << " is not installed";
+  DashboardOptions o;
+  o.token = kToken;  // the page takes it from the URL fragment
+  auto server = Start(o);
+  ASSERT_TRUE(server);
+  const auto out = dir_.File("dom.html");
+  const auto log = dir_.File("chromium.log");
+  const std::string cmd =
+      "timeout 120 " + chromium +
+      " --headless --no-sandbox --disable-gpu --disable-quic --no-first-run"
+      " --disable-background-networking --disable-component-update --disable-sync"
+      " --disable-dev-shm-usage --virtual-time-budget=3000 --user-data-dir=" +
+      dir_.File("profile").string() + " --dump-dom '" + server->url() + "#token=" + kToken +
+      "' > " + out.string() + " 2> " + log.string();
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd << "\n" << FileBytes(log);
+  const std::string dom = FileBytes(out);
+  EXPECT_NE(dom.find("<span id=\"status\" class=\"ok\">live</span>"), std::string::npos) << dom;
+  EXPECT_NE(dom.find("<table class=\"heatmap\" data-config=\"topk=16 precision=fp32 "
+                     "backend=cpu task=niah-single haystack=noise\">"),
+            std::string::npos);
+  // The candidate's 4,096 row: no passes in four answers, red.
+  EXPECT_NE(dom.find("data-length=\"4096\" data-position=\"0.5\" data-trials=\"4\" "
+                     "data-passes=\"0\" data-pending=\"0\" style=\"background: rgb(215, 48, "
+                     "39);"),
+            std::string::npos)
+      << dom;
+  EXPECT_NE(dom.find("lost at 4,096 (pass 0/12"), std::string::npos);
+  EXPECT_NE(dom.find("<div class=\"gate fail\" data-baseline=\"release-1\">gate against "
+                     "baseline <code>release-1</code>: fail: regression"),
+            std::string::npos)
+      << dom;
+  EXPECT_NE(dom.find(">engine_error</td><td class=\"reason\">resource_exhausted: simulated</td>"),
+            std::string::npos)
+      << dom;
+  EXPECT_NE(dom.find("data-worker=\"w-live\""), std::string::npos);
+}
+
 TEST(DashboardStart, BeyondLoopbackNeedsAToken) {
   TempDir dir;
   { ASSERT_TRUE(Store::Open(dir.File("nw.db")).ok()); }
