@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/http_dashboard.h"
 #include "common/clock.h"
 #include "coordinator/curve.h"
 #include "coordinator/db_lock.h"
@@ -51,6 +52,7 @@ struct CoordinatorArgs {
   int64_t retry_backoff_ms = 1000;
   int64_t hedge_after_s = 0;
   bool verbose = false;
+  DashboardFlags dashboard;  // --http, --http-token-file
 };
 
 std::string Timestamp() {
@@ -133,6 +135,11 @@ int Coordinator(const CoordinatorArgs& a, const Globals& g) {
     return 2;
   }
 
+  if (Status st = CheckDashboardFlags(a.dashboard); !st.ok()) {
+    std::cerr << "nw coordinator: " << st.ToString() << "\n";
+    return 2;
+  }
+
   // The single writer: no other daemon and no `nw run` on this database while it serves.
   auto lock = DbWriterLock::Acquire(g.db_path, DbWriterRole::kCoordinator);
   if (!lock.ok()) {
@@ -145,6 +152,9 @@ int Coordinator(const CoordinatorArgs& a, const Globals& g) {
     std::cerr << "nw coordinator: " << store.status().ToString() << "\n";
     return 2;
   }
+  // The server writes its measurements here; the dashboard (--http) reads them.
+  LiveMetrics metrics;
+  so.metrics = &metrics;
 
   std::mutex log_mu;  // the ZAP handler logs from its own thread
   const bool quiet = g.quiet;
@@ -195,6 +205,13 @@ int Coordinator(const CoordinatorArgs& a, const Globals& g) {
     stopping = true;
     server.Stop();
   });
+  // After the stopper (its thread then inherits the blocked signals). It reads the database on
+  // its own read-only connection and the live metrics; it stops before either goes away.
+  auto dashboard = StartDashboard(a.dashboard, g.db_path, &metrics, g.quiet);
+  if (!dashboard.ok()) {
+    std::cerr << "nw coordinator: " << dashboard.status().ToString() << "\n";
+    return 2;
+  }
   auto summary = server.Serve();
   if (!summary.ok()) {
     std::cerr << "nw coordinator: " << summary.status().ToString() << "\n";
@@ -238,6 +255,7 @@ void RegisterCoordinator(CLI::App& app, Globals& g) {
   cmd->add_option("--advertise-host", a->advertise_host,
                   "In --endpoint-file, this host name for a wildcard address (default: the "
                   "host's name)");
+  AddDashboardFlags(cmd, a->dashboard);
   cmd->add_option("--heartbeat-ms", a->heartbeat_ms, "Heartbeat interval")->capture_default_str();
   cmd->add_option("--lease-s", a->lease_s, "Time limit of one attempt")->capture_default_str();
   cmd->add_option("--max-attempts", a->max_attempts, "Attempts per job before it fails")

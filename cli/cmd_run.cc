@@ -16,6 +16,7 @@
 
 #include "cli/campaign_load.h"
 #include "cli/commands.h"
+#include "cli/http_dashboard.h"
 #include "cli/progress.h"
 #include "common/clock.h"
 #include "coordinator/db_lock.h"
@@ -49,6 +50,7 @@ struct RunArgs {
   bool ipc = false;
   bool no_report = false;
   bool verbose = false;
+  DashboardFlags dashboard;  // --http, --http-token-file
 };
 
 // Turns SIGINT/SIGTERM into a stop request on a thread that owns the signal wait, so no global
@@ -143,6 +145,10 @@ int Run(const RunArgs& a, const Globals& g) {
     driver.emplace(std::move(*d));
   }
 
+  if (Status st = CheckDashboardFlags(a.dashboard); !st.ok()) {
+    std::cerr << "nw run: " << st.ToString() << "\n";
+    return 2;
+  }
   // A database that a running `nw coordinator` daemon serves is the daemon's alone (and while
   // this run writes, no daemon may start on it): refuse before opening (opening may migrate).
   auto writer_lock = DbWriterLock::Acquire(g.db_path, DbWriterRole::kRun);
@@ -263,11 +269,20 @@ int Run(const RunArgs& a, const Globals& g) {
 
   std::stop_source stop;
   SignalStopper stopper(stop);
+  // The dashboard (--http) starts after the stopper, so its thread has the signals blocked; it
+  // reads the database read-only and the run's live metrics, and stops when this returns.
+  LiveMetrics metrics;
+  auto dashboard = StartDashboard(a.dashboard, g.db_path, &metrics, g.quiet);
+  if (!dashboard.ok()) {
+    std::cerr << "nw run: " << dashboard.status().ToString() << "\n";
+    return 2;
+  }
   std::stop_callback end_waits(stop.get_token(), [stop_requested] { *stop_requested = true; });
   ProgressLine progress(stderr, !g.quiet);
   RunOptions ro;
   ro.transport = a.ipc ? EmbeddedTransport::kIpc : EmbeddedTransport::kInproc;
   ro.stop = stop.get_token();
+  ro.metrics = &metrics;
   ro.on_progress = [&progress, &cost](const ServerProgress& p) {
     progress.Update(p.done, p.failed, p.total, p.leased, p.workers, false, &cost);
   };
@@ -355,6 +370,7 @@ void RegisterRun(CLI::App& app, Globals& g) {
   cmd->add_flag("--ipc", a->ipc, "Use ipc:// instead of inproc:// between coordinator and workers");
   cmd->add_flag("--no-report", a->no_report, "Do not print the report at the end");
   cmd->add_flag("-v,--verbose", a->verbose, "Log coordinator and worker events");
+  AddDashboardFlags(cmd, a->dashboard);
   cmd->callback([a, &g] { g.exit_code = Run(*a, g); });
 }
 

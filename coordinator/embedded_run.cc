@@ -112,6 +112,7 @@ Result<RunSummary> RunEmbedded(Store& store, int64_t campaign_id,
   so.on_progress = options.on_progress;
   so.on_committed = options.on_committed;
   so.log = log;
+  so.metrics = options.metrics;
   Server server(context, store, clock, std::move(so));
 
   std::vector<Status> worker_status(workers.size(), Status::Ok());

@@ -44,7 +44,8 @@ struct RunOptions {
   std::function<Result<std::vector<JobRecord>>(const std::vector<JobResult>&,
                                                const std::vector<std::string>&)>
       on_committed;
-  std::stop_token stop;  // request_stop() ends the run early (summary.stopped)
+  std::stop_token stop;            // request_stop() ends the run early (summary.stopped)
+  LiveMetrics* metrics = nullptr;  // borrowed, may be null: ServerOptions::metrics
 };
 
 /// Runs the campaign's queued jobs (and jobs leased by a crashed earlier run) on `executors`

@@ -938,6 +938,7 @@ std::vector<WorkerView> Scheduler::Workers() const {
     v.backends.assign(w.backends.begin(), w.backends.end());
     v.capabilities = w.info.capabilities;
     v.draining = w.draining;
+    v.last_seen_ms = w.last_seen_ms;
     out.push_back(std::move(v));
   }
   return out;

@@ -25,6 +25,13 @@ constexpr int kMaxMessagesPerWake = 1000;
 // Completed submissions remembered, so a client's retry of the last part is answered again.
 constexpr size_t kCompletedSubmissionsKept = 64;
 
+// The loop publishes its workers and counters to ServerOptions::metrics this often.
+constexpr int64_t kMetricsPublishMs = 250;
+
+double SecondsSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
 std::string Hex(const std::string& identity) {
   return HexId(zmq::message_t(identity.data(), identity.size()));
 }
@@ -89,6 +96,8 @@ struct Server::Loop {
   std::map<std::string, std::string> owner_of;     // worker id -> its CURVE key or session
   int64_t registrations = 0;                       // READYs of ids not registered at the time
   std::vector<JobResult> batch;                    // accepted, not yet committed
+  std::vector<std::chrono::steady_clock::time_point> batch_arrived;  // for metrics, per result
+  int64_t next_metrics_ms = 0;
   int64_t batch_started_ms = 0;
   std::vector<PendingAck> acks;       // sent after the batch commits
   std::vector<std::string> given_up;  // jobs out of attempts, for on_committed
@@ -151,7 +160,9 @@ struct Server::Loop {
     if (it == records.end()) return Status::Ok();
     it->second.state = state;
     it->second.last_seen_ms = Wall();
+    const auto t0 = std::chrono::steady_clock::now();
     const Status st = s.store_.UpsertWorker(it->second);
+    if (s.options_.metrics) s.options_.metrics->ObserveDbWrite("upsert_worker", SecondsSince(t0));
     if (state != "active") {
       // A worker that left is forgotten here (the database keeps its row): memory follows the
       // workers registered now, whatever ids peers come and go with.
@@ -164,6 +175,7 @@ struct Server::Loop {
   // Records failures and leases in one transaction, then sends the JOBs.
   Status Apply(const SchedulerEvents& ev) {
     if (ev.empty()) return Status::Ok();
+    const auto t0 = std::chrono::steady_clock::now();
     const int64_t now = s.clock_.NowMs();
     const int64_t wall = Wall();
     failure_rows.clear();
@@ -175,6 +187,9 @@ struct Server::Loop {
       lease_rows.push_back({g.job_key, g.attempt, g.worker_id, wall + (g.lease_expires_ms - now)});
     }
     NW_RETURN_IF_ERROR(s.store_.RecordAttempts(failure_rows, lease_rows, wall));
+    if (s.options_.metrics) {
+      s.options_.metrics->ObserveDbWrite("record_attempts", SecondsSince(t0));
+    }
     for (const auto& f : ev.failures) {
       if (f.will_retry) {
         ++summary.retried;
@@ -206,14 +221,29 @@ struct Server::Loop {
       if (it == identity_of.end()) continue;  // cannot happen: grants go to registered workers
       Send(it->second, JobMsg{g.job_key, g.attempt, g.lease_ms, wall + g.lease_ms, g.spec});
     }
+    if (s.options_.metrics && !ev.grants.empty()) {
+      s.options_.metrics->ObserveDispatch(SecondsSince(t0));
+    }
     return Status::Ok();
   }
 
   Status Flush() {
     if (!batch.empty()) {
+      const auto t0 = std::chrono::steady_clock::now();
       NW_RETURN_IF_ERROR(s.store_.CommitResults(batch, Wall()));
       summary.committed += static_cast<int64_t>(batch.size());
+      if (LiveMetrics* m = s.options_.metrics) {
+        const auto t1 = std::chrono::steady_clock::now();
+        m->ObserveDbWrite("commit_results", std::chrono::duration<double>(t1 - t0).count());
+        for (size_t i = 0; i < batch.size(); ++i) {
+          m->CountResult(OutcomeName(batch[i].outcome));
+          if (i < batch_arrived.size()) {
+            m->ObserveCommit(std::chrono::duration<double>(t1 - batch_arrived[i]).count());
+          }
+        }
+      }
     }
+    batch_arrived.clear();
     if (!daemon && s.options_.on_committed && (!batch.empty() || !given_up.empty())) {
       NW_ASSIGN_OR_RETURN(std::vector<JobRecord> more, s.options_.on_committed(batch, given_up));
       for (const JobRecord& j : more) {
@@ -342,6 +372,7 @@ struct Server::Loop {
       case ResultVerdict::kCommit:
         if (batch.empty()) batch_started_ms = s.clock_.NowMs();
         batch.push_back(std::move(r));
+        if (s.options_.metrics) batch_arrived.push_back(std::chrono::steady_clock::now());
         break;
       case ResultVerdict::kDuplicate:
         ++summary.duplicate_results;
@@ -851,6 +882,52 @@ struct Server::Loop {
     return p;
   }
 
+  // The registered workers and the loop's counters, for the dashboard.
+  void PublishMetrics() {
+    if (!s.options_.metrics) return;
+    const int64_t now = s.clock_.NowMs();
+    std::vector<LiveWorker> workers;
+    for (const WorkerView& w : scheduler.Workers()) {
+      LiveWorker lw;
+      lw.id = w.id;
+      lw.host = w.host;
+      lw.slots = w.slots;
+      lw.busy = w.busy;
+      lw.draining = w.draining;
+      lw.backends = w.backends;
+      lw.heartbeat_age_ms = std::max<int64_t>(0, now - w.last_seen_ms);
+      if (auto d = w.capabilities.find("device"); d != w.capabilities.end() && d->is_string()) {
+        lw.device = d->get<std::string>();
+      }
+      if (auto g = w.capabilities.find("gpu"); g != w.capabilities.end() && g->is_object()) {
+        if (auto n = g->find("name"); n != g->end() && n->is_string()) {
+          lw.gpu_name = n->get<std::string>();
+        }
+        if (auto m = g->find("memory_mib"); m != g->end() && m->is_number_integer()) {
+          lw.gpu_memory_bytes = m->get<int64_t>() * 1024 * 1024;
+        }
+      }
+      workers.push_back(std::move(lw));
+    }
+    std::map<std::string, int64_t> events = {
+        {"committed", summary.committed},
+        {"retried", summary.retried},
+        {"given_up", summary.failed_now},
+        {"skipped", summary.skipped},
+        {"stale_results", summary.stale_results},
+        {"duplicate_results", summary.duplicate_results},
+        {"implausible_results", summary.implausible_results},
+        {"malformed_messages", summary.malformed_messages},
+        {"refused_messages", summary.refused_messages},
+        {"unknown_worker_messages", summary.unknown_worker_messages},
+        {"workers_registered", registrations},
+        {"workers_lost", summary.workers_lost},
+        {"hedged", summary.hedged},
+        {"orphans_adopted", summary.orphans_adopted},
+        {"control_requests", summary.control_requests}};
+    s.options_.metrics->Publish(std::move(workers), std::move(events), Wall());
+  }
+
   void ReportProgress() {
     if (!s.options_.on_progress) return;
     const ServerProgress p = Progress();
@@ -978,11 +1055,17 @@ struct Server::Loop {
         }
       }
       ReportProgress();
+      if (s.options_.metrics && s.clock_.NowMs() >= next_metrics_ms) {
+        PublishMetrics();
+        next_metrics_ms = s.clock_.NowMs() + kMetricsPublishMs;
+      }
       if (const int64_t stalled = s.clock_.NowMs() - turn_started; stalled > hb) {
         scheduler.ExcuseSilence(stalled);
       }
     }
-    return Flush();
+    NW_RETURN_IF_ERROR(Flush());
+    PublishMetrics();
+    return Status::Ok();
   }
 
   Result<RunSummary> RunOne() {

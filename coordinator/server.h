@@ -44,6 +44,7 @@
 #include "coordinator/campaign/job_check.h"
 #include "coordinator/curve.h"
 #include "coordinator/scheduler.h"
+#include "dashboard/live_metrics.h"
 #include "db/store.h"
 #include "protocol/messages.h"
 
@@ -132,6 +133,9 @@ struct ServerOptions {
   /// at most this many submissions are staged at once.
   int64_t submission_idle_ms = 300'000;
   int max_staged_submissions = 4;
+  /// Borrowed, may be null: latency histograms, committed outcomes, the loop's counters and the
+  /// registered workers for the dashboard (dashboard/live_metrics.h). Must outlive Run()/Serve().
+  LiveMetrics* metrics = nullptr;
 
   Status Validate() const;
 };

@@ -6,6 +6,7 @@ pkgs=(build-essential cmake ninja-build pkg-config git clang-format
       libzmq3-dev cppzmq-dev libsodium-dev libsqlite3-dev sqlite3 libyaml-cpp-dev libboost-dev
       nlohmann-json3-dev libcli11-dev googletest libgtest-dev libgmock-dev libpcre2-dev
       chromium   # chromium: tests/report/html_test renders the HTML report headless
+      prometheus  # promtool check metrics: tests/dashboard parse /metrics with a real parser
       slurmctld slurmd slurm-client munge   # tests/slurm: a one-node Slurm (slurm-wlm's daemons)
       nodejs)  # tests/http/openai_node: the official OpenAI Node SDK against nw serve
 missing=()
