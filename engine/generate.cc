@@ -7,13 +7,11 @@
 #include <string>
 #include <utility>
 
+#include "common/stopwatch.h"
+
 namespace nw {
 
 namespace {
-
-double MsSince(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-}
 
 bool IsStop(const GenerateRequest& request, int32_t token) {
   return std::find(request.stop_tokens.begin(), request.stop_tokens.end(), token) !=

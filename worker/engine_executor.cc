@@ -3,19 +3,13 @@
 #include <algorithm>
 #include <chrono>
 
+#include "common/stopwatch.h"
 #include "engine/backend_catalog.h"
 #include "engine/text/niah.h"
 #include "engine/text/tokenizer.h"
 #include "worker/scoring.h"
 
 namespace nw {
-namespace {
-
-double MsSince(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-}
-
-}  // namespace
 
 EngineExecutor::EngineExecutor(EngineExecutorOptions options) : options_(std::move(options)) {
   if (options_.backends.empty()) options_.backends = AvailableBackends();
