@@ -68,6 +68,7 @@ Result<SequenceSpec> CheckRequest(const ModelConfig& cfg, const GenerateRequest&
   spec.probe = request.probe;
   spec.fault = request.fault;
   spec.trace = request.trace;
+  spec.memory_limit_bytes = request.memory_limit_bytes;
   return spec;
 }
 

@@ -98,6 +98,12 @@ Result<JobResult> EngineExecutor::Run(const JobSpec& spec, const std::string& ke
         engine->model_digest().substr(0, 12) + ", job expects " + spec.model_digest.substr(0, 12) +
         "); run the campaign again to expand new jobs");
   }
+  if (spec.probe && engine->config().num_indexer_layers() == 0) {
+    // Probes read the indexers; `nw validate` refuses this, a submitted job may still ask.
+    return Status::InvalidArgument("job.probe: the model in " + spec.model_dir +
+                                   " has no layer with an indexer to probe (compress_ratios "
+                                   "has no 4)");
+  }
   NiahSpec ns;
   NW_ASSIGN_OR_RETURN(ns.task, ParseNiahTask(spec.task));
   NW_ASSIGN_OR_RETURN(ns.haystack, ParseNiahHaystack(spec.haystack));
