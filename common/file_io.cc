@@ -7,14 +7,6 @@
 #include <vector>
 
 namespace nw {
-namespace {
-
-struct FileCloser {
-  void operator()(std::FILE* f) const { std::fclose(f); }
-};
-using FilePtr = std::unique_ptr<std::FILE, FileCloser>;
-
-}  // namespace
 
 Result<std::string> ReadFileToString(const std::filesystem::path& path) {
   FilePtr f(std::fopen(path.c_str(), "rb"));
