@@ -3,7 +3,7 @@
 # (bench/gpu_throughput_bench, one slot, then SLOTS slots at once as `nw worker --slots` runs them)
 # against HF transformers and models/train/v4.py on the same prompts.
 #   bash bench/run_throughput.sh        (device tool: carry [".device"], timeout_s 600)
-# Here, first: ninja -C build gpu_throughput_bench; ../shared/tools/device-pack
+# Here, first: ninja -C build gpu_throughput_bench; scripts/device-pack.sh
 #   build/bench/gpu_throughput_bench (with whatever else the call needs).
 # Env: LENGTHS (default 2048,8192,32768,131072,1048576), JOBS (16), SLOTS (8), TORCH_MAX (32768),
 # CAP (seconds per length and implementation, 40), NW_TIMEOUT (seconds per bench run, 300).

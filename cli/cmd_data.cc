@@ -12,6 +12,7 @@
 #include <iostream>
 
 #include "cli/commands.h"
+#include "common/splitmix64.h"
 #include "engine/text/niah.h"
 #include "engine/text/tokenizer.h"
 
@@ -30,18 +31,6 @@ struct DataArgs {
   std::vector<double> task_weights;
   double window_fraction = 0.1;  // share of samples with the needle in the last 128 tokens
   std::string eos = "<|end_of_text|>";
-};
-
-// splitmix64: a deterministic, library-independent stream for sampling sample parameters.
-struct SplitMix {
-  uint64_t s;
-  uint64_t Next() {
-    uint64_t z = (s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  }
-  double Uniform() { return static_cast<double>(Next() >> 11) * 0x1.0p-53; }
 };
 
 Status WriteData(const DataArgs& a) {
@@ -66,7 +55,8 @@ Status WriteData(const DataArgs& a) {
   std::ofstream bin(std::filesystem::path(a.out) / "tokens.bin", std::ios::binary);
   std::ofstream idx(std::filesystem::path(a.out) / "index.jsonl");
   if (!bin || !idx) return Status::IoError("cannot write into " + a.out);
-  SplitMix rng{a.seed * 0x632BE59BD9B4E019ull + 1};
+  // SplitMix64: a deterministic, library-independent stream for the sample parameters.
+  SplitMix64 rng(a.seed * 0x632BE59BD9B4E019ull + 1);
   int64_t offset = 0;
   for (int64_t i = 0; i < a.count; ++i) {
     NiahSpec spec;

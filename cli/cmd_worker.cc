@@ -44,6 +44,7 @@
 
 #include "cli/commands.h"
 #include "common/clock.h"
+#include "common/stopwatch.h"
 #include "coordinator/curve.h"
 #include "coordinator/process_util.h"
 #include "engine/backend_catalog.h"
@@ -99,8 +100,7 @@ class TestDoubleExecutor final : public JobExecutor {
     r.prompt_tokens = spec.context_length;
     r.device = "test-double";
     r.engine_version = spec.engine_version;
-    r.total_ms =
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    r.total_ms = MsSince(t0);
     return r;
   }
   json Capabilities() const override {

@@ -4,12 +4,9 @@
 #include <memory>
 #include <vector>
 
+#include "common/file_io.h"
+
 namespace nw {
-namespace {
-struct FileCloser {
-  void operator()(std::FILE* f) const { std::fclose(f); }
-};
-}  // namespace
 
 Sha256::Sha256() {
   // sodium_init is idempotent and thread-safe; SHA-256 needs no other set-up.
@@ -45,7 +42,7 @@ std::string Sha256Hex(std::string_view data) {
 }
 
 Result<std::string> Sha256File(const std::filesystem::path& path) {
-  std::unique_ptr<std::FILE, FileCloser> f(std::fopen(path.c_str(), "rb"));
+  FilePtr f(std::fopen(path.c_str(), "rb"));
   if (!f) return Status::IoError("cannot open " + path.string() + " for hashing");
   Sha256 h;
   std::vector<char> buf(1 << 20);

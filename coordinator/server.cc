@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "coordinator/campaign_table.h"
+#include "coordinator/model_probe_layers.h"
 #include "protocol/control.h"
 #include "slurm/slurm_env.h"
 
@@ -86,7 +87,8 @@ struct Server::Loop {
   int64_t campaign_id;  // Run() only
   CodecLimits limits;
   Scheduler scheduler;
-  std::unique_ptr<ZapHandler> zap;  // before the router: it must outlive the handshakes
+  ModelProbeLayersCache probe_layers;  // what results' probes may name, per model
+  std::unique_ptr<ZapHandler> zap;     // before the router: it must outlive the handshakes
   zmq::socket_t router;
   std::unique_ptr<CampaignTable> table;  // Serve() only
   RunSummary summary;
@@ -351,7 +353,8 @@ struct Server::Loop {
     const std::string& worker_id = it->second;
     r.worker_id = worker_id;  // the registered id, whatever the executor wrote
     const std::optional<JobSpec> spec = scheduler.SpecOfJob(r.job_key);
-    if (Status plausible = CheckResultBounds(r, spec ? &*spec : nullptr); !plausible.ok()) {
+    const ModelProbeLayers* layers = spec && !r.probes.empty() ? probe_layers.For(*spec) : nullptr;
+    if (Status plausible = CheckResultBounds(r, spec ? &*spec : nullptr, layers); !plausible.ok()) {
       // Not written: the attempt fails (retried elsewhere) and the worker is told why.
       ++summary.implausible_results;
       JobResult failed;

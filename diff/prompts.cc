@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "common/file_io.h"
 #include "coordinator/campaign/campaign.h"
 #include "engine/text/niah.h"
 #include "protocol/job.h"
@@ -43,13 +44,16 @@ Result<std::vector<DiffPrompt>> DesignPrompts(const Tokenizer& tokenizer, const 
 Result<std::vector<DiffPrompt>> FilePrompts(const std::filesystem::path& path,
                                             const Tokenizer& tokenizer, int64_t vocab) {
   const std::string f = path.string();
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::NotFound(f + ": cannot open the prompts file");
-  std::stringstream ss;
-  ss << in.rdbuf();
+  Result<std::string> text = ReadFileToString(path);
+  if (!text.ok()) {
+    if (text.status().code() == StatusCode::kNotFound) {
+      return Status::NotFound(f + ": cannot open the prompts file");
+    }
+    return text.status();
+  }
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(ss.str());
+    j = nlohmann::json::parse(*text);
   } catch (const nlohmann::json::exception& e) {
     return Status::InvalidArgument(f + ": not JSON: " + e.what());
   }

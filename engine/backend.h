@@ -27,7 +27,10 @@ namespace nw {
 /// What one sequence is created with (already checked by engine/generate.h's request checks).
 struct SequenceSpec {
   int64_t max_tokens = 0;  // positions the sequence may reach (prompt + new tokens)
-  int index_topk = 0;      // 0 = the model's index_topk
+  // CPU backends: host memory the sequence may use (engine/cpu/memory_check.h); 0 = the
+  // machine's physical memory and the process's limits.
+  int64_t memory_limit_bytes = 0;
+  int index_topk = 0;  // 0 = the model's index_topk
   PrecisionProfile precision;
   std::optional<ProbeRequest> probe;
   Fault fault = Fault::kNone;  // engine/fault.h; checked against the backend's BackendInfo::faults

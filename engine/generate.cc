@@ -7,13 +7,11 @@
 #include <string>
 #include <utility>
 
+#include "common/stopwatch.h"
+
 namespace nw {
 
 namespace {
-
-double MsSince(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-}
 
 bool IsStop(const GenerateRequest& request, int32_t token) {
   return std::find(request.stop_tokens.begin(), request.stop_tokens.end(), token) !=
@@ -70,6 +68,7 @@ Result<SequenceSpec> CheckRequest(const ModelConfig& cfg, const GenerateRequest&
   spec.probe = request.probe;
   spec.fault = request.fault;
   spec.trace = request.trace;
+  spec.memory_limit_bytes = request.memory_limit_bytes;
   return spec;
 }
 

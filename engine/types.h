@@ -79,9 +79,12 @@ struct GenerateRequest {
   int index_topk = 0;                // 0 = the model's index_topk
   PrecisionProfile precision;
   std::optional<ProbeRequest> probe;
-  Fault fault = Fault::kNone;     // known-bug replay (engine/fault.h); the backend must replay it
-  ForwardTrace* trace = nullptr;  // optional per-layer trace sink, not owned (must outlive the
-                                  // request); only backends with BackendInfo::traces take one
+  Fault fault = Fault::kNone;      // known-bug replay (engine/fault.h); the backend must replay it
+  ForwardTrace* trace = nullptr;   // optional per-layer trace sink, not owned (must outlive the
+                                   // request); only backends with BackendInfo::traces take one
+  int64_t memory_limit_bytes = 0;  // CPU backends: host memory the sequence may use; 0 = the
+                                   // machine's physical memory and the process's RLIMIT_AS /
+                                   // RLIMIT_DATA (engine/cpu/memory_check.h)
 };
 
 struct GenerateResult {

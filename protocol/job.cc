@@ -1,5 +1,6 @@
 #include "protocol/job.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -267,7 +268,23 @@ json JobResult::ToJson() const {
               {"probes", probes_j}};
 }
 
-Status CheckResultBounds(const JobResult& r, const JobSpec* spec) {
+Status ModelProbeLayers::Check(int layer) const {
+  if (layer < 0 || layer >= n_layers) {
+    return Status::InvalidArgument("layer " + std::to_string(layer) +
+                                   " does not exist in the model (" + std::to_string(n_layers) +
+                                   " layers)");
+  }
+  if (!std::binary_search(indexer_layers.begin(), indexer_layers.end(), layer)) {
+    std::string list;
+    for (int l : indexer_layers) list += (list.empty() ? "" : ", ") + std::to_string(l);
+    return Status::InvalidArgument(
+        "layer " + std::to_string(layer) +
+        " has no indexer in the model (indexer layers: " + (list.empty() ? "none" : list) + ")");
+  }
+  return Status::Ok();
+}
+
+Status CheckResultBounds(const JobResult& r, const JobSpec* spec, const ModelProbeLayers* layers) {
   auto bad = [](const std::string& field, const std::string& why) {
     return Status::InvalidArgument("result." + field + ": " + why);
   };
@@ -313,12 +330,22 @@ Status CheckResultBounds(const JobResult& r, const JobSpec* spec) {
     return bad("probes", "the job did not ask for probes");
   }
   size_t entries = 0;
+  std::vector<bool> seen_layer(kMaxProbeLayer + 1, false);
   for (size_t i = 0; i < r.probes.size(); ++i) {
     const ProbeSummary& p = r.probes[i];
     const std::string f = "probes[" + std::to_string(i) + "].";
     if (p.layer < 0 || p.layer > kMaxProbeLayer) {
       return bad(f + "layer", std::to_string(p.layer) + " is not a layer index (0.." +
                                   std::to_string(kMaxProbeLayer) + ")");
+    }
+    if (seen_layer[static_cast<size_t>(p.layer)]) {
+      return bad(f + "layer", "layer " + std::to_string(p.layer) + " is probed twice");
+    }
+    seen_layer[static_cast<size_t>(p.layer)] = true;
+    if (layers != nullptr) {
+      if (Status exists = layers->Check(p.layer); !exists.ok()) {
+        return bad(f + "layer", exists.message());
+      }
     }
     if (p.positions < 0) return bad(f + "positions", "must be >= 0");
     if (spec != nullptr && spec->context_length > 0 && p.positions > 2 * spec->context_length) {

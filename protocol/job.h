@@ -139,12 +139,25 @@ inline constexpr size_t kMaxProbeEntries = 1 << 20;     // ranks + topk_last, al
 inline constexpr int64_t kMaxResultTokens = int64_t{1} << 32;
 inline constexpr double kMaxResultMs = 1e10;  // about 115 days
 
+/// The layers of a job's model that a probe may name: a probe summarizes one indexer, and only
+/// layers with compress ratio 4 have one. Known to whoever can read the model's config.json.
+struct ModelProbeLayers {
+  int n_layers = 0;                 // layers of the model (0..n_layers-1 exist)
+  std::vector<int> indexer_layers;  // ascending: the layers with an indexer
+  /// InvalidArgument naming the layer when `layer` does not exist in the model or has no
+  /// indexer ("layer 7 does not exist in the model (4 layers)").
+  Status Check(int layer) const;
+};
+
 /// A result's plausibility (docs/protocol.md, "Size limits"): text and id sizes, non-negative
 /// counts (needle_token_offset >= -1), finite non-negative timings, an error_code that is a
 /// StatusCode name (or empty), probes with layers in 0..kMaxProbeLayer, ranks >= -1, fractions
 /// in [0, 1], a median within [-1, positions), and bounded lists. When `spec` is given, probes
 /// are allowed only for a job that asked for them, and no probe may look at more positions than
-/// the prompt has. InvalidArgument naming the field.
-Status CheckResultBounds(const JobResult& r, const JobSpec* spec = nullptr);
+/// the prompt has. Each layer is probed at most once; when `layers` is given (the checker knows the
+/// job's model), every probe's layer must exist in the model and have an indexer.
+/// InvalidArgument naming the field.
+Status CheckResultBounds(const JobResult& r, const JobSpec* spec = nullptr,
+                         const ModelProbeLayers* layers = nullptr);
 
 }  // namespace nw

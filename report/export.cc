@@ -1,19 +1,11 @@
 #include "report/export.h"
 
+#include "report/escape.h"
+
 namespace nw::report {
 namespace {
 
 using ojson = nlohmann::ordered_json;
-
-std::string CsvField(const std::string& s) {
-  if (s.find_first_of(",\"\r\n") == std::string::npos) return s;
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"') out += '"';
-    out += c;
-  }
-  return out + "\"";
-}
 
 std::string CsvValue(const ojson& v) {
   if (v.is_null()) return "";

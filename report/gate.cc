@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "report/boundary.h"
+#include "report/escape.h"
 #include "report/render_util.h"
 #include "report/significance.h"
 
@@ -626,37 +627,6 @@ std::string Footer(const GateReport& r) {
   return s;
 }
 
-std::string XmlEscape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      case '\'':
-        out += "&apos;";
-        break;
-      default:
-        // Control characters other than tab/newline are not allowed in XML 1.0.
-        if (static_cast<unsigned char>(c) < 0x20 && c != '\t' && c != '\n' && c != '\r') {
-          out += '?';
-        } else {
-          out += c;
-        }
-    }
-  }
-  return out;
-}
-
 ojson SideJson(const SideCounts& c) {
   return {{"trials", c.trials},
           {"passes", c.passes},
@@ -1007,18 +977,18 @@ ojson RenderGateJson(const GateReport& r) {
 
 std::string RenderGateJUnit(const GateReport& r) {
   auto testcase = [&r](const std::string& suite, const std::string& name, const GateTest& t) {
-    std::string s =
-        "    <testcase classname=\"" + XmlEscape(suite) + "\" name=\"" + XmlEscape(name) + "\">";
+    std::string s = "    <testcase classname=\"" + EscapeMarkup(suite, Markup::kXml) +
+                    "\" name=\"" + EscapeMarkup(name, Markup::kXml) + "\">";
     const std::string msg = std::string(GateVerdictName(t.verdict)) + ": " + t.reason;
     if (t.verdict == GateVerdict::kRegression ||
         (t.verdict == GateVerdict::kInsufficient && r.options.strict)) {
-      s += "<failure message=\"" + XmlEscape(msg) + "\" type=\"" +
+      s += "<failure message=\"" + EscapeMarkup(msg, Markup::kXml) + "\" type=\"" +
            std::string(GateVerdictName(t.verdict)) + "\">baseline " + SideText(t.baseline) +
            ", candidate " + SideText(t.candidate) + "</failure>";
     } else if (t.verdict == GateVerdict::kInsufficient) {
-      s += "<skipped message=\"" + XmlEscape(msg) + "\"/>";
+      s += "<skipped message=\"" + EscapeMarkup(msg, Markup::kXml) + "\"/>";
     } else if (!t.reason.empty()) {
-      s += "<system-out>" + XmlEscape(msg) + "</system-out>";
+      s += "<system-out>" + EscapeMarkup(msg, Markup::kXml) + "</system-out>";
     }
     return s + "</testcase>\n";
   };
@@ -1049,13 +1019,14 @@ std::string RenderGateJUnit(const GateReport& r) {
     total += n;
     failures += f;
     skips += k;
-    suites += "  <testsuite name=\"" + XmlEscape(suite) + "\" tests=\"" + std::to_string(n) +
-              "\" failures=\"" + std::to_string(f) + "\" errors=\"0\" skipped=\"" +
-              std::to_string(k) + "\">\n" + cases + "  </testsuite>\n";
+    suites += "  <testsuite name=\"" + EscapeMarkup(suite, Markup::kXml) + "\" tests=\"" +
+              std::to_string(n) + "\" failures=\"" + std::to_string(f) +
+              "\" errors=\"0\" skipped=\"" + std::to_string(k) + "\">\n" + cases +
+              "  </testsuite>\n";
   }
   return "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites name=\"" +
-         XmlEscape("nw gate " + r.baseline_name + " -> " + r.candidate_name) + "\" tests=\"" +
-         std::to_string(total) + "\" failures=\"" + std::to_string(failures) +
+         EscapeMarkup("nw gate " + r.baseline_name + " -> " + r.candidate_name, Markup::kXml) +
+         "\" tests=\"" + std::to_string(total) + "\" failures=\"" + std::to_string(failures) +
          "\" errors=\"0\" skipped=\"" + std::to_string(skips) + "\">\n" + suites +
          "</testsuites>\n";
 }

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "report/escape.h"
 #include "report/render_util.h"
 #include "report/stats.h"
 
@@ -295,32 +296,7 @@ std::string UndecidedCell(const ConfigBoundary& b) {
 
 }  // namespace
 
-std::string HtmlEscape(const std::string& s) {
-  std::string out;
-  out.reserve(s.size());
-  for (char ch : s) {
-    switch (ch) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      case '\'':
-        out += "&#39;";
-        break;
-      default:
-        out += ch;
-    }
-  }
-  return out;
-}
+std::string HtmlEscape(const std::string& s) { return EscapeMarkup(s, Markup::kHtml); }
 
 std::string PassRateColor(double rate) {
   rate = std::clamp(std::isnan(rate) ? 0.0 : rate, 0.0, 1.0);

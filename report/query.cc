@@ -6,13 +6,14 @@
 #include <array>
 #include <cctype>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <map>
 #include <memory>
+#include <sstream>
 #include <string_view>
 
-#include "report/stats.h"
+#include "report/query_writer.h"
 
 namespace nw::report {
 namespace {
@@ -141,96 +142,35 @@ bool OnlyWhitespace(const char* s) {
   return true;
 }
 
-std::string Hex(const std::string& bytes) {
-  static constexpr char kDigits[] = "0123456789abcdef";
-  std::string out;
-  out.reserve(bytes.size() * 2);
-  for (char c : bytes) {
-    const auto u = static_cast<unsigned char>(c);
-    out += kDigits[u >> 4];
-    out += kDigits[u & 15];
+// Collects every row (RunReadOnlyQuery).
+class CollectingSink final : public QueryRowSink {
+ public:
+  explicit CollectingSink(QueryResult& out) : out_(out) {}
+  Status Columns(const std::vector<std::string>& columns) override {
+    out_.columns = columns;
+    return Status::Ok();
   }
-  return out;
-}
+  Status Row(const std::vector<SqlValue>& row) override {
+    out_.rows.push_back(row);
+    return Status::Ok();
+  }
 
-std::string RealText(double v) {
-  char buf[40];
-  std::snprintf(buf, sizeof(buf), "%.17g", v);
-  // Prefer the shortest form that reads back the same.
-  for (int precision = 1; precision <= 17; ++precision) {
-    char shorter[40];
-    std::snprintf(shorter, sizeof(shorter), "%.*g", precision, v);
-    if (std::strtod(shorter, nullptr) == v) return shorter;
-  }
-  return buf;
-}
-
-std::string PlainText(const SqlValue& v) {
-  switch (v.type) {
-    case SqlValue::Type::kNull:
-      return "";
-    case SqlValue::Type::kInteger:
-      return std::to_string(v.integer);
-    case SqlValue::Type::kReal:
-      return RealText(v.real);
-    case SqlValue::Type::kText:
-      return v.text;
-    case SqlValue::Type::kBlob:
-      return Hex(v.text);
-  }
-  return "";
-}
-
-// For the table: NULL visible, control characters escaped, long text cut on a UTF-8 boundary.
-std::string DisplayText(const SqlValue& v) {
-  if (v.type == SqlValue::Type::kNull) return "NULL";
-  if (v.type == SqlValue::Type::kBlob) return "x'" + Hex(v.text) + "'";
-  std::string s;
-  for (char c : PlainText(v)) {
-    if (c == '\n') {
-      s += "\\n";
-    } else if (c == '\t') {
-      s += "\\t";
-    } else if (c == '\r') {
-      s += "\\r";
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      s += "?";
-    } else {
-      s += c;
-    }
-  }
-  constexpr size_t kMax = 80;
-  if (s.size() > kMax) {
-    size_t cut = kMax - 3;
-    while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80) --cut;
-    s = s.substr(0, cut) + "...";
-  }
-  return s;
-}
-
-// Display width: UTF-8 continuation bytes take no column.
-size_t Width(const std::string& s) {
-  size_t w = 0;
-  for (char c : s) {
-    if ((static_cast<unsigned char>(c) & 0xC0) != 0x80) ++w;
-  }
-  return w;
-}
-
-std::string CsvField(const std::string& s) {
-  if (s.find_first_of(",\"\r\n") == std::string::npos) return s;
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"') out += '"';
-    out += c;
-  }
-  return out + "\"";
-}
+ private:
+  QueryResult& out_;
+};
 
 }  // namespace
 
 Result<QueryResult> RunReadOnlyQuery(const std::filesystem::path& db_file, const std::string& sql,
                                      const QueryOptions& options) {
+  QueryResult out;
+  CollectingSink sink(out);
+  NW_RETURN_IF_ERROR(StreamReadOnlyQuery(db_file, sql, options, sink).status());
+  return out;
+}
+
+Result<int64_t> StreamReadOnlyQuery(const std::filesystem::path& db_file, const std::string& sql,
+                                    const QueryOptions& options, QueryRowSink& sink) {
   const std::string file = db_file.string();
   std::error_code ec;
   if (!std::filesystem::exists(db_file, ec)) {
@@ -306,12 +246,15 @@ Result<QueryResult> RunReadOnlyQuery(const std::filesystem::path& db_file, const
         "only read)");
   }
 
-  QueryResult out;
   const int cols = sqlite3_column_count(stmt.get());
+  std::vector<std::string> columns;
   for (int i = 0; i < cols; ++i) {
     const char* name = sqlite3_column_name(stmt.get(), i);
-    out.columns.push_back(name ? name : "");
+    columns.push_back(name ? name : "");
   }
+  NW_RETURN_IF_ERROR(sink.Columns(columns));
+  int64_t rows = 0;
+  std::vector<SqlValue> row(static_cast<size_t>(cols));
   while (true) {
     rc = sqlite3_step(stmt.get());
     if (rc == SQLITE_DONE) break;
@@ -323,13 +266,13 @@ Result<QueryResult> RunReadOnlyQuery(const std::filesystem::path& db_file, const
       if (!guard.refused.empty()) return Status::InvalidArgument("refused: " + guard.refused);
       return Status::InvalidArgument("SQL error: " + std::string(sqlite3_errmsg(db.get())));
     }
-    if (options.max_rows > 0 && static_cast<int64_t>(out.rows.size()) >= options.max_rows) {
+    if (options.max_rows > 0 && rows >= options.max_rows) {
       return Status::ResourceExhausted("more than " + std::to_string(options.max_rows) +
                                        " rows (add a LIMIT)");
     }
-    std::vector<SqlValue> row(static_cast<size_t>(cols));
     for (int i = 0; i < cols; ++i) {
       SqlValue& v = row[static_cast<size_t>(i)];
+      v = SqlValue{};
       switch (sqlite3_column_type(stmt.get(), i)) {
         case SQLITE_INTEGER:
           v.type = SqlValue::Type::kInteger;
@@ -357,106 +300,36 @@ Result<QueryResult> RunReadOnlyQuery(const std::filesystem::path& db_file, const
           v.type = SqlValue::Type::kNull;
       }
     }
-    out.rows.push_back(std::move(row));
+    NW_RETURN_IF_ERROR(sink.Row(row));
+    ++rows;
   }
-  return out;
+  return rows;
 }
 
 std::string FormatQueryTable(const QueryResult& r) {
-  const size_t n = r.columns.size();
-  std::vector<size_t> width(n);
-  std::vector<bool> numeric(n, true);
-  std::vector<std::vector<std::string>> cells;
-  for (size_t c = 0; c < n; ++c) width[c] = Width(r.columns[c]);
-  for (const auto& row : r.rows) {
-    std::vector<std::string> line;
-    for (size_t c = 0; c < n; ++c) {
-      const SqlValue& v = row[c];
-      if (v.type == SqlValue::Type::kText || v.type == SqlValue::Type::kBlob) numeric[c] = false;
-      line.push_back(DisplayText(v));
-      width[c] = std::max(width[c], Width(line.back()));
-    }
-    cells.push_back(std::move(line));
-  }
-  auto pad = [](const std::string& s, size_t w, bool right) {
-    const std::string fill(w - std::min(w, Width(s)), ' ');
-    return right ? fill + s : s + fill;
-  };
-  std::string out;
-  for (size_t c = 0; c < n; ++c) {
-    if (c > 0) out += "  ";
-    out += pad(r.columns[c], width[c], numeric[c]);
-  }
-  while (!out.empty() && out.back() == ' ') out.pop_back();
-  out += "\n";
-  for (size_t c = 0; c < n; ++c) {
-    if (c > 0) out += "  ";
-    out += std::string(width[c], '-');
-  }
-  out += "\n";
-  for (const auto& line : cells) {
-    std::string l;
-    for (size_t c = 0; c < n; ++c) {
-      if (c > 0) l += "  ";
-      l += pad(line[c], width[c], numeric[c]);
-    }
-    while (!l.empty() && l.back() == ' ') l.pop_back();
-    out += l + "\n";
-  }
-  out += "(" + FormatThousands(static_cast<int64_t>(r.rows.size())) +
-         (r.rows.size() == 1 ? " row)\n" : " rows)\n");
-  return out;
+  std::ostringstream out;
+  auto w = QueryWriter::Create(QueryFormat::kTable, out, SIZE_MAX);
+  // Writers to a string stream never fail.
+  (void)w->Columns(r.columns);
+  for (const auto& row : r.rows) (void)w->Row(row);
+  w->Finish();
+  return out.str();
 }
 
 std::string FormatQueryCsv(const QueryResult& r) {
-  std::string out;
-  for (size_t c = 0; c < r.columns.size(); ++c) {
-    if (c > 0) out += ",";
-    out += CsvField(r.columns[c]);
-  }
-  out += "\n";
-  for (const auto& row : r.rows) {
-    for (size_t c = 0; c < row.size(); ++c) {
-      if (c > 0) out += ",";
-      out += CsvField(PlainText(row[c]));
-    }
-    out += "\n";
-  }
-  return out;
+  std::ostringstream out;
+  auto w = QueryWriter::Create(QueryFormat::kCsv, out);
+  // Writers to a string stream never fail.
+  (void)w->Columns(r.columns);
+  for (const auto& row : r.rows) (void)w->Row(row);
+  w->Finish();
+  return out.str();
 }
 
 nlohmann::ordered_json FormatQueryJson(const QueryResult& r) {
-  std::vector<std::string> keys;
-  std::map<std::string, int> seen;
-  for (const std::string& c : r.columns) {
-    const int k = ++seen[c];
-    keys.push_back(k == 1 ? c : c + ":" + std::to_string(k));
-  }
+  const std::vector<std::string> keys = QueryJsonKeys(r.columns);
   nlohmann::ordered_json out = nlohmann::ordered_json::array();
-  for (const auto& row : r.rows) {
-    nlohmann::ordered_json obj = nlohmann::ordered_json::object();
-    for (size_t c = 0; c < row.size(); ++c) {
-      const SqlValue& v = row[c];
-      switch (v.type) {
-        case SqlValue::Type::kNull:
-          obj[keys[c]] = nullptr;
-          break;
-        case SqlValue::Type::kInteger:
-          obj[keys[c]] = v.integer;
-          break;
-        case SqlValue::Type::kReal:
-          obj[keys[c]] = v.real;
-          break;
-        case SqlValue::Type::kText:
-          obj[keys[c]] = v.text;
-          break;
-        case SqlValue::Type::kBlob:
-          obj[keys[c]] = {{"hex", Hex(v.text)}};
-          break;
-      }
-    }
-    out.push_back(std::move(obj));
-  }
+  for (const auto& row : r.rows) out.push_back(QueryRowJson(keys, row));
   return out;
 }
 

@@ -43,16 +43,33 @@ struct QueryOptions {
   int64_t max_rows = 0;    // > 0: fail with ResourceExhausted past this many rows
 };
 
-/// Runs `sql` (one statement) read-only against the database file. Errors: NotFound (no such
-/// file), InvalidArgument (empty SQL, more than one statement, SQL errors, anything the
-/// read-only rules refuse; the message says what was refused), DeadlineExceeded,
-/// ResourceExhausted, and the SQLite errors of opening the file.
+/// Receives a statement's result while it is stepped: the column names once, then each row
+/// (only the current row is held). A non-OK status from either stops the statement and is
+/// what the query returns.
+class QueryRowSink {
+ public:
+  virtual ~QueryRowSink() = default;
+  virtual Status Columns(const std::vector<std::string>& columns) = 0;
+  virtual Status Row(const std::vector<SqlValue>& row) = 0;
+};
+
+/// Runs `sql` (one statement) read-only against the database file and hands the rows to `sink`
+/// one at a time, so memory stays bounded by one row whatever the result's size; returns the
+/// number of rows. Errors: NotFound (no such file), InvalidArgument (empty SQL, more than one
+/// statement, SQL errors, anything the read-only rules refuse; the message says what was
+/// refused), DeadlineExceeded (past timeout_ms; the rows before it were handed on),
+/// ResourceExhausted (a row past max_rows; the first max_rows were handed on), the sink's
+/// errors, and the SQLite errors of opening the file.
+Result<int64_t> StreamReadOnlyQuery(const std::filesystem::path& db_file, const std::string& sql,
+                                    const QueryOptions& options, QueryRowSink& sink);
+
+/// StreamReadOnlyQuery collecting every row in memory (for small results: reports, tests).
 Result<QueryResult> RunReadOnlyQuery(const std::filesystem::path& db_file, const std::string& sql,
                                      const QueryOptions& options = {});
 
 /// An aligned text table with a header and a row count; numbers right-aligned, NULL as "NULL",
 /// text cut to 80 characters with control characters shown as escapes (use CSV or JSON for
-/// exact values).
+/// exact values). Widths from every row (report/query_writer.h streams with a window).
 std::string FormatQueryTable(const QueryResult& r);
 /// RFC 4180 CSV with a header row (CRLF is not used: rows end in "\n"); NULL is an empty field,
 /// a blob is written as hex.

@@ -3,19 +3,13 @@
 #include <algorithm>
 #include <chrono>
 
+#include "common/stopwatch.h"
 #include "engine/backend_catalog.h"
 #include "engine/text/niah.h"
 #include "engine/text/tokenizer.h"
 #include "worker/scoring.h"
 
 namespace nw {
-namespace {
-
-double MsSince(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-}
-
-}  // namespace
 
 EngineExecutor::EngineExecutor(EngineExecutorOptions options) : options_(std::move(options)) {
   if (options_.backends.empty()) options_.backends = AvailableBackends();
@@ -103,6 +97,12 @@ Result<JobResult> EngineExecutor::Run(const JobSpec& spec, const std::string& ke
         "model files in " + spec.model_dir + " changed since the campaign was expanded (digest " +
         engine->model_digest().substr(0, 12) + ", job expects " + spec.model_digest.substr(0, 12) +
         "); run the campaign again to expand new jobs");
+  }
+  if (spec.probe && engine->config().num_indexer_layers() == 0) {
+    // Probes read the indexers; `nw validate` refuses this, a submitted job may still ask.
+    return Status::InvalidArgument("job.probe: the model in " + spec.model_dir +
+                                   " has no layer with an indexer to probe (compress_ratios "
+                                   "has no 4)");
   }
   NiahSpec ns;
   NW_ASSIGN_OR_RETURN(ns.task, ParseNiahTask(spec.task));

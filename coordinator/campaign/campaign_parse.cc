@@ -12,6 +12,7 @@
 #include <sstream>
 #include <system_error>
 
+#include "common/file_io.h"
 #include "common/sha256.h"
 #include "coordinator/campaign/campaign.h"
 #include "coordinator/campaign/job_check.h"
@@ -1651,15 +1652,11 @@ Result<Campaign> ParseCampaignFile(const std::filesystem::path& path, const Pars
                                    " bytes, more than the limit of " +
                                    std::to_string(options.max_bytes));
   }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::IoError(path.string() + ": cannot open for reading");
-  std::ostringstream buf;
-  buf << in.rdbuf();
-  if (in.bad()) return Status::IoError(path.string() + ": read failed");
+  NW_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
   ParseOptions opts = options;
   opts.base_dir = fs::absolute(path, ec).parent_path();
   if (ec) return Status::IoError(path.string() + ": " + ec.message());
-  return ParseCampaignText(buf.str(), path.string(), opts);
+  return ParseCampaignText(text, path.string(), opts);
 }
 
 }  // namespace nw

@@ -127,6 +127,17 @@ Result<ResolvedCampaign> ResolveCampaign(const Campaign& campaign, const Resolve
                       std::to_string(mpe) + ", " + files->config.string() + ")"));
     }
   }
+  // Probes read the indexers: a model without one (no compress ratio 4) has no layer to probe.
+  if (r.model_config.num_indexer_layers() == 0) {
+    for (const Cell& cell : campaign.cells) {
+      if (!cell.probe || campaign.value(cell, Axis::kBackend).name() == "http") continue;
+      return Status::InvalidArgument(
+          Located(campaign, model_where,
+                  "probe: the model has no layer with an indexer to probe (compress_ratios has "
+                  "no 4; " +
+                      files->config.string() + "); set probe: false"));
+    }
+  }
   return ResolveHttp(campaign, std::move(r));
 }
 

@@ -1,7 +1,7 @@
 // ModelConfig: the DeepSeek-V4 architecture hyperparameters, parsed from config.json.
 //
 // Accepts the Hugging Face DeepseekV4 key names (hidden_size, num_hidden_layers, ...) and the
-// reference ModelArgs names (dim, n_layers, ...); see ../shared/reference/deepseek-v4-checkpoint.md
+// reference ModelArgs names (dim, n_layers, ...); see docs/checkpoint-format.md
 // §1. Missing or inconsistent fields are errors naming the file and key; there are no silent
 // defaults except the few the spec documents as defaults (n_mtp_layers 1, hc_eps/norm_eps 1e-6).
 // Thread-safety: values.

@@ -15,14 +15,6 @@
 #include <vector>
 
 namespace nw {
-namespace {
-
-struct FileCloser {
-  void operator()(std::FILE* f) const { std::fclose(f); }
-};
-using FilePtr = std::unique_ptr<std::FILE, FileCloser>;
-
-}  // namespace
 
 namespace {
 
@@ -102,21 +94,6 @@ std::string JsonSnippet(const nlohmann::json& v) {
       });
   if (flat) return v.dump();
   return v.is_array() ? "[...]" : "{...}";
-}
-
-Result<std::string> ReadFileToString(const std::filesystem::path& path) {
-  FilePtr f(std::fopen(path.c_str(), "rb"));
-  if (!f) {
-    int err = errno;
-    if (err == ENOENT) return Status::NotFound(path.string() + ": no such file");
-    return Status::IoError(path.string() + ": cannot open: " + std::strerror(err));
-  }
-  std::string out;
-  std::vector<char> buf(1 << 16);
-  size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), f.get())) > 0) out.append(buf.data(), n);
-  if (std::ferror(f.get())) return Status::IoError(path.string() + ": read error");
-  return out;
 }
 
 Status WriteFileAtomically(const std::filesystem::path& path, std::string_view contents) {

@@ -10,6 +10,7 @@
 #include <string>
 #include <string_view>
 
+#include "common/file_io.h"  // ReadFileToString, used with these helpers
 #include "common/status.h"
 
 namespace nw {
@@ -22,9 +23,6 @@ Result<nlohmann::json> ParseJsonStrict(std::string_view text, const std::string&
 /// 64 characters) and flat lists/objects of at most 8 scalars; anything else as "[...]"/"{...}".
 /// Safe on hostile, deeply nested input.
 std::string JsonSnippet(const nlohmann::json& v);
-
-/// Reads a whole file (NotFound if absent, IoError on read failure).
-Result<std::string> ReadFileToString(const std::filesystem::path& path);
 
 /// Writes `contents` to `path` through a temporary file in the same folder and a rename, so a
 /// reader never sees a half-written file.

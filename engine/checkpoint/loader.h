@@ -1,4 +1,5 @@
-// Weight loading: a safetensors archive -> ModelWeights in fp32 (checkpoint.md §2, §3, §6).
+// Weight loading: a safetensors archive -> ModelWeights in fp32 (docs/checkpoint-format.md §2, §3,
+// §6).
 //
 // Every tensor of CheckpointTensorSpecs(cfg) must be present with its exact shape; anything else
 // in the archive is an error, except `.scale` companions of quantized linears and the MTP aliases

@@ -7,6 +7,7 @@
 #include <string>
 #include <utility>
 
+#include "common/splitmix64.h"
 #include "engine/checkpoint/json_util.h"
 #include "engine/checkpoint/tensor.h"
 #include "engine/checkpoint/tensor_specs.h"
@@ -15,13 +16,7 @@
 namespace nw {
 namespace {
 
-constexpr uint64_t kGamma = 0x9E3779B97F4A7C15ull;
-
-uint64_t Mix64(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
+constexpr uint64_t kGamma = kSplitMix64Gamma;
 
 uint64_t Fnv1a64(const std::string& s) {
   uint64_t h = 0xCBF29CE484222325ull;

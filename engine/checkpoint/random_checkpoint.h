@@ -3,7 +3,8 @@
 // WriteRandomCheckpoint writes DIR/config.json (ModelConfig::ToHfJson, plus quantization_config
 // and expert_dtype "fp4" for the FP8+FP4 layout) and the weights (model.safetensors, or
 // model-0000K-of-0000N.safetensors + index when max_shard_bytes > 0 and the model is larger) with
-// every tensor of checkpoint.md §2, MTP blocks included. It does not write tokenizer.json.
+// every tensor of docs/checkpoint-format.md §2, MTP blocks included. It does not write
+// tokenizer.json.
 //
 // Values are a pure function of (config, seed, tensor name): each tensor draws from a
 // counter-based SplitMix64 stream keyed by the seed and an FNV-1a hash of its name, with

@@ -68,11 +68,6 @@ const DtypeInfo& Info(StDtype d) {
   return kDtypes[4];  // unreachable: every enumerator is in the table
 }
 
-struct FileCloser {
-  void operator()(std::FILE* f) const { std::fclose(f); }
-};
-using FilePtr = std::unique_ptr<std::FILE, FileCloser>;
-
 std::string Quoted(const std::string& s) { return "'" + s + "'"; }
 
 // A JSON value as a non-negative 64-bit integer.

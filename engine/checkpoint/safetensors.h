@@ -1,12 +1,12 @@
 // safetensors: a validating, memory-mapped reader (one file or a sharded index) and a writer.
 //
-// Format (checkpoint.md §4): u64 LE header length N, N bytes of UTF-8 JSON, then the byte buffer.
-// The reader treats every file as hostile: N is capped at 100,000,000 and must fit the file; the
-// header must be a JSON object without duplicate keys; __metadata__ maps strings to strings;
-// every tensor has a known dtype, a shape of non-negative integers and data_offsets [begin, end]
-// within the buffer whose length equals numel * bits / 8 (whole bytes, overflow-checked); the
-// tensors tile the buffer from 0 with no gap or overlap and end exactly at the end of the file.
-// Every error names the file and, where there is one, the tensor.
+// Format (docs/checkpoint-format.md §4): u64 LE header length N, N bytes of UTF-8 JSON, then the
+// byte buffer. The reader treats every file as hostile: N is capped at 100,000,000 and must fit the
+// file; the header must be a JSON object without duplicate keys; __metadata__ maps strings to
+// strings; every tensor has a known dtype, a shape of non-negative integers and data_offsets
+// [begin, end] within the buffer whose length equals numel * bits / 8 (whole bytes,
+// overflow-checked); the tensors tile the buffer from 0 with no gap or overlap and end exactly at
+// the end of the file. Every error names the file and, where there is one, the tensor.
 //
 // The writer sorts tensors by descending dtype alignment then name, pads the header with spaces to
 // a multiple of 8 and can split a model into model-0000K-of-0000N.safetensors shards plus

@@ -1,6 +1,6 @@
 // The tensor plan of a DeepSeek-V4 checkpoint: every logical tensor's on-disk name, shape and
-// role (checkpoint.md §2), derived from a ModelConfig. The loader checks an archive against it and
-// the random-checkpoint writer produces it, so the two cannot drift apart.
+// role (docs/checkpoint-format.md §2), derived from a ModelConfig. The loader checks an archive
+// against it and the random-checkpoint writer produces it, so the two cannot drift apart.
 // `.scale` companions of quantized linears are not listed: they follow from the weight's dtype.
 // Thread-safety: pure functions.
 #pragma once
@@ -49,7 +49,7 @@ std::vector<TensorSpec> CheckpointTensorSpecs(const ModelConfig& cfg);
 bool IsLinearKind(TensorKind k);
 /// "x.weight" -> "x.scale" (the companion of a quantized linear).
 std::string ScaleName(const std::string& weight_name);
-/// Aliases the loader ignores (checkpoint.md §2.6): mtp.{j}.emb.tok_emb.weight,
+/// Aliases the loader ignores (docs/checkpoint-format.md §2.6): mtp.{j}.emb.tok_emb.weight,
 /// mtp.{j}.embed.weight and mtp.{j}.head.weight for j < n_mtp_layers.
 bool IsIgnoredAlias(const std::string& name, const ModelConfig& cfg);
 

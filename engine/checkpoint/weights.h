@@ -1,6 +1,6 @@
 // ModelWeights: every tensor of a DeepSeek-V4 checkpoint, dequantized to fp32, grouped the way the
-// forward pass uses them. Names in comments are the on-disk names (checkpoint.md §2) with
-// P = layers.{i}. MTP blocks are checked at load and dropped. Thread-safety: values.
+// forward pass uses them. Names in comments are the on-disk names (docs/checkpoint-format.md §2)
+// with P = layers.{i}. MTP blocks are checked at load and dropped. Thread-safety: values.
 #pragma once
 
 #include <cstdint>

@@ -17,6 +17,7 @@ SequenceOptions SequenceOptionsFor(const BackendInfo& info, const SequenceSpec& 
   so.fault = spec.fault;
   so.trace = spec.trace;
   so.max_tokens = spec.max_tokens;
+  so.memory_limit_bytes = spec.memory_limit_bytes;
   return so;
 }
 

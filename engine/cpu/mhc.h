@@ -1,5 +1,5 @@
 // mHC (manifold-constrained hyper-connections) for one token, CPU reference.
-// Spec: ../shared/reference/deepseek-v4-attention.md §2.7 and checkpoint.md §2.2; DeepSeek's
+// Spec: docs/v4-attention.md §2.7 and docs/checkpoint-format.md §2.2; DeepSeek's
 // reference Block.hc_pre / hc_post / ParallelHead.hc_head and kernel.hc_split_sinkhorn.
 // The residual state of a token is X = n streams of D values (n = hc_mult), row-major [n, D].
 //

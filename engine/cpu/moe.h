@@ -3,8 +3,8 @@
 // top-k renormalisation (non-softmax), route_scale, SwiGLU experts with swiglu_limit on routed
 // experts (gate <= lim, |up| <= lim), plus the shared expert, clamped the same way unless
 // cfg.swiglu_clamp_shared_expert is false (DeepSeek's first release; docs/engine-reference.md).
-// Spec: deepseek-v4-attention.md §2.8, checkpoint.md §2.5; DeepSeek's reference Gate / Expert /
-// MoE. Thread-safety: pure functions.
+// Spec: docs/v4-attention.md §2.8, docs/checkpoint-format.md §2.5; DeepSeek's reference Gate /
+// Expert / MoE. Thread-safety: pure functions.
 //
 // Exact semantics (all fp32, as the reference):
 //   s = score_func(W_g x)                   sqrt(softplus) | softmax over E | sigmoid

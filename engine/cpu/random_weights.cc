@@ -5,26 +5,23 @@
 #include <utility>
 #include <vector>
 
+#include "common/splitmix64.h"
+
 namespace nw::cpu {
 
 namespace {
 
 class Rng {
  public:
-  explicit Rng(uint64_t seed) : state_(seed) {}
-  uint64_t Next() {
-    uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  }
+  explicit Rng(uint64_t seed) : stream_(seed) {}
+  uint64_t Next() { return stream_.Next(); }
   /// Uniform in [-1, 1) with 24 random bits.
   float Symmetric() {
     return static_cast<float>(static_cast<double>(Next() >> 40) * 0x1p-23 - 1.0);
   }
 
  private:
-  uint64_t state_;
+  SplitMix64 stream_;
 };
 
 Tensor Uniform(Rng& rng, std::vector<int64_t> shape, float center, float half_width) {

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "engine/cpu/kv_cache.h"
+#include "engine/cpu/memory_check.h"
 #include "engine/cpu/mhc.h"
 #include "engine/cpu/moe.h"
 #include "engine/cpu/numerics.h"
@@ -865,6 +866,10 @@ Result<Sequence> Sequence::Create(const ModelConfig& cfg, const ModelWeights& we
           "and query_begin >= 0");
     }
   }
+  // Before anything is allocated: a request that cannot fit is refused with the numbers.
+  NW_RETURN_IF_ERROR(CheckCpuSequenceFits(
+      cfg, options.max_tokens, options.prefill_chunk, options.index_topk,
+      options.probe ? &*options.probe : nullptr, HostMemoryLimitBytes(options.memory_limit_bytes)));
   auto impl = std::make_unique<Impl>(cfg, weights, options);
   impl->Init();
   return Sequence(std::move(impl));

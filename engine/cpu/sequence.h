@@ -3,7 +3,7 @@
 // A Sequence owns the request's KV caches (kv_cache.h) and runs tokens through the DeepSeek-V4
 // model in chunks. Every chunk, of any length, goes through the same code: the prompt in one pass
 // (the "ragged" prefill of the "cpu" backend), in fixed-size chunks (the "cpu-paged" backend), or
-// one token at a time (decode). Spec: ../shared/reference/deepseek-v4-attention.md §2.
+// one token at a time (decode). Spec: docs/v4-attention.md §2.
 //
 // Per chunk of tokens at positions [s, e):
 //   embedding, copied to hc_mult residual streams;
@@ -59,6 +59,9 @@ struct SequenceOptions {
                                   // the PD transfer's (pd_generate.cc)
   ForwardTrace* trace = nullptr;  // per-layer trace sink (types.h), not owned; null: none
   int64_t max_tokens = 0;  // positions the sequence may reach (RoPE tables, buffer reservations)
+  // Host memory the sequence may use (memory_check.h); 0 = the machine's physical memory and the
+  // process's limits. Create refuses (out_of_range) a sequence that would not fit.
+  int64_t memory_limit_bytes = 0;
   // Simulated tensor parallelism (engine/parallel/partition.h): R rank-local computations in one
   // process. Each rank attends with its n_heads/R query heads (and sinks), applies its
   // o_groups/R wo_a groups and its column slice of wo_b; each rank scores its index_n_heads/R

@@ -1,7 +1,7 @@
 // Tensor-parallel partition plan for DeepSeek-V4 over R ranks (docs/multi-gpu.md).
 //
-// Rank r of R owns contiguous, equal slices (DeepSeek's convert.py split rules, checkpoint.md
-// §2.7):
+// Rank r of R owns contiguous, equal slices (DeepSeek's convert.py split rules,
+// docs/checkpoint-format.md §2.7):
 //   query heads    [r H/R, (r+1) H/R)        wq_b rows (dim 0), attn_sink entries
 //   wo_a groups    [r g/R, (r+1) g/R)        wo_a rows (dim 0); a group's input is its heads
 //   wo_b columns   [r g R_o/R, ...)          wo_b dim 1 (row-parallel): partial outputs summed

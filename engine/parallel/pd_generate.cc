@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/stopwatch.h"
 #include "engine/backend_catalog.h"
 #include "engine/cpu/cpu_backend.h"
 #include "engine/generate.h"
@@ -15,10 +16,6 @@
 namespace nw::parallel {
 
 namespace {
-
-double MsSince(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-}
 
 template <typename T>
 void Append(std::vector<T>* to, const std::vector<T>& from) {

@@ -7,22 +7,12 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "common/splitmix64.h"
+
 namespace nw::text {
 
-/// SplitMix64 (Vigna): a 64-bit mixer used to seed and to derive sub-stream seeds.
-class SplitMix64 {
- public:
-  explicit SplitMix64(uint64_t seed) : state_(seed) {}
-  uint64_t Next() {
-    uint64_t z = (state_ += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-  }
-
- private:
-  uint64_t state_;
-};
+// SplitMix64 (common/splitmix64.h) seeds the streams and derives sub-stream seeds.
+using nw::SplitMix64;
 
 /// A seed for sub-stream `stream` of `seed` (independent streams for keys, haystack, placement).
 inline uint64_t DeriveSeed(uint64_t seed, uint64_t stream) {

@@ -12,6 +12,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include "common/file_io.h"
 #include "engine/text/byte_level.h"
 #include "engine/text/regex.h"
 
@@ -501,14 +502,16 @@ Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
 Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 
 Result<Tokenizer> Tokenizer::Load(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::NotFound(path.string() + ": cannot open tokenizer file");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) return Status::IoError(path.string() + ": read failed");
+  Result<std::string> text = ReadFileToString(path);
+  if (!text.ok()) {
+    if (text.status().code() == StatusCode::kNotFound) {
+      return Status::NotFound(path.string() + ": cannot open tokenizer file");
+    }
+    return text.status();
+  }
   json j;
   try {
-    j = json::parse(ss.str());
+    j = json::parse(*text);
   } catch (const json::exception& e) {
     return Status::InvalidArgument(path.string() + ": invalid JSON: " + e.what());
   }

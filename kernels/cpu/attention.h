@@ -1,6 +1,6 @@
 // DeepSeek-V4 sparse attention pieces for one query token, CPU reference: the attention over a
 // gathered entry list with a per-head sink, the grouped low-rank output projection, and the
-// lightning-indexer logits. Spec: ../shared/reference/deepseek-v4-attention.md §2.2, §2.4, §2.5.
+// lightning-indexer logits. Spec: docs/v4-attention.md §2.2, §2.4, §2.5.
 // Thread-safety: pure functions.
 #pragma once
 

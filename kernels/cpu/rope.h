@@ -1,7 +1,7 @@
 // Rotary position embedding (RoPE) with optional YaRN frequency interpolation, CPU reference.
 //
 // Follows DeepSeek-V4's reference precompute_freqs_cis / apply_rotary_emb exactly
-// (spec: ../shared/reference/deepseek-v4-attention.md §2.6):
+// (spec: docs/v4-attention.md §2.6):
 //   - pair j of the rope dims has inverse frequency f_j = 1 / base^(2j / rope_dim), computed in
 //     fp32 in that order;
 //   - YaRN (original_seq_len > 0): with low = max(floor(cd(beta_fast)), 0) and

@@ -4,7 +4,7 @@
 // inline host/device functions and are re-exported here; their exact semantics are documented
 // there. This header adds the block formats on top of them, implemented in quant.cc (host only).
 //
-// Block formats (spec: ../shared/reference/deepseek-v4-attention.md §5, checkpoint.md §3):
+// Block formats (spec: docs/v4-attention.md §5, docs/checkpoint-format.md §3):
 // - FP8 block: one ue8m0 scale s = 2^ceil(log2(amax/448)) per block (amax floored at 448*2^-126),
 //   code = e4m3(clamp(x/s, +-448)), value = decode(code) * s.
 // - MXFP4: blocks of 32, the same rule with qmax 6 and e2m1 codes.

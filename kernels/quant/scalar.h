@@ -6,7 +6,7 @@
 // flush-to-zero (the only float operations are exact, or the one fp32 division the DeepSeek scale
 // rule itself performs).
 //
-// Formats (spec: shared/reference/deepseek-v4-attention.md §5, deepseek-v4-checkpoint.md §3):
+// Formats (spec: docs/v4-attention.md §5, docs/checkpoint-format.md §3):
 // - bf16: round to nearest, ties to even. Any NaN becomes the quiet NaN 0x7FC0 (torch's
 //   c10::BFloat16; CUDA's __float2bfloat16_rn gives 0x7FFF instead, so compare NaNs as NaNs).
 // - e4m3 (torch float8_e4m3fn): bias 7, no inf, max 448, subnormals k*2^-9, NaN = S.1111.111.

@@ -4,9 +4,9 @@ This is the training model of models/tiny-v4 and a second reference for the C++ 
 (engine/cpu/sequence.cc): on the same checkpoint, in fp32, the two give the same logits. Config keys
 are the Hugging Face names that `nw model init` writes (engine/checkpoint/config.cc ToHfJson), and
 the state_dict names, shapes and on-disk dtypes are exactly those of the C++ loader
-(engine/checkpoint/tensor_specs.cc, checkpoint.md §2), MTP blocks included.
+(engine/checkpoint/tensor_specs.cc, docs/checkpoint-format.md §2), MTP blocks included.
 
-Forward pass (spec: ../shared/reference/deepseek-v4-attention.md §2):
+Forward pass (spec: docs/v4-attention.md §2):
   embedding copied to hc_mult streams; per layer hc_pre -> attn_norm -> attention -> hc_post,
   hc_pre -> ffn_norm -> MoE -> hc_post; hc_head -> norm -> head.
 Attention, all queries of a sequence at once (the training form):
@@ -656,7 +656,7 @@ class Transformer(nn.Module):
 # ---- Initialisation, checkpoint I/O -------------------------------------------------------------
 
 def tensor_dtype(name: str) -> str:
-    """On-disk dtype of a tensor (checkpoint.md §2, BF16 layout)."""
+    """On-disk dtype of a tensor (docs/checkpoint-format.md §2, BF16 layout)."""
     if name.endswith("tid2eid"):
         return "I64"
     if name.split(".")[-1] in ("attn_sink", "ape", "bias") or any(
@@ -711,7 +711,7 @@ def init_weights(model: Transformer, seed: int) -> None:
 
 
 def export_state(model: Transformer) -> dict[str, torch.Tensor]:
-    """The checkpoint tensors with their on-disk dtypes (BF16 layout of checkpoint.md §5)."""
+    """The checkpoint tensors with their on-disk dtypes (BF16 layout of docs/checkpoint-format.md §5)."""
     out = {}
     for name, t in model.state_dict().items():
         dt = tensor_dtype(name)

@@ -225,6 +225,30 @@ exclude: [{context_length: 70000}]
   EXPECT_TRUE(ResolveCampaign(ok).ok());
 }
 
+// Issue 19: probes name indexer layers; a model without any (no compress ratio 4) is refused
+// for a campaign that asks for probes, with the reason, and accepted without them.
+TEST_F(ResolveTest, ProbesOnAModelWithoutIndexerLayersAreRefused) {
+  std::string config = testing_campaign::kTinyConfigJson;
+  const std::string ratios = "\"compress_ratios\": [0, 4, 128, 0]";
+  config.replace(config.find(ratios), ratios.size(), "\"compress_ratios\": [0, 128, 128, 0]");
+  WriteFile(model_dir() / "config.json", config);
+  const std::string text = R"(name: noindexer
+model: ../models/tiny
+matrix:
+  context_length: 1024
+  needle_position: 0.5
+  topk: 16
+probe: true
+)";
+  auto r = ResolveCampaign(Parse("p.yaml", text));
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(r.status().message(),
+              HasSubstr("probe: the model has no layer with an indexer to probe (compress_ratios "
+                        "has no 4;"));
+  EXPECT_TRUE(ResolveCampaign(Parse("p.yaml", text.substr(0, text.find("probe:")))).ok());
+}
+
 TEST_F(ResolveTest, JobLimitPrecedence) {
   // 101 positions x 100 lengths = 10100 jobs: over the default limit.
   const std::string body = R"(model: ../models/tiny

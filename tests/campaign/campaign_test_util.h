@@ -1,5 +1,5 @@
 // Helpers for the campaign tests: a throwaway model folder that LocateModel and LoadModelConfig
-// accept (the tiny A config of deepseek-v4-checkpoint.md §5 with HF keys; dummy tokenizer and
+// accept (the tiny A config of docs/checkpoint-format.md §5 with HF keys; dummy tokenizer and
 // weights, which LocateModel only hashes).
 #pragma once
 
@@ -9,6 +9,8 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+
+#include "tests/support/temp_dir.h"
 
 namespace nw::testing_campaign {
 
@@ -57,31 +59,11 @@ inline constexpr const char* kTinyConfigJson = R"({
 })";
 
 inline void WriteFile(const std::filesystem::path& p, const std::string& text) {
-  std::filesystem::create_directories(p.parent_path());
-  std::ofstream out(p, std::ios::binary);
-  out << text;
+  test_support::WriteFileText(p, text);
 }
 
 /// A fresh folder under the test temp dir, removed on destruction.
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl =
-        (std::filesystem::temp_directory_path() / "nw-campaign-test-XXXXXX").string();
-    if (::mkdtemp(tmpl.data()) == nullptr) ADD_FAILURE() << "mkdtemp failed for " << tmpl;
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::filesystem::path& path() const { return path_; }
-
- private:
-  std::filesystem::path path_;
-};
+using TempDir = test_support::TempDir;
 
 /// Writes config.json, tokenizer.json and model.safetensors into `dir`.
 inline void WriteTinyModel(const std::filesystem::path& dir,

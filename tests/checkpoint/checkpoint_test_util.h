@@ -12,41 +12,17 @@
 #include <system_error>
 
 #include "engine/checkpoint/config.h"
+#include "tests/support/temp_dir.h"
 
 namespace nw::testing_util {
 
 /// A fresh folder under the system temp dir, removed with its contents on destruction.
-class TempDir {
- public:
-  explicit TempDir(const std::string& tag) {
-    static std::atomic<int> counter{0};
-    path_ = std::filesystem::temp_directory_path() /
-            ("nw_ckpt_" + tag + "_" + std::to_string(::getpid()) + "_" +
-             std::to_string(counter.fetch_add(1)));
-    std::filesystem::remove_all(path_);
-    std::filesystem::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::filesystem::path& path() const { return path_; }
-  std::filesystem::path operator/(const std::string& name) const { return path_ / name; }
+using TempDir = test_support::TempDir;
 
- private:
-  std::filesystem::path path_;
-};
-
-inline std::string ReadAll(const std::filesystem::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(f), {});
-}
+inline std::string ReadAll(const std::filesystem::path& p) { return test_support::ReadFileText(p); }
 
 inline void WriteAll(const std::filesystem::path& p, const std::string& data) {
-  std::ofstream f(p, std::ios::binary | std::ios::trunc);
-  f.write(data.data(), static_cast<std::streamsize>(data.size()));
+  test_support::WriteFileText(p, data);
 }
 
 inline std::filesystem::path ConfigPath(const std::string& name) {

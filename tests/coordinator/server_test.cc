@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "coordinator/embedded_run.h"
+#include "tests/support/temp_dir.h"
 #include "worker/worker.h"
 
 namespace nw {
@@ -805,6 +806,51 @@ TEST_F(ServerTest, ImplausibleResultFailsTheAttemptAndIsNotWritten) {
   EXPECT_EQ(summary->implausible_results, 2);
   EXPECT_EQ(ResultsByKey().at(job->job_key).generated_tokens, 0);
   EXPECT_EQ(ResultsByKey().at(job->job_key).attempt, third->attempt);
+}
+
+// Issue 19: probes must name layers of the job's model that have an indexer. The coordinator
+// reads the model's config.json (tiny-a: 3 layers, the indexer on layer 1) and refuses the rest.
+TEST_F(ServerTest, ProbesOfLayersTheModelDoesNotHaveAreRefused) {
+  test_support::TempDir dir("probe-layers");
+  const std::filesystem::path model = dir.path();
+  std::filesystem::copy_file(std::filesystem::path(NW_SOURCE_DIR) / "models/configs/tiny-a.json",
+                             model / "config.json");
+  JobSpec spec = Spec(0);
+  spec.model_dir = model.string();
+  spec.model_digest = std::string(64, 'a');
+  spec.probe = true;
+  ASSERT_TRUE(store_->AddJobs(campaign_, {spec}, 2).ok());
+  const std::string ep = "inproc://server-test-probe-layers";
+  SchedulerOptions timing = FastTiming();
+  timing.max_attempts = 4;
+  StartServer(ep, timing);
+  RawWorker w(ctx_, ep);
+  w.Ready("prober");
+  auto probed = [](int layer) { return ProbeSummary{layer, 1, 0, 0, 1, true, 1, {0}, {0}}; };
+  const std::vector<std::pair<std::vector<int>, std::string>> bad = {
+      {{3}, "result.probes[0].layer: layer 3 does not exist in the model (3 layers)"},
+      {{2}, "result.probes[0].layer: layer 2 has no indexer in the model (indexer layers: 1)"},
+      {{1, 1}, "result.probes[1].layer: layer 1 is probed twice"}};
+  for (const auto& [layers, why] : bad) {
+    auto job = w.Await<JobMsg>();
+    ASSERT_TRUE(job);
+    JobResult r = Answer(job->spec, job->job_key, job->attempt);
+    for (int l : layers) r.probes.push_back(probed(l));
+    ASSERT_TRUE(w.Send(ResultMsg{r}));
+    auto ack = w.Await<AckMsg>();
+    ASSERT_TRUE(ack);
+    EXPECT_EQ(ack->status, AckStatus::kFailed);
+    EXPECT_NE(ack->reason.find(why), std::string::npos) << ack->reason;
+  }
+  auto job = w.Await<JobMsg>();
+  ASSERT_TRUE(job);
+  JobResult good = Answer(job->spec, job->job_key, job->attempt);
+  good.probes.push_back(probed(1));
+  ASSERT_TRUE(w.Send(ResultMsg{good}));
+  auto summary = JoinServer();
+  ASSERT_TRUE(summary.ok()) << summary.status().ToString();
+  EXPECT_EQ(summary->done, 1);
+  EXPECT_EQ(summary->implausible_results, 3);
 }
 
 // Issue 19: peer strings reach the log with their control bytes escaped: a worker id with a

@@ -33,6 +33,7 @@
 #include "engine/cpu/sequence.h"
 #include "engine/engine.h"
 #include "engine/generate.h"
+#include "tests/support/temp_dir.h"
 
 namespace nw {
 namespace {
@@ -75,26 +76,7 @@ std::vector<GoldenPrompt> ReadGolden(const fs::path& path) {
 }
 
 // A fresh folder under the system temp dir, removed with its contents on destruction.
-class TempDir {
- public:
-  TempDir() {
-    static std::atomic<int> counter{0};
-    path_ = fs::temp_directory_path() / ("nw_golden_" + std::to_string(::getpid()) + "_" +
-                                         std::to_string(counter.fetch_add(1)));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
+using TempDir = test_support::TempDir;
 
 // Prefill with every position's logits, then greedy decode; compares against the golden prompt.
 void CheckPrompt(const ModelConfig& cfg, const ModelWeights& weights, const GoldenPrompt& g) {

@@ -11,19 +11,16 @@
 #include <utility>
 #include <vector>
 
+#include "common/splitmix64.h"
+
 namespace nw::cpu {
 namespace {
 
 // SplitMix64: a fixed, platform-independent stream, so every failure replays.
 class Rng {
  public:
-  explicit Rng(uint64_t seed) : state_(seed) {}
-  uint64_t Next() {
-    uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  }
+  explicit Rng(uint64_t seed) : stream_(seed) {}
+  uint64_t Next() { return stream_.Next(); }
   // Uniform in [lo, hi).
   float Uniform(float lo, float hi) {
     const double u = static_cast<double>(Next() >> 11) * 0x1.0p-53;
@@ -31,7 +28,7 @@ class Rng {
   }
 
  private:
-  uint64_t state_;
+  SplitMix64 stream_;
 };
 
 Tensor RandomTensor(std::vector<int64_t> shape, Rng& rng, float lo, float hi) {

@@ -1,5 +1,5 @@
 // The CPU backend against an independent, deliberately naive model written straight from the
-// spec (deepseek-v4-attention.md §2) in double precision: every compressed entry is pooled from
+// spec (docs/v4-attention.md §2) in double precision: every compressed entry is pooled from
 // its raw tokens, RoPE angles come from the YaRN formula in double, the Hadamard transform is the
 // explicit Sylvester matrix, top-k is a full sort. It shares no code with the backend's attention
 // path; mHC and MoE (tested on their own) are called as the same per-token functions.

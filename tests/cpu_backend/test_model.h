@@ -14,7 +14,7 @@
 
 namespace nw::cpu::testing {
 
-/// Tiny config A (checkpoint.md §5), from the repository's models/configs/tiny-a.json.
+/// Tiny config A (docs/checkpoint-format.md §5), from the repository's models/configs/tiny-a.json.
 inline ModelConfig TinyA() {
   auto c = LoadModelConfig(std::string(NW_SOURCE_DIR) + "/models/configs/tiny-a.json");
   EXPECT_TRUE(c.ok()) << c.status().ToString();

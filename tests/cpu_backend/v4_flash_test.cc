@@ -29,32 +29,14 @@
 #include "engine/checkpoint/safetensors.h"
 #include "engine/cpu/sequence.h"
 #include "engine/generate.h"
+#include "tests/support/temp_dir.h"
 
 namespace nw {
 namespace {
 
 namespace fs = std::filesystem;
 
-class TempDir {
- public:
-  TempDir() {
-    static std::atomic<int> counter{0};
-    path_ = fs::temp_directory_path() / ("nw_v4flash_" + std::to_string(::getpid()) + "_" +
-                                         std::to_string(counter.fetch_add(1)));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
+using TempDir = test_support::TempDir;
 
 ModelConfig V4Flash() {
   Result<ModelConfig> c =

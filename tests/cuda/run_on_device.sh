@@ -15,7 +15,7 @@
 # Here (no GPU needed), from the repository root:
 #   cmake -S . -B build -G Ninja -DNW_CUDA=ON && ninja -C build -j2 nw cuda_backend_ops_test \
 #     cuda_engine_test
-#   ../shared/tools/device-pack build/cli/nw build/tests/cuda/cuda_backend_ops_test \
+#   scripts/device-pack.sh build/cli/nw build/tests/cuda/cuda_backend_ops_test \
 #     build/tests/cuda_engine_test
 # Then the device tool's run with carry [".device"], timeout_s 600 and the command
 #   bash tests/cuda/run_on_device.sh            (or STAGES="engine hf" bash tests/cuda/...)

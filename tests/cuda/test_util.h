@@ -17,6 +17,7 @@
 
 #include "common/status.h"
 #include "kernels/cuda/common.h"
+#include "tests/support/status_matchers.h"
 
 namespace nw::cuda::testing {
 
@@ -26,11 +27,7 @@ namespace nw::cuda::testing {
     if (!::nw::cuda::HasCudaDevice()) GTEST_SKIP() << "no CUDA device"; \
   } while (0)
 
-#define NW_ASSERT_OK(expr)                                        \
-  do {                                                            \
-    const ::nw::Status nw_s_ = (expr);                            \
-    ASSERT_TRUE(nw_s_.ok()) << #expr << ": " << nw_s_.ToString(); \
-  } while (0)
+// NW_ASSERT_OK: tests/support/status_matchers.h.
 
 /// Synchronizes the device and fails the test on a pending CUDA error.
 #define NW_ASSERT_SYNC() NW_ASSERT_OK(::nw::cuda::testing::SyncStatus(__FILE__, __LINE__))

@@ -15,37 +15,12 @@
 
 #include "db/store.h"
 #include "protocol/job.h"
+#include "tests/support/temp_dir.h"
 
 namespace nw::testing_db {
 
 /// A fresh directory under the system temp dir, removed at destruction.
-class TempDir {
- public:
-  TempDir() {
-    static std::atomic<int> counter{0};
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    std::string name = "nw_db_test_" + std::to_string(::getpid()) + "_" +
-                       std::to_string(counter++) + "_" +
-                       (info ? std::string(info->test_suite_name()) + "." + info->name() : "x");
-    for (char& c : name) {
-      if (c == '/') c = '_';
-    }
-    path_ = std::filesystem::temp_directory_path() / name;
-    std::filesystem::remove_all(path_);
-    std::filesystem::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::filesystem::path& path() const { return path_; }
-  std::filesystem::path File(const std::string& name) const { return path_ / name; }
-
- private:
-  std::filesystem::path path_;
-};
+using TempDir = test_support::TempDir;
 
 /// A job spec with test defaults; vary the fields that matter.
 inline JobSpec MakeSpec(int64_t length, double position, int trial = 0, int topk = 16,

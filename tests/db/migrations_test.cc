@@ -12,16 +12,12 @@
 
 #include "db/store.h"
 #include "tests/db/campaign_fixture.h"
+#include "tests/support/temp_dir.h"
 
 namespace nw {
 namespace {
 
 using testing_db::TempDir;
-
-std::string ReadBytes(const std::filesystem::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
 
 // A raw connection for looking at the file behind the Store's back.
 class RawDb {
@@ -77,7 +73,7 @@ TEST(Migrations, EmbeddedListMatchesTheSqlFilesInOrder) {
     EXPECT_EQ(m[i].version, static_cast<int>(i) + 1);
     EXPECT_EQ(m[i].name, files[i].stem().string());
     // The embedded text is the file's text, byte for byte (regenerated when a .sql changes).
-    EXPECT_EQ(m[i].sql, ReadBytes(files[i])) << files[i];
+    EXPECT_EQ(m[i].sql, test_support::ReadFileText(files[i])) << files[i];
   }
   EXPECT_EQ(m[0].name, "0001_initial");
   EXPECT_NE(m[0].sql.find("CREATE TABLE jobs"), std::string::npos);
@@ -253,7 +249,7 @@ TEST(Migrations, FailingMigrationLeavesTheFileUntouched) {
     ASSERT_TRUE(store.ok());
     ASSERT_TRUE((*store)->UpsertCampaign("keep", "k.yaml", "x", 5).ok());
   }
-  const std::string before = ReadBytes(file);
+  const std::string before = test_support::ReadFileText(file);
   ASSERT_FALSE(before.empty());
   {
     // The first statement succeeds, the second fails: both must be undone.
@@ -268,7 +264,7 @@ TEST(Migrations, FailingMigrationLeavesTheFileUntouched) {
     EXPECT_NE(msg.find("_extra.sql"), std::string::npos) << msg;
     EXPECT_NE(msg.find("no_such_table"), std::string::npos) << msg;
   }
-  EXPECT_EQ(ReadBytes(file), before);
+  EXPECT_EQ(test_support::ReadFileText(file), before);
   {
     RawDb raw(file);
     EXPECT_FALSE(raw.HasTable("half_done"));

@@ -17,6 +17,7 @@
 #include "diff/render.h"
 #include "diff/run_diff.h"
 #include "diff/traced_run.h"
+#include "tests/support/temp_dir.h"
 
 namespace nw::diff {
 namespace {
@@ -145,8 +146,7 @@ std::filesystem::path TinyCopyWithClamp(bool clamp) {
     std::filesystem::copy_file(kTiny / f, dir / f,
                                std::filesystem::copy_options::overwrite_existing);
   }
-  std::ifstream in(kTiny / "config.json");
-  std::string cfg((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::string cfg = test_support::ReadFileText(kTiny / "config.json");
   for (const char* was :
        {"\"swiglu_clamp_shared_expert\": false", "\"swiglu_clamp_shared_expert\": true"}) {
     const size_t at = cfg.find(was);

@@ -21,6 +21,8 @@
 #include <string>
 #include <vector>
 
+#include "tests/support/temp_dir.h"
+
 namespace nw {
 namespace {
 
@@ -41,11 +43,6 @@ CommandResult Sh(const std::string& cmd) {
   const int status = pclose(p);
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return r;
-}
-
-std::string Slurp(const fs::path& p) {
-  std::ifstream in(p);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
 const fs::path kSource = NW_SOURCE_DIR;
@@ -71,7 +68,7 @@ std::vector<std::string> Subcommands(const std::string& help) {
 }
 
 TEST(DocsTest, ReadmeNamesEverySubcommandEveryDocAndWhatNeedsAGpu) {
-  const std::string readme = Slurp(kSource / "README.md");
+  const std::string readme = test_support::ReadFileText(kSource / "README.md");
   ASSERT_FALSE(readme.empty());
   CommandResult help = Sh(std::string(NW_BIN) + " --help");
   ASSERT_EQ(help.exit_code, 0) << help.out;
@@ -183,14 +180,14 @@ const DocCommand kCommands[] = {
 TEST_F(DocCommandsTest, DocumentedCommandsRunAsDocumented) {
   for (const DocCommand& c : kCommands) {
     SCOPED_TRACE(std::string(c.doc) + ": " + c.line);
-    const std::string doc = Slurp(kSource / c.doc);
+    const std::string doc = test_support::ReadFileText(kSource / c.doc);
     ASSERT_NE(doc.find(c.line), std::string::npos) << "no longer written in " << c.doc;
     CommandResult r = RunDocumented(c.line);
     EXPECT_EQ(r.exit_code, c.exit_code) << r.out;
     EXPECT_NE(r.out.find(c.expect), std::string::npos) << r.out;
   }
   // What the redirected and --out commands wrote.
-  EXPECT_EQ(Slurp(*dir_ / "quickstart.html").rfind("<!DOCTYPE html>", 0), 0u);
+  EXPECT_EQ(test_support::ReadFileText(*dir_ / "quickstart.html").rfind("<!DOCTYPE html>", 0), 0u);
   std::ifstream jsonl(*dir_ / "quickstart.jsonl");
   int lines = 0;
   for (std::string l; std::getline(jsonl, l);) {
@@ -201,7 +198,7 @@ TEST_F(DocCommandsTest, DocumentedCommandsRunAsDocumented) {
   // Every result is plain SQL (README), where the sqlite3 shell is installed.
   if (Sh("command -v sqlite3").exit_code == 0) {
     const char* line = "sqlite3 needlework.db 'SELECT * FROM v_boundary'";
-    ASSERT_NE(Slurp(kSource / "README.md").find(line), std::string::npos);
+    ASSERT_NE(test_support::ReadFileText(kSource / "README.md").find(line), std::string::npos);
     CommandResult r = RunDocumented(line);
     EXPECT_EQ(r.exit_code, 0) << r.out;
     EXPECT_NE(r.out.find("topk=64 precision=fp32 backend=cpu"), std::string::npos) << r.out;
@@ -212,7 +209,7 @@ TEST_F(DocCommandsTest, DocumentedCommandsRunAsDocumented) {
 // and expands to what docs/campaigns.md says of the same grid (4 lengths x 5 positions = 20
 // cells, 40 jobs at 2 trials).
 TEST_F(DocCommandsTest, TheReadmeSampleCampaignValidatesAndExpandsAsDescribed) {
-  const std::string readme = Slurp(kSource / "README.md");
+  const std::string readme = test_support::ReadFileText(kSource / "README.md");
   const size_t start = readme.find("```yaml\nname: quickstart\n");
   ASSERT_NE(start, std::string::npos);
   const size_t body = start + 8;
@@ -237,7 +234,7 @@ TEST_F(DocCommandsTest, TheReadmeSampleCampaignValidatesAndExpandsAsDescribed) {
 // docs/http.md's example of an http campaign that sweeps topk without engine_params: refused
 // with exit 2 and exactly the message the doc shows.
 TEST_F(DocCommandsTest, TheHttpSweepRefusalIsAsDocumented) {
-  const std::string doc = Slurp(kSource / "docs/http.md");
+  const std::string doc = test_support::ReadFileText(kSource / "docs/http.md");
   const size_t start = doc.find("```yaml\nname: sweep\n");
   ASSERT_NE(start, std::string::npos);
   const size_t body = start + 8;
@@ -262,8 +259,9 @@ TEST_F(DocCommandsTest, TheHttpSweepRefusalIsAsDocumented) {
 // GatesWorkedExample`).
 TEST_F(DocCommandsTest, GatesWorkedExample) {
   if (std::getenv("NW_SLOW_DOCS") == nullptr) GTEST_SKIP() << "set NW_SLOW_DOCS=1 to run";
-  const std::string doc = Slurp(kSource / "docs/gating.md");
-  const std::string quickstart = Slurp(kSource / "experiments/quickstart.yaml");
+  const std::string doc = test_support::ReadFileText(kSource / "docs/gating.md");
+  const std::string quickstart =
+      test_support::ReadFileText(kSource / "experiments/quickstart.yaml");
   for (const std::string topk : {"64", "8", "1"}) {
     std::string yaml = quickstart;
     const std::string name = "name: quickstart", k = "  topk: 64";

@@ -17,6 +17,7 @@
 
 #include "db/store.h"
 #include "tests/db/campaign_fixture.h"
+#include "tests/support/temp_dir.h"
 
 namespace nw {
 namespace {
@@ -44,11 +45,6 @@ CommandResult Sh(const std::string& cmd) {
   const int status = pclose(p);
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return r;
-}
-
-std::string Slurp(const fs::path& p) {
-  std::ifstream in(p);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
 class ReportCliTest : public ::testing::Test {
@@ -138,6 +134,33 @@ TEST_F(ReportCliTest, Query) {
   EXPECT_EQ(Sh(Nw("query \"SELECT 1\" --format xml")).exit_code, 2);
 }
 
+// Rows stream: an endless result prints its first --max-rows rows as a whole document (CSV rows,
+// a closed JSON array, a table with its count) and exits 2 saying why; --timeout-ms likewise.
+TEST_F(ReportCliTest, QueryStreamsUnderRowAndTimeLimits) {
+  const std::string endless =
+      "\"WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT x FROM c\"";
+  CommandResult csv = Sh(Nw("query " + endless + " --format csv --max-rows 3 --timeout-ms 0"));
+  EXPECT_EQ(csv.exit_code, 2) << csv.out;
+  EXPECT_EQ(csv.out.rfind("x\n1\n2\n3\n", 0), 0u) << csv.out;
+  EXPECT_NE(csv.out.find("nw query: resource_exhausted: more than 3 rows"), std::string::npos)
+      << csv.out;
+  CommandResult json = Sh(Nw("query " + endless + " --format json --max-rows 2"));
+  EXPECT_EQ(json.exit_code, 2) << json.out;
+  const std::string doc = json.out.substr(0, json.out.find("nw query:"));
+  auto parsed = nlohmann::json::parse(doc, nullptr, false);
+  ASSERT_FALSE(parsed.is_discarded()) << json.out;
+  EXPECT_EQ(parsed, nlohmann::json::parse(R"([{"x":1},{"x":2}])"));
+  CommandResult table = Sh(Nw("query " + endless + " --max-rows 2"));
+  EXPECT_EQ(table.exit_code, 2) << table.out;
+  EXPECT_EQ(table.out.rfind("x\n-\n1\n2\n(2 rows)\n", 0), 0u) << table.out;
+  CommandResult slow = Sh(Nw("query " + endless + " --format csv --timeout-ms 200"));
+  EXPECT_EQ(slow.exit_code, 2);
+  EXPECT_EQ(slow.out.rfind("x\n1\n2\n", 0), 0u) << slow.out.substr(0, 200);
+  EXPECT_NE(slow.out.find("nw query: deadline_exceeded: query interrupted after 200 ms"),
+            std::string::npos);
+  EXPECT_EQ(Sh(Nw("query \"SELECT 1\" --max-rows -1")).exit_code, 2);
+}
+
 TEST_F(ReportCliTest, Export) {
   CommandResult csv = Sh(Nw("export tiny --format csv"));
   ASSERT_EQ(csv.exit_code, 0) << csv.out;
@@ -177,8 +200,9 @@ TEST_F(ReportCliTest, BaselineAndGateExitCodes) {
   EXPECT_EQ(worse.exit_code, 1) << worse.out;
   EXPECT_NE(worse.out.find("under test: topk 16 -> 8"), std::string::npos) << worse.out;
   EXPECT_NE(worse.out.find("result: FAIL (regression)"), std::string::npos) << worse.out;
-  EXPECT_NE(Slurp(junit).find("tests=\"4\" failures=\"1\""), std::string::npos) << Slurp(junit);
-  EXPECT_EQ(Slurp(md).rfind("# Gate: `worse` against `release-1`", 0), 0u);
+  EXPECT_NE(test_support::ReadFileText(junit).find("tests=\"4\" failures=\"1\""), std::string::npos)
+      << test_support::ReadFileText(junit);
+  EXPECT_EQ(test_support::ReadFileText(md).rfind("# Gate: `worse` against `release-1`", 0), 0u);
   // An improvement: exit 0.
   CommandResult better = Sh(Nw("gate --baseline release-1 --candidate better --format json"));
   EXPECT_EQ(better.exit_code, 0) << better.out;

@@ -36,6 +36,7 @@
 #include "engine/checkpoint/random_checkpoint.h"
 #include "engine/text/niah.h"
 #include "engine/text/tokenizer.h"
+#include "tests/support/temp_dir.h"
 
 namespace nw::testing_http {
 
@@ -67,24 +68,7 @@ class Gate {
 };
 
 /// A fresh folder under the temp dir, removed on destruction.
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "nw-http-test-XXXXXX").string();
-    if (::mkdtemp(tmpl.data()) == nullptr) ADD_FAILURE() << "mkdtemp failed for " << tmpl;
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::filesystem::path& path() const { return path_; }
-
- private:
-  std::filesystem::path path_;
-};
+using TempDir = test_support::TempDir;
 
 /// The tiny-a config with random weights and a tokenizer trained on NIAH text, as
 /// `nw model init --config models/configs/tiny-a.json` writes it.

@@ -468,6 +468,27 @@ TEST(MessagesTest, ResultBoundsAndPlausibility) {
              "5 positions for a prompt of 2 tokens");
 }
 
+// Issue 19: a layer probed twice is refused; with the model's layers known, so are layers the
+// model does not have and layers without an indexer.
+TEST(MessagesTest, ProbeLayersMustExistInTheModel) {
+  JobResult r;
+  r.job_key = "k";
+  r.attempt = 1;
+  r.probes = {ProbeSummary{1, 1, 0, 0, 1, true, 1, {0}, {0}},
+              ProbeSummary{3, 1, 0, 0, 1, true, 1, {0}, {0}}};
+  EXPECT_TRUE(CheckResultBounds(r).ok());
+  const ModelProbeLayers model{4, {1, 3}};
+  EXPECT_TRUE(CheckResultBounds(r, nullptr, &model).ok());
+  const ModelProbeLayers shallow{3, {1}};
+  EXPECT_EQ(CheckResultBounds(r, nullptr, &shallow).message(),
+            "result.probes[1].layer: layer 3 does not exist in the model (3 layers)");
+  const ModelProbeLayers other{4, {1, 2}};
+  EXPECT_EQ(CheckResultBounds(r, nullptr, &other).message(),
+            "result.probes[1].layer: layer 3 has no indexer in the model (indexer layers: 1, 2)");
+  r.probes[1].layer = 1;
+  EXPECT_EQ(CheckResultBounds(r).message(), "result.probes[1].layer: layer 1 is probed twice");
+}
+
 // Issue 19: an integer too large for its field is refused, never wrapped into a small one.
 TEST(MessagesTest, ResultIntegersThatDoNotFitTheirFieldAreRefused) {
   json payload = {{"result", Res().ToJson()}};

@@ -251,12 +251,10 @@ TEST_F(HtmlTest, RendersInHeadlessChromium) {
                           " file://" + page.string() + " > " + dir_.File("chromium.log").string() +
                           " 2>&1";
   const int rc = std::system(cmd.c_str());
-  std::ifstream log_in(dir_.File("chromium.log"));
-  const std::string log((std::istreambuf_iterator<char>(log_in)), std::istreambuf_iterator<char>());
+  const std::string log = test_support::ReadFileText(dir_.File("chromium.log"));
   ASSERT_EQ(rc, 0) << cmd << "\n" << log;
   ASSERT_TRUE(std::filesystem::exists(png)) << log;
-  std::ifstream in(png, std::ios::binary);
-  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string bytes = test_support::ReadFileText(png);
   ASSERT_GT(bytes.size(), 24u);
   EXPECT_EQ(bytes.substr(0, 8), std::string("\x89PNG\r\n\x1a\n", 8));
   auto be32 = [&](size_t at) {

@@ -7,9 +7,11 @@
 
 #include <gtest/gtest.h>
 
+#include <sstream>
 #include <string>
 #include <vector>
 
+#include "report/query_writer.h"
 #include "tests/db/campaign_fixture.h"
 
 namespace nw::report {
@@ -235,6 +237,84 @@ TEST_F(QueryTest, Formats) {
   ASSERT_TRUE(empty.ok());
   EXPECT_EQ(FormatQueryTable(*empty), "key\n---\n(0 rows)\n");
   EXPECT_EQ(FormatQueryJson(*empty).dump(), "[]");
+}
+
+// Rows reach the sink while the statement runs: an endless result is read row by row and stops
+// when the sink says so (collecting it first could never finish).
+TEST_F(QueryTest, StreamsRowsToTheSink) {
+  class FirstFive final : public QueryRowSink {
+   public:
+    Status Columns(const std::vector<std::string>& c) override {
+      columns = c;
+      return Status::Ok();
+    }
+    Status Row(const std::vector<SqlValue>& row) override {
+      seen.push_back(row.at(0).integer);
+      if (seen.size() == 5) return Status::Cancelled("enough");
+      return Status::Ok();
+    }
+    std::vector<std::string> columns;
+    std::vector<int64_t> seen;
+  } sink;
+  auto r = StreamReadOnlyQuery(
+      file_, "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT x FROM c", {},
+      sink);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kCancelled);
+  EXPECT_EQ(sink.columns, std::vector<std::string>{"x"});
+  EXPECT_EQ(sink.seen, (std::vector<int64_t>{1, 2, 3, 4, 5}));
+  // max_rows: the first rows are handed on, then ResourceExhausted.
+  std::ostringstream csv;
+  auto w = QueryWriter::Create(QueryFormat::kCsv, csv);
+  QueryOptions three;
+  three.max_rows = 3;
+  auto limited = StreamReadOnlyQuery(file_,
+                                     "SELECT 7 UNION ALL SELECT 8 UNION ALL SELECT 9 "
+                                     "UNION ALL SELECT 10",
+                                     three, *w);
+  ASSERT_FALSE(limited.ok());
+  EXPECT_EQ(limited.status().code(), StatusCode::kResourceExhausted);
+  w->Finish();
+  EXPECT_EQ(csv.str(), "7\n7\n8\n9\n");
+  auto counted = StreamReadOnlyQuery(file_, "SELECT key FROM jobs", {}, *w);
+  ASSERT_TRUE(counted.ok()) << counted.status().ToString();
+  EXPECT_EQ(*counted, 8);
+}
+
+// The streaming writers print what the whole-result formatters print; the table sizes its
+// columns from its window of rows and keeps those widths after it.
+TEST_F(QueryTest, StreamingWritersMatchTheFormatters) {
+  const std::string sql =
+      "SELECT 1 AS a, 2.5 AS b, 'x,\"y\"' AS c, NULL AS d, x'00ff' AS e, 'two\nlines' AS a"
+      " UNION ALL SELECT -20, 0.1, 'plain', 7, NULL, 'z'";
+  auto all = RunReadOnlyQuery(file_, sql);
+  ASSERT_TRUE(all.ok()) << all.status().ToString();
+  auto written = [&](QueryFormat f, size_t window) {
+    std::ostringstream out;
+    auto w = QueryWriter::Create(f, out, window);
+    auto n = StreamReadOnlyQuery(file_, sql, {}, *w);
+    EXPECT_TRUE(n.ok()) << n.status().ToString();
+    w->Finish();
+    return out.str();
+  };
+  EXPECT_EQ(written(QueryFormat::kCsv, kQueryTableWindow), FormatQueryCsv(*all));
+  EXPECT_EQ(written(QueryFormat::kTable, kQueryTableWindow), FormatQueryTable(*all));
+  EXPECT_EQ(
+      written(QueryFormat::kJson, kQueryTableWindow),
+      FormatQueryJson(*all).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+  // A window of one row: widths from the first row, the wider second row sticks out.
+  EXPECT_EQ(written(QueryFormat::kTable, 1),
+            "a    b  c         d  e        a\n"
+            "-  ---  -----  ----  -------  ----------\n"
+            "1  2.5  x,\"y\"  NULL  x'00ff'  two\\nlines\n"
+            "-20  0.1  plain     7  NULL     z\n"
+            "(2 rows)\n");
+  std::ostringstream empty;
+  auto w = QueryWriter::Create(QueryFormat::kJson, empty);
+  ASSERT_TRUE(StreamReadOnlyQuery(file_, "SELECT key FROM jobs WHERE 0", {}, *w).ok());
+  w->Finish();
+  EXPECT_EQ(empty.str(), "[]\n");
+  EXPECT_FALSE(ParseQueryFormat("xml").ok());
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/splitmix64.h"
 #include "engine/text/byte_level.h"
 
 namespace nw {
@@ -187,13 +188,7 @@ TEST(TokenizerDeepSeekTest, PreTokenizerPieces) {
 // ---- round trips ----------------------------------------------------------------------------
 
 std::string RandomBytes(uint64_t* state, size_t max_len) {
-  auto next = [state]() {
-    *state += 0x9e3779b97f4a7c15ULL;
-    uint64_t z = *state;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-  };
+  auto next = [state]() { return Mix64(*state += kSplitMix64Gamma); };
   static const char* const kPieces[] = {" ",
                                         "  ",
                                         "\n",

@@ -2,7 +2,7 @@
 """Writes the handcrafted safetensors files in this folder (run from anywhere; stdlib only).
 
 valid.safetensors is a well-formed file written independently of the C++ writer; every other
-file breaks exactly one rule of the format (checkpoint.md §4) and must be rejected by the
+file breaks exactly one rule of the format (docs/checkpoint-format.md §4) and must be rejected by the
 reader with the message fragment listed in tests/checkpoint/safetensors_test.cc.
 """
 import json
