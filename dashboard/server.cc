@@ -17,6 +17,8 @@
 #include <thread>
 #include <utility>
 
+#include "common/listen_address.h"
+
 namespace nw::dashboard {
 
 namespace asio = boost::asio;
@@ -26,31 +28,6 @@ using tcp = asio::ip::tcp;
 using json = nlohmann::json;
 
 namespace {
-
-// "host:port" -> endpoint; IPv6 as "[::1]:8080"; "localhost" is 127.0.0.1.
-Result<tcp::endpoint> ParseListen(const std::string& listen) {
-  auto bad = [&](const std::string& why) {
-    return Status::InvalidArgument("--http '" + listen + "': " + why);
-  };
-  const size_t colon = listen.rfind(':');
-  if (colon == std::string::npos) return bad("expected HOST:PORT, e.g. 127.0.0.1:8080");
-  std::string host = listen.substr(0, colon);
-  const std::string port_text = listen.substr(colon + 1);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
-    host = host.substr(1, host.size() - 2);
-  }
-  int port = -1;
-  auto r = std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
-  if (r.ec != std::errc() || r.ptr != port_text.data() + port_text.size() || port < 0 ||
-      port > 65535) {
-    return bad("bad port '" + port_text + "'");
-  }
-  if (host == "localhost") host = "127.0.0.1";
-  beast::error_code ec;
-  const asio::ip::address address = asio::ip::make_address(host, ec);
-  if (ec) return bad("'" + host + "' is not an IP address");
-  return tcp::endpoint(address, static_cast<uint16_t>(port));
-}
 
 // Percent-decoding of one query component ('+' is a space); nullopt for a bad escape.
 std::optional<std::string> Unescape(std::string_view s) {
@@ -141,7 +118,7 @@ int HttpStatusOf(const Status& s) {
 }  // namespace
 
 Result<bool> IsLoopbackListen(const std::string& listen) {
-  NW_ASSIGN_OR_RETURN(tcp::endpoint ep, ParseListen(listen));
+  NW_ASSIGN_OR_RETURN(tcp::endpoint ep, ParseListenAddress(listen, "--http"));
   return ep.address().is_loopback();
 }
 
@@ -382,7 +359,7 @@ DashboardServer::~DashboardServer() { Stop(); }
 
 Result<std::unique_ptr<DashboardServer>> DashboardServer::Start(DashboardOptions options) {
   if (sodium_init() < 0) return Status::Internal("libsodium failed to initialise");
-  NW_ASSIGN_OR_RETURN(tcp::endpoint ep, ParseListen(options.listen));
+  NW_ASSIGN_OR_RETURN(tcp::endpoint ep, ParseListenAddress(options.listen, "--http"));
   if (!ep.address().is_loopback() && options.token.empty()) {
     return Status::InvalidArgument(
         "--http " + options.listen +

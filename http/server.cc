@@ -25,6 +25,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/listen_address.h"
 #include "engine/engine.h"
 #include "http/batch_scheduler.h"
 #include "http/openai.h"
@@ -110,31 +111,6 @@ using serve_detail::Session;
 using serve_detail::Task;
 
 namespace {
-
-// "host:port" -> endpoint; IPv6 as "[::1]:8000".
-Result<tcp::endpoint> ParseListen(const std::string& listen) {
-  auto bad = [&](const std::string& why) {
-    return Status::InvalidArgument("--listen '" + listen + "': " + why);
-  };
-  const size_t colon = listen.rfind(':');
-  if (colon == std::string::npos) return bad("expected host:port");
-  std::string host = listen.substr(0, colon);
-  const std::string port_text = listen.substr(colon + 1);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
-    host = host.substr(1, host.size() - 2);
-  }
-  int port = -1;
-  auto r = std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
-  if (r.ec != std::errc() || r.ptr != port_text.data() + port_text.size() || port < 0 ||
-      port > 65535) {
-    return bad("bad port '" + port_text + "'");
-  }
-  if (host == "localhost") host = "127.0.0.1";
-  beast::error_code ec;
-  const asio::ip::address address = asio::ip::make_address(host, ec);
-  if (ec) return bad("'" + host + "' is not an IP address");
-  return tcp::endpoint(address, static_cast<uint16_t>(port));
-}
 
 // After a body at least this large is released, free heap pages go back to the system.
 constexpr size_t kTrimAfterBytes = 1 << 20;
@@ -1037,7 +1013,7 @@ Result<std::unique_ptr<HttpServer>> HttpServer::Start(std::unique_ptr<ServeModel
   if (options.read_timeout_ms < 1 || options.max_connections < 1) {
     return Status::InvalidArgument("read_timeout_ms and max_connections must be >= 1");
   }
-  NW_ASSIGN_OR_RETURN(tcp::endpoint endpoint, ParseListen(options.listen));
+  NW_ASSIGN_OR_RETURN(tcp::endpoint endpoint, ParseListenAddress(options.listen, "--listen"));
   auto impl = std::make_unique<Impl>();
   impl->model = std::move(model);
   BatchSchedulerOptions sched;
