@@ -29,22 +29,8 @@ using testing_http::Gate;
 using testing_http::TempDir;
 using testing_http::WaitFor;
 
-class BatchingTest : public ::testing::Test {
+class BatchingTest : public testing_http::TinyEngineSuite {
  protected:
-  static void SetUpTestSuite() {
-    dir_ = std::make_unique<TempDir>();
-    Status s = testing_http::WriteTinyModel(model_dir());
-    ASSERT_TRUE(s.ok()) << s.ToString();
-    auto engine = LoadEngine(model_dir(), EngineOptions{});
-    ASSERT_TRUE(engine.ok()) << engine.status().ToString();
-    engine_ = *std::move(engine);
-  }
-  static void TearDownTestSuite() {
-    engine_.reset();
-    dir_.reset();
-  }
-  static std::filesystem::path model_dir() { return dir_->path() / "tiny"; }
-
   static std::unique_ptr<HttpServer> Start(HttpServerOptions o, const std::string& backend) {
     auto model = ServeModel::Load(model_dir(), backend);
     EXPECT_TRUE(model.ok()) << model.status().ToString();
@@ -128,9 +114,6 @@ class BatchingTest : public ::testing::Test {
                      {"precision", "bf16"}});
     return r;
   }
-
-  static inline std::unique_ptr<TempDir> dir_;
-  static inline std::unique_ptr<Engine> engine_;
 };
 
 TEST_F(BatchingTest, ConcurrentRequestsGetTheCompletionsTheyGetOneAtATime) {

@@ -34,6 +34,7 @@
 #include "common/status.h"
 #include "engine/checkpoint/config.h"
 #include "engine/checkpoint/random_checkpoint.h"
+#include "engine/engine.h"
 #include "engine/text/niah.h"
 #include "engine/text/tokenizer.h"
 #include "tests/support/temp_dir.h"
@@ -288,6 +289,28 @@ class RawServer {
   std::vector<RawRequest> seen_;
   std::atomic<int> requests_{0}, hung_{0}, in_flight_{0}, max_concurrent_{0};
   std::thread thread_;
+};
+
+// A test suite over one random tiny model (WriteTinyModel) and its CPU engine, made once per
+// suite: model_dir() and engine_ for the tests.
+class TinyEngineSuite : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = std::make_unique<TempDir>();
+    Status s = WriteTinyModel(model_dir());
+    ASSERT_TRUE(s.ok()) << s.ToString();
+    auto engine = LoadEngine(model_dir(), EngineOptions{});
+    ASSERT_TRUE(engine.ok()) << engine.status().ToString();
+    engine_ = *std::move(engine);
+  }
+  static void TearDownTestSuite() {
+    engine_.reset();
+    dir_.reset();
+  }
+  static std::filesystem::path model_dir() { return dir_->path() / "tiny"; }
+
+  static inline std::unique_ptr<TempDir> dir_;
+  static inline std::unique_ptr<Engine> engine_;
 };
 
 }  // namespace nw::testing_http

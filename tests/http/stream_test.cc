@@ -64,22 +64,8 @@ std::vector<std::string> ParseSse(const std::string& body) {
   return events;
 }
 
-class StreamTest : public ::testing::Test {
+class StreamTest : public testing_http::TinyEngineSuite {
  protected:
-  static void SetUpTestSuite() {
-    dir_ = std::make_unique<TempDir>();
-    Status s = testing_http::WriteTinyModel(model_dir());
-    ASSERT_TRUE(s.ok()) << s.ToString();
-    auto engine = LoadEngine(model_dir(), EngineOptions{});
-    ASSERT_TRUE(engine.ok()) << engine.status().ToString();
-    engine_ = *std::move(engine);
-  }
-  static void TearDownTestSuite() {
-    engine_.reset();
-    dir_.reset();
-  }
-  static std::filesystem::path model_dir() { return dir_->path() / "tiny"; }
-
   std::unique_ptr<HttpServer> Start(HttpServerOptions o = {},
                                     const std::filesystem::path& dir = {}) {
     auto model = ServeModel::Load(dir.empty() ? model_dir() : dir, "cpu");
@@ -133,9 +119,6 @@ class StreamTest : public ::testing::Test {
     EXPECT_TRUE(p.ok()) << p.status().ToString();
     return p.ok() ? p->tokens : std::vector<int32_t>{};
   }
-
-  static inline std::unique_ptr<TempDir> dir_;
-  static inline std::unique_ptr<Engine> engine_;
 };
 
 TEST_F(StreamTest, StreamedCompletionsFrameAsOpenAIAndEqualTheWholeAnswer) {
