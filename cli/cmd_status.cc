@@ -8,6 +8,7 @@
 #include "coordinator/control_client.h"
 #include "db/store.h"
 #include "engine/engine.h"
+#include "protocol/messages.h"
 #include "slurm/slurm_env.h"
 
 namespace nw::cli {
@@ -39,10 +40,11 @@ Status ShowStatus(const Globals& g, const std::string& only) {
   if (!workers.empty()) {
     std::cout << "\nworkers:\n";
     for (const WorkerRecord& w : workers) {
-      std::cout << "  " << w.id << "  " << w.device << "  " << w.state;
+      // Worker ids, devices and Slurm facts are peers' strings: control bytes escaped (LogSafe).
+      std::cout << "  " << LogSafe(w.id) << "  " << LogSafe(w.device) << "  " << w.state;
       std::string job, node;
       SlurmPlacement(w.capabilities, &job, &node);
-      if (!job.empty()) std::cout << "  slurm job " << job << " on " << node;
+      if (!job.empty()) std::cout << "  slurm job " << LogSafe(job) << " on " << LogSafe(node);
       std::cout << "\n";
     }
   }
@@ -77,10 +79,12 @@ Status ShowRemoteStatus(const RemoteStatusArgs& a, const std::string& only) {
   }
   std::cout << "\nworkers connected: " << reply.workers.size() << "\n";
   for (const WorkerStatus& w : reply.workers) {
-    std::cout << "  " << w.id << "  " << w.host << "  " << w.device << "  " << w.busy << "/"
-              << w.slots << " busy  backends";
-    for (const auto& b : w.backends) std::cout << " " << b;
-    if (!w.slurm_job.empty()) std::cout << "  slurm job " << w.slurm_job << " on " << w.node;
+    std::cout << "  " << LogSafe(w.id) << "  " << LogSafe(w.host) << "  " << LogSafe(w.device)
+              << "  " << w.busy << "/" << w.slots << " busy  backends";
+    for (const auto& b : w.backends) std::cout << " " << LogSafe(b);
+    if (!w.slurm_job.empty()) {
+      std::cout << "  slurm job " << LogSafe(w.slurm_job) << " on " << LogSafe(w.node);
+    }
     if (w.draining) std::cout << "  draining";
     std::cout << "\n";
   }

@@ -334,5 +334,27 @@ trials: 2
       << j.out;
 }
 
+// Worker ids and devices come from peers: `nw status` prints their control bytes escaped, so a
+// registered id cannot move the terminal's cursor or forge a line (issue 19).
+TEST_F(CliRunTest, StatusEscapesPeerStrings) {
+  const fs::path db = *dir_ / "peer-strings.db";
+  {
+    auto store = Store::Open(db);
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    WorkerRecord w;
+    w.id = "evil\ncampaign FAKE\x1b[2J";
+    w.host = "h";
+    w.device = "cpu\x1b[31m";
+    w.capabilities = nlohmann::json::object();
+    w.state = "active";
+    ASSERT_TRUE((*store)->UpsertWorker(w).ok());
+  }
+  CommandResult r = Sh(std::string(NW_BIN) + " --db " + db.string() + " status");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("evil\\x0acampaign FAKE\\x1b[2J"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("cpu\\x1b[31m"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find('\x1b'), std::string::npos) << r.out;
+}
+
 }  // namespace
 }  // namespace nw
