@@ -4,6 +4,16 @@
 
 namespace nw {
 
+Status BackendSequence::Extend(std::span<const int32_t> tokens, std::vector<float>* all_logits) {
+  all_logits->clear();
+  std::vector<float> row;
+  for (int32_t t : tokens) {
+    NW_RETURN_IF_ERROR(Decode(t, &row));
+    all_logits->insert(all_logits->end(), row.begin(), row.end());
+  }
+  return Status::Ok();
+}
+
 Status Backend::DecodeBatch(std::span<BackendSequence* const> seqs, std::span<const int32_t> tokens,
                             std::vector<float>* logits) {
   if (seqs.size() != tokens.size()) {

@@ -51,6 +51,12 @@ class BackendSequence {
   virtual Status Prefill(std::span<const int32_t> tokens, std::vector<float>* logits) = 0;
   /// Runs one token; `logits` gets its [V] logits.
   virtual Status Decode(int32_t token, std::vector<float>* logits) = 0;
+  /// Runs decode tokens as one chunk; `all_logits` gets every token's logits ([n, V]). Equal bit
+  /// for bit to Decode() of each token in turn, probes included (the greedy draft check of
+  /// engine/generate.h relies on it; tests/engine/draft_test.cc and the GPU engine test check
+  /// it). The default decodes them one by one; backends whose multi-token chunk computes each
+  /// row as a single-token step does override it with one forward.
+  virtual Status Extend(std::span<const int32_t> tokens, std::vector<float>* all_logits);
   /// Probe rows captured so far, one IndexerProbe per ratio-4 layer (layer order).
   virtual const std::vector<IndexerProbe>& probes() const = 0;
   /// Bytes of KV / index / compressor state this sequence holds on its device now.

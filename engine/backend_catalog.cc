@@ -9,9 +9,10 @@ namespace {
 
 constexpr int64_t kPagedChunk = 256;  // tokens per prefill chunk of the paged backends
 
-// The faults each CPU backend replays (docs/faults.md). The PD handoff faults need the
-// decode-state transfer, so only cpu-pd has them. The GPU backends replay none yet.
-constexpr std::array<Fault, 7> kCpuFaults = {
+// The faults each backend replays (docs/faults.md): every fault of the forward pass on every
+// backend; the PD handoff faults need the decode-state transfer, so only cpu-pd and cuda-pd have
+// them.
+constexpr std::array<Fault, 7> kForwardFaults = {
     Fault::kIndexerRopeLayout,   Fault::kRaggedKeyRange,     Fault::kRaggedKeyOffset,
     Fault::kPartialBlockMod4,    Fault::kCompressedKvNoRope, Fault::kCompressRopeBase,
     Fault::kSharedExpertNoClamp,
@@ -26,36 +27,18 @@ constexpr std::array<Fault, 9> kPdFaults = {
 
 constexpr std::array<BackendInfo, 6> kCatalog = {{
     {"cpu", DeviceKind::kCpu, KvLayout::kContiguous, 0, false,
-     "CPU reference: contiguous KV, the whole prompt in one ragged pass", true, kCpuFaults},
+     "CPU reference: contiguous KV, the whole prompt in one ragged pass", true, kForwardFaults},
     {"cpu-paged", DeviceKind::kCpu, KvLayout::kPaged, kPagedChunk, false,
      "CPU reference: paged KV, prefill in 256-token chunks through the paged indexer", true,
-     kCpuFaults},
+     kForwardFaults},
     {"cpu-pd", DeviceKind::kCpu, KvLayout::kPaged, 0, true,
      "CPU: prefill instance -> decode-state transfer -> paged decode instance", true, kPdFaults},
-    {"cuda",
-     DeviceKind::kCuda,
-     KvLayout::kContiguous,
-     0,
-     false,
-     "GPU: contiguous KV, the whole prompt in one ragged pass",
-     false,
-     {}},
-    {"cuda-paged",
-     DeviceKind::kCuda,
-     KvLayout::kPaged,
-     kPagedChunk,
-     false,
-     "GPU: paged KV, prefill in 256-token chunks through the paged indexer",
-     false,
-     {}},
-    {"cuda-pd",
-     DeviceKind::kCuda,
-     KvLayout::kPaged,
-     0,
-     true,
-     "GPU: prefill instance -> decode-state transfer -> paged decode instance",
-     false,
-     {}},
+    {"cuda", DeviceKind::kCuda, KvLayout::kContiguous, 0, false,
+     "GPU: contiguous KV, the whole prompt in one ragged pass", false, kForwardFaults},
+    {"cuda-paged", DeviceKind::kCuda, KvLayout::kPaged, kPagedChunk, false,
+     "GPU: paged KV, prefill in 256-token chunks through the paged indexer", false, kForwardFaults},
+    {"cuda-pd", DeviceKind::kCuda, KvLayout::kPaged, 0, true,
+     "GPU: prefill instance -> decode-state transfer -> paged decode instance", false, kPdFaults},
 }};
 
 }  // namespace

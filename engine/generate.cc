@@ -18,6 +18,48 @@ bool IsStop(const GenerateRequest& request, int32_t token) {
          request.stop_tokens.end();
 }
 
+// The draft tokens greedy decoding may feed back: the draft up to its first stop token (greedy
+// feeds no stop token) and at most max_new_tokens - 1 tokens (greedy feeds a token only when
+// another may follow it).
+size_t FeedableDraft(const GenerateRequest& request) {
+  size_t k = 0;
+  const size_t cap = static_cast<size_t>(std::max(request.max_new_tokens - 1, 0));
+  while (k < request.draft.size() && k < cap && !IsStop(request, request.draft[k])) ++k;
+  return k;
+}
+
+enum class DraftOutcome {
+  kUnused,    // the first greedy token is not the draft's: nothing fed, decode as usual
+  kAccepted,  // every fed draft token is greedy's: tokens and logits continue from there
+  kDiverged,  // greedy leaves the draft inside the fed chunk: the sequence holds extra tokens
+};
+
+// Greedy drafts: from the last prompt token's `logits`, if the first greedy token is the draft's,
+// feeds the feedable draft as one chunk (BackendSequence::Extend) and checks each row's argmax
+// against the next draft token. Accepted: result->tokens gets the draft and `logits` the last
+// row, exactly the state and tokens greedy decoding would have after feeding those tokens one
+// by one (Extend equals Decode bit for bit).
+Result<DraftOutcome> TryDraft(const ModelConfig& cfg, const GenerateRequest& request,
+                              BackendSequence* seq, std::vector<float>* logits,
+                              GenerateResult* result) {
+  const size_t k = FeedableDraft(request);
+  const int64_t V = cfg.vocab_size;
+  if (k == 0) return DraftOutcome::kUnused;
+  NW_RETURN_IF_ERROR(CheckLogitsFinite(logits->data(), V, 0));
+  if (Argmax(logits->data(), V) != request.draft[0]) return DraftOutcome::kUnused;
+  const std::span<const int32_t> fed(request.draft.data(), k);
+  std::vector<float> rows;
+  NW_RETURN_IF_ERROR(seq->Extend(fed, &rows));
+  for (size_t i = 0; i + 1 < k; ++i) {
+    const float* row = rows.data() + static_cast<int64_t>(i) * V;
+    NW_RETURN_IF_ERROR(CheckLogitsFinite(row, V, i + 1));
+    if (Argmax(row, V) != request.draft[i + 1]) return DraftOutcome::kDiverged;
+  }
+  result->tokens.assign(fed.begin(), fed.end());
+  logits->assign(rows.end() - V, rows.end());
+  return DraftOutcome::kAccepted;
+}
+
 }  // namespace
 
 int32_t Argmax(const float* logits, int64_t n) {
@@ -61,6 +103,12 @@ Result<SequenceSpec> CheckRequest(const ModelConfig& cfg, const GenerateRequest&
                                      std::to_string(cfg.vocab_size) + ")");
     }
   }
+  for (int32_t id : request.draft) {
+    if (id < 0 || id >= cfg.vocab_size) {
+      return Status::InvalidArgument("draft token id " + std::to_string(id) + " outside [0, " +
+                                     std::to_string(cfg.vocab_size) + ")");
+    }
+  }
   SequenceSpec spec;
   spec.max_tokens = total;
   spec.index_topk = request.index_topk;
@@ -97,12 +145,30 @@ Result<GenerateResult> Generate(Backend& backend, const GenerateRequest& request
   NW_ASSIGN_OR_RETURN(std::unique_ptr<BackendSequence> seq, backend.NewSequence(spec));
   GenerateResult result;
   std::vector<float> logits;
-  const auto t0 = std::chrono::steady_clock::now();
+  auto t0 = std::chrono::steady_clock::now();
   NW_RETURN_IF_ERROR(seq->Prefill(request.prompt, &logits));
   result.prefill_ms = MsSince(t0);
-  const auto t1 = std::chrono::steady_clock::now();
+  auto t1 = std::chrono::steady_clock::now();
+  double draft_ms = 0;  // a diverged draft's check (the decode time of the first run)
+  // A draft is tried on the clean engine only: a fault may act on multi-token chunks (the ragged
+  // ones do), where a chunk is not the same as single steps; a trace records steps as they run.
+  if (!request.draft.empty() && request.fault == Fault::kNone && request.trace == nullptr) {
+    NW_ASSIGN_OR_RETURN(DraftOutcome outcome,
+                        TryDraft(backend.config(), request, seq.get(), &logits, &result));
+    if (outcome == DraftOutcome::kDiverged) {
+      // The sequence went past where greedy leaves the draft: run the request again without
+      // it. Both prefills count as prefill time, the draft check as decode time.
+      draft_ms = MsSince(t1);
+      NW_ASSIGN_OR_RETURN(seq, backend.NewSequence(spec));
+      result.tokens.clear();
+      t0 = std::chrono::steady_clock::now();
+      NW_RETURN_IF_ERROR(seq->Prefill(request.prompt, &logits));
+      result.prefill_ms += MsSince(t0);
+      t1 = std::chrono::steady_clock::now();
+    }
+  }
   NW_RETURN_IF_ERROR(DecodeGreedy(backend.config(), request, seq.get(), &logits, &result));
-  result.decode_ms = MsSince(t1);
+  result.decode_ms = draft_ms + MsSince(t1);
   result.probes = seq->probes();
   return result;
 }

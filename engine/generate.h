@@ -8,7 +8,7 @@
 //   DecodeGreedy   argmax decoding from the last prompt token's logits until a stop token or
 //                  max_new_tokens;
 //   Generate       one request: the backend's GenerateWhole if it has one (cpu-pd), else
-//                  NewSequence + Prefill + DecodeGreedy;
+//                  NewSequence + Prefill + (greedy draft) + DecodeGreedy;
 //   GenerateBatch  several requests: each prefilled alone, then the unfinished ones decode in
 //                  batched steps (Backend::DecodeBatch); results equal Generate of each.
 // Thread-safety: as the Backend (one thread at a time).
@@ -44,6 +44,16 @@ Status DecodeGreedy(const ModelConfig& cfg, const GenerateRequest& request, Back
 
 /// Runs one request on `backend` (timing prefill_ms and decode_ms). Errors: CheckRequest's, and
 /// the backend's.
+///
+/// Greedy drafts (GenerateRequest::draft, e.g. the needle's answer + EOS): when the first greedy
+/// token is the draft's first, the draft (up to its first stop token, at most max_new_tokens - 1
+/// tokens) runs as one multi-token step (BackendSequence::Extend) and each row's argmax is
+/// checked against the next draft token. All equal: those tokens are taken and decoding goes on
+/// from the last row, so a found needle costs one step instead of one per answer token. Greedy
+/// leaves the draft inside the chunk: the request runs again from a fresh sequence without the
+/// draft. Tokens, stop flag and probes are the same as without a draft in every case (Extend
+/// equals Decode bit for bit); only the time differs. Ignored under a fault or a trace, and by
+/// GenerateBatch and the whole-request backends (cpu-pd, cuda-pd).
 Result<GenerateResult> Generate(Backend& backend, const GenerateRequest& request);
 
 /// Runs several requests; result i has the tokens, stop flag and probes of Generate(request i).

@@ -85,6 +85,10 @@ struct GenerateRequest {
   int64_t memory_limit_bytes = 0;  // CPU backends: host memory the sequence may use; 0 = the
                                    // machine's physical memory and the process's RLIMIT_AS /
                                    // RLIMIT_DATA (engine/cpu/memory_check.h)
+  // The tokens greedy decoding is expected to produce (a needle's answer): checked in one
+  // multi-token step instead of one step per token. A speed hint only: the result is the same
+  // with or without it (engine/generate.h, "Greedy drafts").
+  std::vector<int32_t> draft;
 };
 
 struct GenerateResult {

@@ -123,6 +123,10 @@ Result<JobResult> EngineExecutor::Run(const JobSpec& spec, const std::string& ke
   } else {
     return fault.status().WithContext("job.fault");
   }
+  // The answer as greedy decoding writes it when the needle is found: a speed hint only
+  // (engine/generate.h, greedy drafts): a found needle's answer is checked in one step.
+  req.draft = engine->tokenizer().Encode(" " + prompt.expected);
+  if (engine->config().eos_token_id >= 0) req.draft.push_back(engine->config().eos_token_id);
   if (spec.probe) {
     ProbeRequest pr;
     pr.needle_begin = prompt.needle_begin;

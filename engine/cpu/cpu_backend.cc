@@ -45,6 +45,11 @@ Status CpuSequence::Decode(int32_t token, std::vector<float>* logits) {
   return seq_.Decode(token, logits);
 }
 
+Status CpuSequence::Extend(std::span<const int32_t> tokens, std::vector<float>* all_logits) {
+  if (tokens.empty()) return Status::InvalidArgument("extend needs at least one token");
+  return seq_.Forward(tokens, nullptr, all_logits);
+}
+
 CpuBackend::CpuBackend(const BackendInfo& info, std::shared_ptr<const ModelConfig> config,
                        std::shared_ptr<const ModelWeights> weights)
     : info_(info), config_(std::move(config)), weights_(std::move(weights)) {}

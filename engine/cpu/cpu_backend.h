@@ -49,6 +49,7 @@ class CpuSequence final : public BackendSequence {
   int index_topk() const override { return seq_.index_topk(); }
   Status Prefill(std::span<const int32_t> tokens, std::vector<float>* logits) override;
   Status Decode(int32_t token, std::vector<float>* logits) override;
+  Status Extend(std::span<const int32_t> tokens, std::vector<float>* all_logits) override;
   const std::vector<IndexerProbe>& probes() const override { return seq_.probes(); }
   int64_t state_bytes() const override { return seq_.state_bytes(); }
 

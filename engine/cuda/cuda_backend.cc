@@ -62,8 +62,8 @@ class CudaBackend final : public Backend {
   Result<std::unique_ptr<CudaSequence>> NewCudaSequence(const SequenceSpec& spec, KvLayout layout,
                                                         int64_t chunk) {
     NW_RETURN_IF_ERROR(spec.precision.Validate());
-    // The GPU backends replay no fault yet (their catalog entries list none): refused here too,
-    // for callers that reach a sequence without engine/generate.h's check.
+    // A fault the backend does not replay is refused here too, for callers that reach a sequence
+    // without engine/generate.h's check.
     NW_RETURN_IF_ERROR(CheckBackendFault(info_, spec.fault));
     NW_RETURN_IF_ERROR(CheckBackendTrace(info_, spec.trace != nullptr));
     NW_RETURN_IF_ERROR(CudaSequence::CheckFits(config_, chunk, spec));
@@ -121,6 +121,7 @@ class CudaBackend final : public Backend {
                           NewCudaSequence(spec, KvLayout::kContiguous, 0));
       NW_RETURN_IF_ERROR(prefill->Prefill(request.prompt, &logits));
       NW_ASSIGN_OR_RETURN(cpu::SequenceState state, prefill->ExportState());
+      parallel::ApplyHandoffFault(spec.fault, &state);
       transfer = parallel::SerializeDecodeState(config_, state);
       prefill_probes = prefill->probes();
     }

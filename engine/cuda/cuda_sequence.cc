@@ -173,6 +173,11 @@ struct CudaSequence::Impl {
   int topk = 0;
   bool act_bf16 = false;
   int64_t pos = 0;
+  // The indexer's key end of each query of the current chunk (`visible` on the device): (p + 1)
+  // / 4, or the chunk's last query's under the ragged-key-range fault; and the first selectable
+  // key (0, or the chunk's first entry under ragged-key-offset).
+  std::vector<int32_t> key_end;
+  int64_t key_begin = 0;
 
   DevTensor kv_pool, idx_pool;
   int kv_next_page = 0, idx_next_page = 0;
@@ -228,7 +233,8 @@ struct CudaSequence::Impl {
     return LaunchRmsNorm(p, stream);
   }
   Status Rope(float* x, int64_t rows, int64_t stride, int offset, int rows_per_position,
-              const int32_t* pos_dev, const DevTensor& cos, const DevTensor& sin, bool inverse) {
+              const int32_t* pos_dev, const DevTensor& cos, const DevTensor& sin, bool inverse,
+              bool half_split = false) {
     RopeParams p;
     p.x = x;
     p.positions = pos_dev;
@@ -242,6 +248,7 @@ struct CudaSequence::Impl {
     p.n_positions = spec.max_tokens;
     p.inverse = inverse;
     p.round_bf16 = act_bf16;
+    p.half_split = half_split;
     return LaunchRope(p, stream);
   }
   // The orthonormal Hadamard transform (scale n^-1/2) of rows of n values, in place.
@@ -480,8 +487,13 @@ Status CudaSequence::Impl::Compress(const DevCompressor& c, bool indexer, const 
       epos[static_cast<size_t>(i)] = static_cast<int32_t>((first_entry + i) * r);
     }
     NW_RETURN_IF_ERROR(Upload(ent_pos, epos, stream));
-    NW_RETURN_IF_ERROR(Rope(ent.data(), n_entries, dim, static_cast<int>(dim - rd), 1,
-                            ent_pos.data(), cos, sin, false));
+    // Faults indexer-rope-layout (the index keys rotated half-split) and compressed-kv-no-rope
+    // (compressed KV entries stored unrotated).
+    if (indexer || spec.fault != Fault::kCompressedKvNoRope) {
+      NW_RETURN_IF_ERROR(Rope(ent.data(), n_entries, dim, static_cast<int>(dim - rd), 1,
+                              ent_pos.data(), cos, sin, false,
+                              indexer && spec.fault == Fault::kIndexerRopeLayout));
+    }
     if (indexer) {
       NW_RETURN_IF_ERROR(Hadamard(ent.data(), n_entries, dim));
       NW_RETURN_IF_ERROR(IndexFormat(spec.precision.index_k, ent.data(), n_entries, dim, stream));
@@ -502,7 +514,28 @@ Status CudaSequence::Impl::Compress(const DevCompressor& c, bool indexer, const 
   // Keep the projections of the last `span` tokens for the entries of later chunks.
   const int64_t keep = std::min(total, span);
   NW_RETURN_IF_ERROR(CopyD2D(state.kv.data(), kv_rows + (total - keep) * cw, keep * cw, stream));
-  return CopyD2D(state.score.data(), score_rows + (total - keep) * cw, keep * cw, stream);
+  NW_RETURN_IF_ERROR(
+      CopyD2D(state.score.data(), score_rows + (total - keep) * cw, keep * cw, stream));
+  // Fault partial-block-mod4: a multi-token chunk ending 3 tokens into a ratio-4 block keeps none
+  // of that partial block. The CPU keeps these rows in a ring (position p at row p mod span), so
+  // the rows of the partial block's positions keep what their ring rows held before the chunk:
+  // the row of the position q < s with q = p (mod span), or zeros where none was written.
+  if (spec.fault == Fault::kPartialBlockMod4 && r == 4 && n > 1 && (s + n) % 4 == 3) {
+    const int64_t first_kept = s + n - keep;
+    for (int64_t p = std::max((s + n) / 4 * 4, first_kept); p < s + n; ++p) {
+      const int64_t q = p - span * ((p - s) / span + 1);
+      float* kv_dst = state.kv.data() + (p - first_kept) * cw;
+      float* score_dst = state.score.data() + (p - first_kept) * cw;
+      if (q >= 0) {  // q >= s - prev: the old state's rows are kv_rows[0, prev)
+        NW_RETURN_IF_ERROR(CopyD2D(kv_dst, kv_rows + (q - (s - prev)) * cw, cw, stream));
+        NW_RETURN_IF_ERROR(CopyD2D(score_dst, score_rows + (q - (s - prev)) * cw, cw, stream));
+      } else {
+        NW_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(kv_dst, 0, cw * sizeof(float), stream));
+        NW_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(score_dst, 0, cw * sizeof(float), stream));
+      }
+    }
+  }
+  return Status::Ok();
 }
 
 Status CudaSequence::Impl::Select(int l, int64_t n, int64_t s) {
@@ -517,7 +550,7 @@ Status CudaSequence::Impl::Select(int l, int64_t n, int64_t s) {
   NW_RETURN_IF_ERROR(L.ikeys.Reserve(max_visible, stream));
   for (int64_t t0 = 0; t0 < n; t0 += qb) {
     const int64_t t1 = std::min(n, t0 + qb), mq = t1 - t0;
-    const int64_t block_vis = (s + t1) / 4;
+    const int64_t block_vis = key_end[static_cast<size_t>(t1 - 1)];  // the block's largest
     if (block_vis == 0) {
       NW_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(
           sel.data() + t0 * topk, 0xFF, static_cast<size_t>(mq * topk) * sizeof(int32_t), stream));
@@ -546,6 +579,8 @@ Status CudaSequence::Impl::Select(int l, int64_t n, int64_t s) {
       ip.out_cols = block_vis;
       ip.max_len = block_vis;
       NW_RETURN_IF_ERROR(LaunchIndexerLogits(ip, stream));
+      NW_RETURN_IF_ERROR(
+          LaunchMaskKeyPrefix(scores.data(), mq, block_vis, block_vis, key_begin, stream));
       TopKParams tp;
       tp.scores = scores.data();
       tp.lengths = visible.data() + t0;
@@ -555,6 +590,8 @@ Status CudaSequence::Impl::Select(int l, int64_t n, int64_t s) {
       tp.stride = block_vis;
       tp.k = topk;
       NW_RETURN_IF_ERROR(LaunchTopK(tp, stream));
+      NW_RETURN_IF_ERROR(
+          LaunchDropSelectedBelow(sel.data() + t0 * topk, mq, topk, key_begin, stream));
     }
     const int64_t r0 = std::max(t0, probe_from);
     if (r0 < t1) {
@@ -568,6 +605,7 @@ Status CudaSequence::Impl::Select(int l, int64_t n, int64_t s) {
       pp.ratio = 4;
       pp.needle_begin = spec.probe->needle_begin;
       pp.needle_end = spec.probe->needle_end;
+      pp.key_begin = key_begin;
       pp.needle_rank = pr_rank.data() + r0;
       pp.in_topk = pr_hit.data() + r0;
       pp.needle_score = pr_score.data() + r0;
@@ -595,7 +633,7 @@ Status CudaSequence::Impl::Select(int l, int64_t n, int64_t s) {
     for (size_t i = 0; i < rows; ++i) {
       const int64_t p = s + probe_from + static_cast<int64_t>(i);
       pr.positions.push_back(p);
-      pr.num_visible.push_back(static_cast<int32_t>((p + 1) / 4));
+      pr.num_visible.push_back(key_end[static_cast<size_t>(probe_from) + i]);
     }
     pr.needle_rank.insert(pr.needle_rank.end(), rank.begin(), rank.end());
     pr.in_topk.insert(pr.in_topk.end(), hit.begin(), hit.end());
@@ -614,8 +652,10 @@ Status CudaSequence::Impl::Attention(int l, int64_t n, int64_t s) {
   const int64_t g = cfg.o_groups, R = cfg.o_lora_rank;
   const int64_t hI = cfg.index_n_heads, cI = cfg.index_head_dim;
   const int ratio = L.ratio;
-  const DevTensor& cos = ratio > 0 ? rope.comp_cos : rope.plain_cos;
-  const DevTensor& sin = ratio > 0 ? rope.comp_sin : rope.plain_sin;
+  // Fault compress-rope-base: the compressed layers get the plain layers' tables.
+  const bool yarn = ratio > 0 && spec.fault != Fault::kCompressRopeBase;
+  const DevTensor& cos = yarn ? rope.comp_cos : rope.plain_cos;
+  const DevTensor& sin = yarn ? rope.comp_sin : rope.plain_sin;
   const PrecisionProfile& prof = spec.precision;
   float* kvc = kvbuf.data() + W * d;  // the chunk's raw KV, after the ring's copy
 
@@ -664,7 +704,8 @@ Status CudaSequence::Impl::Attention(int l, int64_t n, int64_t s) {
   if (ratio == 4) {
     NW_RETURN_IF_ERROR(Act(prof, iq.data(), n * hI, cI, stream));
     NW_RETURN_IF_ERROR(Rope(iq.data(), n * hI, cI, static_cast<int>(cI - rd), static_cast<int>(hI),
-                            positions.data(), cos, sin, false));
+                            positions.data(), cos, sin, false,
+                            spec.fault == Fault::kIndexerRopeLayout));
     NW_RETURN_IF_ERROR(Hadamard(iq.data(), n * hI, cI));
     NW_RETURN_IF_ERROR(IndexFormat(prof.index_q, iq.data(), n * hI, cI, stream));
   }
@@ -829,7 +870,9 @@ Status CudaSequence::Impl::Moe(int l, int64_t n) {
   ss.out = sh1.data();
   ss.rows = n;
   ss.inter = I;
-  ss.limit = cfg.swiglu_clamp_shared_expert ? limit : 0.0f;
+  // Fault shared-expert-no-clamp: the shared expert's SwiGLU unclamped.
+  ss.limit =
+      cfg.swiglu_clamp_shared_expert && spec.fault != Fault::kSharedExpertNoClamp ? limit : 0.0f;
   NW_RETURN_IF_ERROR(LaunchSwiGlu(ss, stream));
   NW_RETURN_IF_ERROR(Lin(sh1.data(), n, I, f.sh_w2, D, S.data()));
   MoeCombineParams cp;
@@ -868,9 +911,16 @@ Status CudaSequence::Impl::Forward(std::span<const int32_t> toks, std::vector<fl
   NW_RETURN_IF_ERROR(Upload(tokens, host, stream));
   for (int64_t t = 0; t < n; ++t) host[static_cast<size_t>(t)] = static_cast<int32_t>(s + t);
   NW_RETURN_IF_ERROR(Upload(positions, host, stream));
-  for (int64_t t = 0; t < n; ++t)
-    host[static_cast<size_t>(t)] = static_cast<int32_t>((s + t + 1) / 4);
-  NW_RETURN_IF_ERROR(Upload(visible, host, stream));
+  // The indexer's key range of each query (faults ragged-key-range and ragged-key-offset act on
+  // multi-token chunks, as engine/cpu/sequence.cc's do).
+  const bool range_fault = spec.fault == Fault::kRaggedKeyRange && n > 1;
+  key_end.resize(static_cast<size_t>(n));
+  for (int64_t t = 0; t < n; ++t) {
+    key_end[static_cast<size_t>(t)] =
+        static_cast<int32_t>(range_fault ? (s + n) / 4 : (s + t + 1) / 4);
+  }
+  key_begin = spec.fault == Fault::kRaggedKeyOffset && n > 1 ? s / 4 : 0;
+  NW_RETURN_IF_ERROR(Upload(visible, key_end, stream));
 
   EmbedParams ep;
   ep.table = m.embed.data();
@@ -1050,8 +1100,12 @@ Status CudaSequence::Forward(std::span<const int32_t> tokens, std::vector<float>
 
 Status CudaSequence::Prefill(std::span<const int32_t> tokens, std::vector<float>* logits) {
   if (tokens.empty()) return Status::InvalidArgument("prefill needs at least one token");
-  const size_t chunk =
-      impl_->prefill_chunk > 0 ? static_cast<size_t>(impl_->prefill_chunk) : tokens.size();
+  // ragged-key-offset acts between chunks: one-pass prefill gets 1,024-token chunks under it, as
+  // on the CPU (engine/fault.h).
+  const size_t fault_chunk = impl_->spec.fault == Fault::kRaggedKeyOffset ? 1024 : 0;
+  const size_t chunk = impl_->prefill_chunk > 0 ? static_cast<size_t>(impl_->prefill_chunk)
+                       : fault_chunk > 0        ? fault_chunk
+                                                : tokens.size();
   for (size_t b = 0; b < tokens.size(); b += chunk) {
     const size_t e = std::min(tokens.size(), b + chunk);
     NW_RETURN_IF_ERROR(
@@ -1062,6 +1116,11 @@ Status CudaSequence::Prefill(std::span<const int32_t> tokens, std::vector<float>
 
 Status CudaSequence::Decode(int32_t token, std::vector<float>* logits) {
   return impl_->Forward(std::span<const int32_t>(&token, 1), logits, nullptr);
+}
+
+Status CudaSequence::Extend(std::span<const int32_t> tokens, std::vector<float>* all_logits) {
+  if (tokens.empty()) return Status::InvalidArgument("extend needs at least one token");
+  return impl_->Forward(tokens, nullptr, all_logits);
 }
 
 void CudaSequence::PrependProbes(const std::vector<IndexerProbe>& earlier) {

@@ -57,6 +57,7 @@ class CudaSequence final : public BackendSequence {
   int index_topk() const override;
   Status Prefill(std::span<const int32_t> tokens, std::vector<float>* logits) override;
   Status Decode(int32_t token, std::vector<float>* logits) override;
+  Status Extend(std::span<const int32_t> tokens, std::vector<float>* all_logits) override;
   const std::vector<IndexerProbe>& probes() const override;
   int64_t state_bytes() const override;
 

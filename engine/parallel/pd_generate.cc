@@ -47,27 +47,11 @@ Status MergeProbes(const std::vector<IndexerProbe>& decode, std::vector<IndexerP
   return Status::Ok();
 }
 
-// The handoff faults (engine/fault.h) act on the transferred state: pd-handoff-loses-state zeroes
-// the compressed entries and index keys written before the handoff, compressor-state-not-restored
-// the compressors' rolling states (what a fresh decode instance holds where nothing was restored).
+// The transfer buffer of `seq`, with a handoff fault applied to it (engine/parallel/pd_transfer.h).
 std::vector<uint8_t> TransferWithFault(const ModelConfig& cfg, const cpu::Sequence& seq,
                                        Fault fault) {
-  if (fault != Fault::kPdHandoffLosesState && fault != Fault::kCompressorStateNotRestored) {
-    return ExportTransfer(cfg, seq);
-  }
   cpu::SequenceState st = seq.ExportState();
-  const auto zero = [](std::vector<float>& v) { std::fill(v.begin(), v.end(), 0.0f); };
-  for (cpu::SequenceLayerState& ls : st.layers) {
-    if (fault == Fault::kPdHandoffLosesState) {
-      zero(ls.compressed);
-      zero(ls.index_keys);
-    } else {
-      zero(ls.kv_state_kv);
-      zero(ls.kv_state_score);
-      zero(ls.index_state_kv);
-      zero(ls.index_state_score);
-    }
-  }
+  ApplyHandoffFault(fault, &st);
   return SerializeDecodeState(cfg, st);
 }
 

@@ -1,5 +1,6 @@
 #include "engine/parallel/pd_transfer.h"
 
+#include <algorithm>
 #include <array>
 #include <cstring>
 #include <string>
@@ -179,6 +180,22 @@ Result<cpu::SequenceState> DeserializeDecodeState(const ModelConfig& cfg,
                               " trailing bytes");
   }
   return st;
+}
+
+void ApplyHandoffFault(Fault fault, cpu::SequenceState* state) {
+  if (fault != Fault::kPdHandoffLosesState && fault != Fault::kCompressorStateNotRestored) return;
+  const auto zero = [](std::vector<float>& v) { std::fill(v.begin(), v.end(), 0.0f); };
+  for (cpu::SequenceLayerState& ls : state->layers) {
+    if (fault == Fault::kPdHandoffLosesState) {
+      zero(ls.compressed);
+      zero(ls.index_keys);
+    } else {
+      zero(ls.kv_state_kv);
+      zero(ls.kv_state_score);
+      zero(ls.index_state_kv);
+      zero(ls.index_state_score);
+    }
+  }
 }
 
 std::vector<uint8_t> ExportTransfer(const ModelConfig& cfg, const cpu::Sequence& seq) {

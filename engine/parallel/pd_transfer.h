@@ -32,6 +32,7 @@
 #include "common/status.h"
 #include "engine/checkpoint/config.h"
 #include "engine/cpu/sequence.h"
+#include "engine/fault.h"
 
 namespace nw::parallel {
 
@@ -40,6 +41,12 @@ inline constexpr uint32_t kPdTransferVersion = 1;
 std::vector<uint8_t> SerializeDecodeState(const ModelConfig& cfg, const cpu::SequenceState& st);
 Result<cpu::SequenceState> DeserializeDecodeState(const ModelConfig& cfg,
                                                   std::span<const uint8_t> bytes);
+
+/// The handoff faults (engine/fault.h) act on the transferred state, whichever device made it:
+/// pd-handoff-loses-state zeroes the compressed entries and index keys written before the
+/// handoff, compressor-state-not-restored the compressors' rolling states (what a fresh decode
+/// instance holds where nothing was restored). Any other fault leaves the state unchanged.
+void ApplyHandoffFault(Fault fault, cpu::SequenceState* state);
 
 /// The prefill side: `seq`'s state as a transfer buffer.
 std::vector<uint8_t> ExportTransfer(const ModelConfig& cfg, const cpu::Sequence& seq);

@@ -18,8 +18,9 @@ __global__ void __launch_bounds__(kThreads) RopeKernel(RopeParams p) {
     const int j = static_cast<int>(i % p.pairs);
     const int32_t pos = p.positions[r / p.rows_per_position];
     if (pos < 0 || pos >= p.n_positions) continue;
-    float* v = p.x + r * p.x_stride + p.offset + 2 * j;
-    const float a = v[0], b = v[1];
+    float* v0 = p.x + r * p.x_stride + p.offset + (p.half_split ? j : 2 * j);
+    float* v1 = p.half_split ? v0 + p.pairs : v0 + 1;
+    const float a = *v0, b = *v1;
     const float c = p.cos[static_cast<int64_t>(pos) * p.pairs + j];
     const float sn = p.sin[static_cast<int64_t>(pos) * p.pairs + j];
     const float s = p.inverse ? -sn : sn;
@@ -29,8 +30,8 @@ __global__ void __launch_bounds__(kThreads) RopeKernel(RopeParams p) {
       x0 = quant::RoundBf16(x0);
       x1 = quant::RoundBf16(x1);
     }
-    v[0] = x0;
-    v[1] = x1;
+    *v0 = x0;
+    *v1 = x1;
   }
 }
 

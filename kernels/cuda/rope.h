@@ -15,7 +15,8 @@
 
 namespace nw::cuda {
 
-/// Rotates x[r, offset + 2j], x[r, offset + 2j + 1] for j < pairs, in place:
+/// Rotates x[r, offset + 2j], x[r, offset + 2j + 1] for j < pairs (or, half_split, the pair
+/// x[r, offset + j], x[r, offset + pairs + j]: the rotate_half layout), in place:
 ///   (a + ib) * (c + is), or * (c - is) when inverse; each product and sum rounded separately.
 /// Row r uses position positions[r / rows_per_position] (rows_per_position = heads per token);
 /// a position outside [0, n_positions) leaves its rows unchanged. round_bf16 rounds the rotated
@@ -33,6 +34,7 @@ struct RopeParams {
   int64_t n_positions = 0;
   bool inverse = false;
   bool round_bf16 = false;
+  bool half_split = false;  // pairs (j, j + pairs) instead of V4's interleaved (2j, 2j + 1)
 };
 Status LaunchRope(const RopeParams& p, cudaStream_t stream);
 

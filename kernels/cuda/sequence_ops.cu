@@ -149,7 +149,8 @@ __global__ void __launch_bounds__(kThreads) ProbeKernel(ProbeParams p) {
   for (int64_t r = blockIdx.x; r < p.rows; r += gridDim.x) {
     const float* s = p.scores + r * p.score_stride;
     const int64_t visible = p.visible[r];
-    const int n_sel = static_cast<int>(visible < p.k ? visible : p.k);
+    const int64_t selectable = visible - p.key_begin > 0 ? visible - p.key_begin : 0;
+    const int n_sel = static_cast<int>(selectable < p.k ? selectable : p.k);
     const int32_t* sel = p.topk + r * p.k;
     int64_t best = -1;
     float best_score = quant::QuietNan();
@@ -208,7 +209,42 @@ __global__ void __launch_bounds__(kThreads) ProbeKernel(ProbeParams p) {
   }
 }
 
+__global__ void __launch_bounds__(kThreads)
+    MaskKeyPrefixKernel(float* scores, int64_t rows, int64_t stride, int64_t n) {
+  NW_GRID_LOOP(i, rows * n) {
+    scores[(i / n) * stride + i % n] = quant::FloatFromBits(0xFF800000u);
+  }
+}
+
+__global__ void __launch_bounds__(kThreads)
+    DropSelectedBelowKernel(int32_t* sel, int64_t total, int64_t begin) {
+  NW_GRID_LOOP(i, total) {
+    if (sel[i] < begin) sel[i] = -1;
+  }
+}
+
 }  // namespace
+
+Status LaunchMaskKeyPrefix(float* scores, int64_t rows, int64_t stride, int64_t cols, int64_t begin,
+                           cudaStream_t stream) {
+  if (rows < 0 || cols < 0 || stride < cols || begin < 0) {
+    return Status::InvalidArgument("MaskKeyPrefix: sizes");
+  }
+  const int64_t n = begin < cols ? begin : cols;
+  if (rows == 0 || n == 0) return Status::Ok();
+  if (scores == nullptr) return Status::InvalidArgument("MaskKeyPrefix: null pointer");
+  MaskKeyPrefixKernel<<<GridFor(rows * n), kThreads, 0, stream>>>(scores, rows, stride, n);
+  return NW_CUDA_LAUNCH_STATUS("MaskKeyPrefixKernel");
+}
+
+Status LaunchDropSelectedBelow(int32_t* sel, int64_t rows, int k, int64_t begin,
+                               cudaStream_t stream) {
+  if (rows < 0 || k < 0 || begin < 0) return Status::InvalidArgument("DropSelectedBelow: sizes");
+  if (rows == 0 || k == 0 || begin == 0) return Status::Ok();
+  if (sel == nullptr) return Status::InvalidArgument("DropSelectedBelow: null pointer");
+  DropSelectedBelowKernel<<<GridFor(rows * k), kThreads, 0, stream>>>(sel, rows * k, begin);
+  return NW_CUDA_LAUNCH_STATUS("DropSelectedBelowKernel");
+}
 
 Status LaunchEmbed(const EmbedParams& p, cudaStream_t stream) {
   if (p.tokens < 0 || p.dim <= 0 || p.copies < 1) return Status::InvalidArgument("Embed: sizes");

@@ -108,6 +108,8 @@ struct ProbeParams {
   int ratio = 4;
   int64_t needle_begin = 0;
   int64_t needle_end = 0;
+  int64_t key_begin = 0;  // keys [0, key_begin) were not selectable: min(k, visible - key_begin)
+                          // of the row's topk ids are real (LaunchDropSelectedBelow)
   int32_t* needle_rank = nullptr;  // [rows]
   uint8_t* in_topk = nullptr;      // [rows]
   float* needle_score = nullptr;   // [rows]
@@ -115,5 +117,15 @@ struct ProbeParams {
   float* next_score = nullptr;     // [rows] the best entry not selected (NaN if none)
 };
 Status LaunchProbe(const ProbeParams& p, cudaStream_t stream);
+
+/// A selection restricted to keys [begin, len_r) of each row, as cpu::TopK over a width of
+/// min(k, len_r - begin) with the keys below `begin` scored -inf: before the top-k,
+/// LaunchMaskKeyPrefix sets scores[r, 0..min(begin, cols)) to -inf; after it,
+/// LaunchDropSelectedBelow replaces every id below `begin` in sel[r, 0..k) by -1 (such ids rank
+/// after every finite score, so they are the row's tail and -1 is the CPU's padding).
+Status LaunchMaskKeyPrefix(float* scores, int64_t rows, int64_t stride, int64_t cols, int64_t begin,
+                           cudaStream_t stream);
+Status LaunchDropSelectedBelow(int32_t* sel, int64_t rows, int k, int64_t begin,
+                               cudaStream_t stream);
 
 }  // namespace nw::cuda

@@ -643,7 +643,7 @@ TEST(CampaignParseTest, AFaultNeedsABackendThatReplaysIt) {
       ParseError(Yaml("  context_length: [256]\n  needle_position: [0.5]\n  topk: 8\n"
                       "  backend: [cpu, cpu-pd]\n  fault: [pd-handoff-loses-state]\n"));
   EXPECT_THAT(e, HasSubstr("t.yaml:8:11: matrix.fault[0]: backend 'cpu' does not replay fault "
-                           "'pd-handoff-loses-state' (replayed by: cpu-pd)"));
+                           "'pd-handoff-loses-state' (replayed by: cpu-pd, cuda-pd)"));
   EXPECT_THAT(e, HasSubstr("matrix.backend[0]"));
   // Excluding the combination makes it valid; include can add a faulted cell.
   const Campaign c =
@@ -653,8 +653,15 @@ TEST(CampaignParseTest, AFaultNeedsABackendThatReplaysIt) {
                      "include:\n  - {backend: cpu, fault: partial-block-mod4}\n"));
   EXPECT_EQ(c.cells.size(), 4u);
   EXPECT_THAT(ParseError(Yaml("  context_length: [256]\n  needle_position: [0.5]\n  topk: 8\n"
-                              "  backend: [cuda]\n  fault: [indexer-rope-layout]\n")),
-              HasSubstr("backend 'cuda' does not replay fault 'indexer-rope-layout'"));
+                              "  backend: [cuda]\n  fault: [pd-handoff-loses-state]\n")),
+              HasSubstr("backend 'cuda' does not replay fault 'pd-handoff-loses-state' (replayed "
+                        "by: cpu-pd, cuda-pd)"));
+  // The GPU backends replay the forward-pass faults (validation needs no GPU).
+  EXPECT_EQ(MustParse(Yaml("  context_length: [256]\n  needle_position: [0.5]\n  topk: 8\n"
+                           "  backend: [cuda, cuda-paged, cuda-pd]\n"
+                           "  fault: [indexer-rope-layout, partial-block-mod4]\n"))
+                .cells.size(),
+            6u);
 }
 
 }  // namespace

@@ -74,14 +74,30 @@ TEST(CudaRope, ForwardAndInverseBitExact) {
     const std::vector<float> x = rng.Vec(static_cast<size_t>(rows * c.stride), -3.0f, 3.0f);
     Guarded<float> dcos(cos_h), dsin(sin_h);
     Guarded<int32_t> dpos(pos);
-    for (bool inverse : {false, true}) {
+    // half_split (the indexer-rope-layout fault's rotate_half layout): pairs (j, j + pairs),
+    // each product and sum rounded as in the interleaved rotation.
+    const auto half_split_rope = [pairs](float* v, const float* cs, const float* sn, bool inv) {
+      for (int j = 0; j < pairs; ++j) {
+        const float a = v[j], b = v[j + pairs], sj = inv ? -sn[j] : sn[j];
+        const float ac = a * cs[j], bs = b * sj, as = a * sj, bc = b * cs[j];
+        v[j] = ac - bs;
+        v[j + pairs] = as + bc;
+      }
+    };
+    for (int mode = 0; mode < 4; ++mode) {
+      const bool inverse = (mode & 1) != 0;
+      const bool half_split = (mode & 2) != 0;
       for (bool round : {false, true}) {
         std::vector<float> want = x;
         for (int64_t r = 0; r < rows; ++r) {
           const int32_t p = pos[static_cast<size_t>(r / c.heads)];
           if (p < 0 || p >= table_pos) continue;
           float* v = want.data() + r * c.stride + c.offset;
-          cpu::ApplyRope(v, pairs, table.cos(p), table.sin(p), inverse);
+          if (half_split) {
+            half_split_rope(v, table.cos(p), table.sin(p), inverse);
+          } else {
+            cpu::ApplyRope(v, pairs, table.cos(p), table.sin(p), inverse);
+          }
           if (round) quant::FakeQuantBf16(v, v, static_cast<size_t>(2 * pairs));
         }
         Guarded<float> dx(x);
@@ -98,9 +114,11 @@ TEST(CudaRope, ForwardAndInverseBitExact) {
         p.n_positions = table_pos;
         p.inverse = inverse;
         p.round_bf16 = round;
+        p.half_split = half_split;
         NW_ASSERT_OK(LaunchRope(p, nullptr));
         NW_ASSERT_SYNC();
-        EXPECT_TRUE(BitEqual(dx.Download(), want)) << "inverse " << inverse << " round " << round;
+        EXPECT_TRUE(BitEqual(dx.Download(), want))
+            << "inverse " << inverse << " round " << round << " half_split " << half_split;
         EXPECT_TRUE(dx.GuardsIntact());
       }
     }

@@ -590,7 +590,7 @@ TEST_F(ServeTest, FaultsNeedAllowFaults) {
   pd["fault"] = "pd-handoff-loses-state";
   auto [s2, e2] = Call(*client, "/v1/completions", pd);
   EXPECT_EQ(s2, 400) << e2.dump();
-  EXPECT_THAT(e2.dump(), HasSubstr("replayed by: cpu-pd"));
+  EXPECT_THAT(e2.dump(), HasSubstr("replayed by: cpu-pd, cuda-pd"));
   json bad = body;
   bad["fault"] = "no-such-bug";
   auto [s3, e3] = Call(*client, "/v1/completions", bad);
