@@ -67,7 +67,8 @@ class CountingBackend final : public Backend {
   Result<std::unique_ptr<BackendSequence>> NewSequence(const SequenceSpec& spec) override {
     ++calls_->sequences;
     NW_ASSIGN_OR_RETURN(std::unique_ptr<BackendSequence> s, inner_->NewSequence(spec));
-    return std::unique_ptr<BackendSequence>(std::make_unique<CountingSequence>(std::move(s), calls_));
+    return std::unique_ptr<BackendSequence>(
+        std::make_unique<CountingSequence>(std::move(s), calls_));
   }
   int64_t state_bytes_per_token(const PrecisionProfile& p) const override {
     return inner_->state_bytes_per_token(p);
@@ -108,7 +109,8 @@ class DraftTest : public ::testing::TestWithParam<std::string> {
     return g.ok() ? *std::move(g) : GenerateResult{};
   }
 
-  static void ExpectSame(const GenerateResult& a, const GenerateResult& b, const std::string& what) {
+  static void ExpectSame(const GenerateResult& a, const GenerateResult& b,
+                         const std::string& what) {
     EXPECT_EQ(a.tokens, b.tokens) << what;
     EXPECT_EQ(a.stopped, b.stopped) << what;
     ASSERT_EQ(a.probes.size(), b.probes.size()) << what;

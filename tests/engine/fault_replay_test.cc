@@ -107,18 +107,21 @@ TEST(FaultCatalogTest, NamesParseAndEveryFaultIsDocumented) {
   EXPECT_NE(bad.status().message().find("pd-handoff-loses-state"), std::string::npos);
 }
 
-TEST(FaultCatalogTest, CpuBackendsReplayGpuBackendsRefuse) {
+TEST(FaultCatalogTest, EveryEngineBackendReplaysTheForwardFaultsPdBackendsTheHandoffOnes) {
   for (const BackendInfo& b : BackendCatalog()) {
     EXPECT_TRUE(CheckBackendFault(b, Fault::kNone).ok()) << b.name;
-    if (b.device == DeviceKind::kCuda) {
-      EXPECT_TRUE(b.faults.empty()) << b.name;
-      const Status s = CheckBackendFault(b, Fault::kSharedExpertNoClamp);
-      EXPECT_EQ(s.code(), StatusCode::kUnsupported) << b.name;
-      EXPECT_NE(s.message().find(std::string(b.name)), std::string::npos) << s.message();
-      EXPECT_NE(s.message().find("cpu-pd"), std::string::npos) << s.message();
-    } else {
-      EXPECT_TRUE(CheckBackendFault(b, Fault::kPartialBlockMod4).ok()) << b.name;
-      EXPECT_EQ(CheckBackendFault(b, Fault::kPdHandoffLosesState).ok(), b.disaggregated) << b.name;
+    for (const FaultInfo& f : FaultCatalog()) {
+      if (f.fault == Fault::kNone) continue;
+      const bool handoff =
+          f.fault == Fault::kPdHandoffLosesState || f.fault == Fault::kCompressorStateNotRestored;
+      const Status s = CheckBackendFault(b, f.fault);
+      EXPECT_EQ(s.ok(), !handoff || b.disaggregated) << b.name << " " << f.name;
+      if (!s.ok()) {
+        EXPECT_EQ(s.code(), StatusCode::kUnsupported) << b.name;
+        EXPECT_NE(s.message().find(std::string(b.name)), std::string::npos) << s.message();
+        EXPECT_NE(s.message().find("replayed by: cpu-pd, cuda-pd"), std::string::npos)
+            << s.message();
+      }
     }
   }
 }
