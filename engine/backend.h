@@ -57,6 +57,12 @@ class BackendSequence {
   /// it). The default decodes them one by one; backends whose multi-token chunk computes each
   /// row as a single-token step does override it with one forward.
   virtual Status Extend(std::span<const int32_t> tokens, std::vector<float>* all_logits);
+  /// Marks the current position so that Rewind() can return the sequence to it (state and
+  /// probes) after tokens were run past it; one mark at a time, a new one replaces the old.
+  /// Unsupported by default (the greedy draft check then runs a diverged request again instead).
+  virtual Status Checkpoint() { return Status::Unsupported("this sequence cannot rewind"); }
+  /// Back to the last Checkpoint(): afterwards the sequence is bit for bit what it was there.
+  virtual Status Rewind() { return Status::Unsupported("this sequence cannot rewind"); }
   /// Probe rows captured so far, one IndexerProbe per ratio-4 layer (layer order).
   virtual const std::vector<IndexerProbe>& probes() const = 0;
   /// Bytes of KV / index / compressor state this sequence holds on its device now.

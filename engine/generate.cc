@@ -30,15 +30,19 @@ size_t FeedableDraft(const GenerateRequest& request) {
 
 enum class DraftOutcome {
   kUnused,    // the first greedy token is not the draft's: nothing fed, decode as usual
-  kAccepted,  // every fed draft token is greedy's: tokens and logits continue from there
-  kDiverged,  // greedy leaves the draft inside the fed chunk: the sequence holds extra tokens
+  kTaken,     // greedy's tokens up to where it leaves the draft (or all of it) are taken:
+              // tokens and logits continue from there
+  kDiverged,  // greedy leaves the draft inside the fed chunk and the sequence cannot rewind:
+              // it holds extra tokens
 };
 
 // Greedy drafts: from the last prompt token's `logits`, if the first greedy token is the draft's,
 // feeds the feedable draft as one chunk (BackendSequence::Extend) and checks each row's argmax
-// against the next draft token. Accepted: result->tokens gets the draft and `logits` the last
-// row, exactly the state and tokens greedy decoding would have after feeding those tokens one
-// by one (Extend equals Decode bit for bit).
+// against the next draft token. All agree: result->tokens gets the draft and `logits` the last
+// row, exactly the tokens and state greedy decoding would have after feeding those tokens one by
+// one (Extend equals Decode bit for bit). Greedy leaves the draft after i + 1 tokens: a sequence
+// that can rewind goes back to the prompt's end and feeds those i + 1 tokens again (the same
+// bits), so decoding goes on from where greedy left the draft.
 Result<DraftOutcome> TryDraft(const ModelConfig& cfg, const GenerateRequest& request,
                               BackendSequence* seq, std::vector<float>* logits,
                               GenerateResult* result) {
@@ -47,17 +51,23 @@ Result<DraftOutcome> TryDraft(const ModelConfig& cfg, const GenerateRequest& req
   if (k == 0) return DraftOutcome::kUnused;
   NW_RETURN_IF_ERROR(CheckLogitsFinite(logits->data(), V, 0));
   if (Argmax(logits->data(), V) != request.draft[0]) return DraftOutcome::kUnused;
-  const std::span<const int32_t> fed(request.draft.data(), k);
+  const bool marked = seq->Checkpoint().ok();
+  std::span<const int32_t> fed(request.draft.data(), k);
   std::vector<float> rows;
   NW_RETURN_IF_ERROR(seq->Extend(fed, &rows));
   for (size_t i = 0; i + 1 < k; ++i) {
     const float* row = rows.data() + static_cast<int64_t>(i) * V;
     NW_RETURN_IF_ERROR(CheckLogitsFinite(row, V, i + 1));
-    if (Argmax(row, V) != request.draft[i + 1]) return DraftOutcome::kDiverged;
+    if (Argmax(row, V) == request.draft[i + 1]) continue;
+    if (!marked) return DraftOutcome::kDiverged;
+    NW_RETURN_IF_ERROR(seq->Rewind());
+    fed = fed.first(i + 1);
+    NW_RETURN_IF_ERROR(seq->Extend(fed, &rows));
+    break;
   }
   result->tokens.assign(fed.begin(), fed.end());
   logits->assign(rows.end() - V, rows.end());
-  return DraftOutcome::kAccepted;
+  return DraftOutcome::kTaken;
 }
 
 }  // namespace

@@ -50,10 +50,12 @@ Status DecodeGreedy(const ModelConfig& cfg, const GenerateRequest& request, Back
 /// tokens) runs as one multi-token step (BackendSequence::Extend) and each row's argmax is
 /// checked against the next draft token. All equal: those tokens are taken and decoding goes on
 /// from the last row, so a found needle costs one step instead of one per answer token. Greedy
-/// leaves the draft inside the chunk: the request runs again from a fresh sequence without the
-/// draft. Tokens, stop flag and probes are the same as without a draft in every case (Extend
-/// equals Decode bit for bit); only the time differs. Ignored under a fault or a trace, and by
-/// GenerateBatch and the whole-request backends (cpu-pd, cuda-pd).
+/// leaves the draft inside the chunk: a sequence that can rewind (BackendSequence::Checkpoint,
+/// the GPU ones) goes back to the end of the prompt and runs the agreeing tokens again, one more
+/// step; one that cannot (the CPU ones) runs the request again without the draft. Tokens, stop flag
+/// and probes are the same as without a draft in every case (Extend equals Decode bit for bit);
+/// only the time differs. Ignored under a fault or a trace, and by GenerateBatch and the
+/// whole-request backends (cpu-pd, cuda-pd).
 Result<GenerateResult> Generate(Backend& backend, const GenerateRequest& request);
 
 /// Runs several requests; result i has the tokens, stop flag and probes of Generate(request i).

@@ -181,6 +181,11 @@ struct CudaSequence::Impl {
 
   DevTensor kv_pool, idx_pool;
   int kv_next_page = 0, idx_next_page = 0;
+  // Checkpoint(): per layer the ring and both compressor states, then the position and probe
+  // row counts (-1: no mark).
+  std::vector<DevTensor> mark_buffers;
+  int64_t mark_pos = -1;
+  std::vector<size_t> mark_probe_rows;
   std::vector<LayerState> layers;
   std::vector<IndexerProbe> probes;
 
@@ -1121,6 +1126,64 @@ Status CudaSequence::Decode(int32_t token, std::vector<float>* logits) {
 Status CudaSequence::Extend(std::span<const int32_t> tokens, std::vector<float>* all_logits) {
   if (tokens.empty()) return Status::InvalidArgument("extend needs at least one token");
   return impl_->Forward(tokens, nullptr, all_logits);
+}
+
+namespace {
+
+// The device tensors a forward overwrites in place, in a fixed order.
+std::vector<DevTensor*> MutableState(std::vector<LayerState>& layers) {
+  std::vector<DevTensor*> t;
+  for (LayerState& L : layers) {
+    t.push_back(&L.ring);
+    for (CompState* c : {&L.kv_state, &L.ix_state}) {
+      if (c->kv.size() > 0) {
+        t.push_back(&c->kv);
+        t.push_back(&c->score);
+      }
+    }
+  }
+  return t;
+}
+
+}  // namespace
+
+Status CudaSequence::Checkpoint() {
+  Impl& im = *impl_;
+  const std::vector<DevTensor*> state = MutableState(im.layers);
+  im.mark_buffers.resize(state.size());
+  for (size_t i = 0; i < state.size(); ++i) {
+    NW_RETURN_IF_ERROR(Grow(im.mark_buffers[i], static_cast<int64_t>(state[i]->size()), im.stream));
+    NW_RETURN_IF_ERROR(CopyD2D(im.mark_buffers[i].data(), state[i]->data(),
+                               static_cast<int64_t>(state[i]->size()), im.stream));
+  }
+  im.mark_probe_rows.clear();
+  for (const IndexerProbe& p : im.probes) im.mark_probe_rows.push_back(p.positions.size());
+  im.mark_pos = im.pos;
+  return Status::Ok();
+}
+
+Status CudaSequence::Rewind() {
+  Impl& im = *impl_;
+  if (im.mark_pos < 0) return Status::FailedPrecondition("rewind without a checkpoint");
+  const std::vector<DevTensor*> state = MutableState(im.layers);
+  for (size_t i = 0; i < state.size(); ++i) {
+    NW_RETURN_IF_ERROR(CopyD2D(state[i]->data(), im.mark_buffers[i].data(),
+                               static_cast<int64_t>(state[i]->size()), im.stream));
+  }
+  for (size_t i = 0; i < im.probes.size(); ++i) {
+    IndexerProbe& p = im.probes[i];
+    const size_t rows = im.mark_probe_rows[i];
+    p.positions.resize(rows);
+    p.needle_rank.resize(rows);
+    p.in_topk.resize(rows);
+    p.num_visible.resize(rows);
+    p.needle_score.resize(rows);
+    p.kth_score.resize(rows);
+    p.next_score.resize(rows);
+    if (!p.topk_sets.empty()) p.topk_sets.resize(rows * static_cast<size_t>(p.topk));
+  }
+  im.pos = im.mark_pos;
+  return Status::Ok();
 }
 
 void CudaSequence::PrependProbes(const std::vector<IndexerProbe>& earlier) {

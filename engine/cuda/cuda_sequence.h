@@ -58,6 +58,11 @@ class CudaSequence final : public BackendSequence {
   Status Prefill(std::span<const int32_t> tokens, std::vector<float>* logits) override;
   Status Decode(int32_t token, std::vector<float>* logits) override;
   Status Extend(std::span<const int32_t> tokens, std::vector<float>* all_logits) override;
+  /// Saves what a forward overwrites in place (the window rings and the compressors' rolling
+  /// states, on the device) with the position and probe counts; compressed entries and index
+  /// keys past the mark need no saving (rewritten when their blocks complete again).
+  Status Checkpoint() override;
+  Status Rewind() override;
   const std::vector<IndexerProbe>& probes() const override;
   int64_t state_bytes() const override;
 

@@ -35,14 +35,16 @@ __global__ void __launch_bounds__(kThreads) LinearKernel(LinearParams p) {
   __shared__ int32_t xrow[kTm];
   const int tid = threadIdx.x;
   const int tx = tid % 16, ty = tid / 16;  // outputs tx*4.., rows ty*2..
-  const int64_t o0 = static_cast<int64_t>(blockIdx.x) * kTn;
+  // Grid: x = row tiles (up to 2^31 - 1: a million-token chunk's gathered expert tiles), y =
+  // output tiles, z = batches.
+  const int64_t o0 = static_cast<int64_t>(blockIdx.y) * kTn;
 
   const float* x = p.x;
   const float* w = p.w;
   float* y = p.y;
   int64_t row0 = 0, nrows = 0;
   if (p.row_index != nullptr) {
-    const int64_t tile = blockIdx.y;
+    const int64_t tile = blockIdx.x;
     if (tile >= p.max_tiles) return;
     const int32_t e = p.tile_expert[tile];
     if (e < 0) return;
@@ -54,7 +56,7 @@ __global__ void __launch_bounds__(kThreads) LinearKernel(LinearParams p) {
     x += b * p.x_batch_stride;
     w += b * p.w_batch_stride;
     y += b * p.y_batch_stride;
-    row0 = static_cast<int64_t>(blockIdx.y) * kTm;
+    row0 = static_cast<int64_t>(blockIdx.x) * kTm;
     nrows = std::min<int64_t>(kTm, p.rows - row0);
   }
   if (nrows <= 0) return;
@@ -149,13 +151,15 @@ Status LaunchLinear(const LinearParams& params, cudaStream_t stream) {
         p.batches != 1) {
       return Status::InvalidArgument("Linear: a gathered product needs its tile list, batches 1");
     }
-    if (p.max_tiles > 65535) return Status::InvalidArgument("Linear: too many gathered tiles");
-  } else if ((p.rows + kTm - 1) / kTm > 65535 || p.batches > 65535) {
+    if (p.max_tiles > 0x7FFFFFFF) return Status::InvalidArgument("Linear: too many gathered tiles");
+  } else if ((p.rows + kTm - 1) / kTm > 0x7FFFFFFF || p.batches > 65535) {
     return Status::InvalidArgument("Linear: too many rows or batches for one launch");
   }
-  const dim3 grid(static_cast<unsigned>((p.out + kTn - 1) / kTn),
-                  static_cast<unsigned>(gathered ? p.max_tiles : (p.rows + kTm - 1) / kTm),
-                  static_cast<unsigned>(p.batches));
+  if ((p.out + kTn - 1) / kTn > 65535) {
+    return Status::InvalidArgument("Linear: too many outputs for one launch");
+  }
+  const dim3 grid(static_cast<unsigned>(gathered ? p.max_tiles : (p.rows + kTm - 1) / kTm),
+                  static_cast<unsigned>((p.out + kTn - 1) / kTn), static_cast<unsigned>(p.batches));
   if (p.lanes == 4) {
     LinearKernel<4><<<grid, kThreads, 0, stream>>>(p);
   } else {

@@ -477,14 +477,15 @@ TEST_F(CudaEngine, FaultsMatchTheCpuReplay) {
 // Greedy drafts on the GPU (engine/generate.h): Extend (one multi-token forward) equals Decode of
 // each token bit for bit, logits and probes, on cuda and cuda-paged; and Generate with the
 // needle's answer as the draft (what the worker sends) gives the same tokens and probes as
-// without it on every prompt, found or not.
+// without it on every prompt, found or not; so does a draft greedy leaves after one or three
+// tokens (the sequence rewinds: Checkpoint / Rewind).
 TEST_F(CudaEngine, GreedyDraftsChangeNothing) {
   const Model& md = Shipped();
   const std::vector<Case> cases = MakeCases(md.m.tokenizer);
   for (const char* name : {"cuda", "cuda-paged"}) {
     std::unique_ptr<Backend> gpu = MakeBackend(name);
     ASSERT_NE(gpu, nullptr);
-    int extend_checks = 0, same = 0, drafted = 0, accepted = 0;
+    int extend_checks = 0, same = 0, drafted = 0, accepted = 0, rewinds = 0, rewound = 0;
     double ms_plain = 0, ms_draft = 0;
     for (size_t i = 0; i < cases.size(); i += 5) {
       GenerateRequest r = RequestFor(cases[i], md.m.config, PrecisionProfile{});
@@ -522,6 +523,21 @@ TEST_F(CudaEngine, GreedyDraftsChangeNothing) {
       EXPECT_EQ(with->stopped, plain->stopped) << name << " " << Describe(cases[i]);
       EXPECT_EQ(ProbeDiff(*with, *plain), "") << name << " " << Describe(cases[i]);
       same += with->tokens == plain->tokens && ProbeDiff(*with, *plain).empty();
+      // A draft greedy leaves after its first or third token: the sequence rewinds to the end
+      // of the prompt and runs the agreeing tokens again (Checkpoint / Rewind).
+      for (size_t bad : {size_t{1}, size_t{3}}) {
+        if (answer.size() <= bad) continue;
+        GenerateRequest off = r;
+        off.draft[bad] = (off.draft[bad] + 1) % static_cast<int32_t>(md.m.config.vocab_size);
+        auto diverged = Generate(*gpu, off);
+        ASSERT_TRUE(diverged.ok()) << Describe(cases[i]);
+        EXPECT_EQ(diverged->tokens, plain->tokens)
+            << name << " bad " << bad << " " << Describe(cases[i]);
+        EXPECT_EQ(ProbeDiff(*diverged, *plain), "")
+            << name << " bad " << bad << " " << Describe(cases[i]);
+        rewound += diverged->tokens == plain->tokens && ProbeDiff(*diverged, *plain).empty();
+        ++rewinds;
+      }
       ++drafted;
       accepted += plain->tokens == answer;
       ms_plain += plain->prefill_ms + plain->decode_ms;
@@ -530,8 +546,9 @@ TEST_F(CudaEngine, GreedyDraftsChangeNothing) {
     std::ostringstream s;
     s << name << " greedy drafts: Extend == Decode on " << extend_checks << " prompts; with vs "
       << "without the answer draft: identical on " << same << "/" << drafted << " prompts ("
-      << accepted << " answered exactly the draft); engine time " << ms_plain << " ms without, "
-      << ms_draft << " ms with\n";
+      << accepted << " answered exactly the draft); drafts left after 1 or 3 tokens (rewind): "
+      << "identical on " << rewound << "/" << rewinds << "; engine time " << ms_plain
+      << " ms without, " << ms_draft << " ms with\n";
     Report(s.str());
   }
 }
