@@ -265,6 +265,7 @@ int Main(int argc, char** argv) {
     struct Tally {
       int done = 0, passes = 0, errors = 0;
       double prefill = 0, decode = 0;
+      std::string first_error;
     };
     std::vector<Tally> tallies(slots.size());
     std::atomic<int> next{0};
@@ -279,7 +280,10 @@ int Main(int argc, char** argv) {
             const JobResult r = slots[k]->Execute(s, s.Key(), 1);
             ++t.done;
             t.passes += r.outcome == Outcome::kPass;
-            t.errors += r.outcome == Outcome::kEngineError || r.outcome == Outcome::kTimeout;
+            if (r.outcome == Outcome::kEngineError || r.outcome == Outcome::kTimeout) {
+              ++t.errors;
+              if (t.first_error.empty()) t.first_error = r.error_code + ": " + r.error_message;
+            }
             t.prefill += r.prefill_ms;
             t.decode += r.decode_ms;
             if (std::chrono::duration<double>(Clock::now() - t0).count() > a.time_cap_s) break;
@@ -290,7 +294,9 @@ int Main(int argc, char** argv) {
     const double wall = std::chrono::duration<double>(Clock::now() - t0).count();
     int done = 0, passes = 0, errors = 0;
     double prefill = 0, decode = 0;
+    std::string first_error;
     for (const Tally& t : tallies) {
+      if (first_error.empty()) first_error = t.first_error;
       done += t.done;
       passes += t.passes;
       errors += t.errors;
@@ -300,7 +306,9 @@ int Main(int argc, char** argv) {
     const double rate = done / wall;
     std::printf("%9lld %6d %10.2f %11.1f %10.1f %4d/%-2d %s\n", static_cast<long long>(length),
                 done, rate, prefill / done, decode / done, passes, done,
-                errors ? (std::to_string(errors) + " engine errors").c_str() : "");
+                errors
+                    ? (std::to_string(errors) + " engine errors, the first: " + first_error).c_str()
+                    : "");
     std::fflush(stdout);
     row.update({{"jobs", done},
                 {"wall_s", wall},
@@ -309,6 +317,7 @@ int Main(int argc, char** argv) {
                 {"decode_ms_mean", decode / done},
                 {"passes", passes},
                 {"errors", errors}});
+    if (!first_error.empty()) row["error"] = first_error;
     rows.push_back(row);
     write_json();
   }
