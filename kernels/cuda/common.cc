@@ -69,6 +69,7 @@ Status TrimPoolMemory() {
   NW_CUDA_RETURN_IF_ERROR(cudaGetDevice(&dev));
   cudaMemPool_t pool = nullptr;
   NW_CUDA_RETURN_IF_ERROR(cudaDeviceGetDefaultMemPool(&pool, dev));
+  NW_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
   NW_CUDA_RETURN_IF_ERROR(cudaMemPoolTrimTo(pool, 0));
   return Status::Ok();
 }

@@ -181,7 +181,10 @@ class DeviceBuffer {
 Status RetainPoolMemory();
 
 /// Returns the default pool's unused memory of the current device to the driver (before a
-/// free-memory check, so pooled bytes do not count as taken).
+/// free-memory check, so pooled bytes do not count as taken). Waits for the device's queued work
+/// first: a stream-ordered free returns its memory to the pool only once its stream has run it,
+/// and memory still owed to a pending free cannot be released (the H200 refused a second
+/// 1M-token sequence with 62 GB of the first one's freed scratch still pooled).
 Status TrimPoolMemory();
 
 /// Owns a non-blocking cudaStream_t.
