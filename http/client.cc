@@ -14,6 +14,7 @@
 #include <boost/beast/ssl.hpp>
 #include <charconv>
 #include <condition_variable>
+#include <fstream>
 #include <mutex>
 #include <optional>
 
@@ -189,11 +190,17 @@ HttpClient::HttpClient(HttpUrl url, HttpClientOptions options)
       pool_->tls_status = Status::FailedPrecondition(
           where + ": cannot load the system's CA certificates: " + ec.message());
     } else if (!options_.ca_file.empty()) {
-      ctx.load_verify_file(options_.ca_file, ec);
-      if (ec) {
-        pool_->tls_status = Status::FailedPrecondition(
-            where + ": ca_file " + options_.ca_file + ": cannot load certificates (" +
-            ec.message() + ")");
+      if (!std::ifstream(options_.ca_file).good()) {
+        pool_->tls_status = Status::FailedPrecondition(where + ": ca_file " + options_.ca_file +
+                                                       ": cannot load certificates (cannot read "
+                                                       "the file)");
+      } else {
+        ctx.load_verify_file(options_.ca_file, ec);
+        if (ec) {
+          pool_->tls_status = Status::FailedPrecondition(
+              where + ": ca_file " + options_.ca_file +
+              ": cannot load certificates (no PEM certificate in it: " + ec.message() + ")");
+        }
       }
     }
     ctx.set_verify_mode(ssl::verify_peer);
