@@ -362,7 +362,8 @@ struct Store::Impl {
               " decode_ms, total_ms, worker_id, device, engine_version, error_code, error_message,"
               " retryable, created_ms, ttft_ms, tpot_ms, itl_p50_ms, itl_p95_ms, stream_events)"
               " SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17,"
-              " ?18, ?19, ?20, ?21, ?22, ?23, ?24 WHERE EXISTS (SELECT 1 FROM jobs WHERE key = ?1 AND state <> 'done')"
+              " ?18, ?19, ?20, ?21, ?22, ?23, ?24 WHERE EXISTS (SELECT 1 FROM jobs WHERE key = ?1 "
+              "AND state <> 'done')"
               " ON CONFLICT (job_key, attempt) DO NOTHING",
               "inserting into table results");
       q.Bind(1, r.job_key)

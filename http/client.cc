@@ -230,7 +230,8 @@ Result<HttpResponse> HttpClient::Send(std::string_view method, const std::string
   bhttp::request<bhttp::string_body> req{verb, target, 11};
   req.set(bhttp::field::host, url_.HostHeader());
   req.set(bhttp::field::user_agent, options_.user_agent);
-  req.set(bhttp::field::accept, on_body ? "text/event-stream, application/json" : "application/json");
+  req.set(bhttp::field::accept,
+          on_body ? "text/event-stream, application/json" : "application/json");
   for (const auto& [name, value] : options_.headers) req.set(name, value);
   for (const auto& [name, value] : extra_headers) req.set(name, value);
   if (!body.empty()) {
@@ -338,8 +339,8 @@ Result<HttpResponse> HttpClient::Send(std::string_view method, const std::string
       SSL* ssl_handle = c.secure->native_handle();
       // SNI names the host (never an IP address, RFC 6066); the certificate must name it.
       if (!IsIpAddress(url_.host) && !SSL_set_tlsext_host_name(ssl_handle, url_.host.c_str())) {
-        result = beast::error_code(static_cast<int>(::ERR_get_error()),
-                                   asio::error::get_ssl_category());
+        result =
+            beast::error_code(static_cast<int>(::ERR_get_error()), asio::error::get_ssl_category());
         return;
       }
       c.secure->set_verify_callback(VerifyHost(url_.host));
@@ -438,8 +439,8 @@ Result<HttpResponse> HttpClient::Send(std::string_view method, const std::string
       case Phase::kHandshake:
         if (verify != X509_V_OK) {
           return {Status::FailedPrecondition(
-                      "the TLS certificate of " + where + " was refused: " +
-                      X509_verify_cert_error_string(verify) +
+                      "the TLS certificate of " + where +
+                      " was refused: " + X509_verify_cert_error_string(verify) +
                       (verify == X509_V_ERR_HOSTNAME_MISMATCH
                            ? std::string(" (the certificate does not name ") + url_.host + ")"
                            : std::string(" (not signed by a CA in the system store") +

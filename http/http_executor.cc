@@ -342,9 +342,11 @@ Result<JobResult> HttpExecutor::Run(const JobSpec& spec, const std::string& key,
       Result<ParsedCompletion> p = Status::Corruption("");
       if (h.stream) {
         p = streamed->Finish();
-        if (!p.ok() && streamed->event_ms().empty() && r->headers.count("content-type") > 0) {
-          p = Status::Corruption(p.status().message() + " (the answer is " +
-                                 r->headers["content-type"] + ", not an event stream)");
+        const auto type = r->headers.find("content-type");
+        if (!p.ok() && type != r->headers.end() &&
+            type->second.find("event-stream") == std::string::npos) {
+          p = Status::Corruption(p.status().message() + " (the answer is " + type->second +
+                                 ", not an event stream)");
         }
       } else {
         const json j = json::parse(r->body, nullptr, /*allow_exceptions=*/false);

@@ -28,7 +28,8 @@ Status StreamReader::Event(const std::string& data, Clock::time_point at) {
   if (auto e = chunk.find("error"); e != chunk.end()) {
     std::string message = e->dump();
     if (e->is_object()) {
-      if (auto m = e->find("message"); m != e->end() && m->is_string()) message = m->get<std::string>();
+      if (auto m = e->find("message"); m != e->end() && m->is_string())
+        message = m->get<std::string>();
     }
     return Status::Unavailable("the stream ended with an error: " + message);
   }
@@ -95,7 +96,8 @@ StreamTiming StreamReader::Timing(int64_t completion_tokens) const {
   const double first = first_text_ms_ >= 0 ? first_text_ms_ : event_ms_.front();
   t.ttft_ms = std::max(0.0, first);
   if (completion_tokens > 1) {
-    t.tpot_ms = std::max(0.0, event_ms_.back() - first) / static_cast<double>(completion_tokens - 1);
+    t.tpot_ms =
+        std::max(0.0, event_ms_.back() - first) / static_cast<double>(completion_tokens - 1);
   }
   std::vector<double> gaps;
   for (size_t i = 1; i < event_ms_.size(); ++i) {

@@ -101,8 +101,9 @@ Result<HttpSampling> HttpSampling::FromJson(const json& j, const std::string& wh
         s.min_tokens = static_cast<int>(x);
       }
     } else {
-      return bad(key, "unknown sampling parameter (known: temperature, top_p, top_k, seed, "
-                      "min_tokens)");
+      return bad(key,
+                 "unknown sampling parameter (known: temperature, top_p, top_k, seed, "
+                 "min_tokens)");
     }
   }
   return s;
@@ -129,20 +130,20 @@ Result<StreamTiming> StreamTiming::FromJson(const json& j) {
 
 json HttpBackendSpec::ToJson() const {
   json j{{"url", url},
-              {"model", model},
-              {"api", api},
-              {"tokenizer", tokenizer},
-              {"tokenizer_digest", tokenizer_digest},
-              {"engine_params", engine_params},
-              {"headers", headers},
-              {"api_key_env", api_key_env},
-              {"api_key_file", api_key_file},
-              {"concurrency", concurrency},
-              {"timeout_ms", timeout_ms},
-              {"retries", retries},
-              {"ready_timeout_ms", ready_timeout_ms},
-              {"health_path", health_path},
-              {"server_index_topk", server_index_topk}};
+         {"model", model},
+         {"api", api},
+         {"tokenizer", tokenizer},
+         {"tokenizer_digest", tokenizer_digest},
+         {"engine_params", engine_params},
+         {"headers", headers},
+         {"api_key_env", api_key_env},
+         {"api_key_file", api_key_file},
+         {"concurrency", concurrency},
+         {"timeout_ms", timeout_ms},
+         {"retries", retries},
+         {"ready_timeout_ms", ready_timeout_ms},
+         {"health_path", health_path},
+         {"server_index_topk", server_index_topk}};
   // Only when set, so the JSON of specs that do not use them is as it was.
   if (stream) j["stream"] = true;
   if (!sampling.empty()) j["sampling"] = sampling.ToJson();
@@ -338,24 +339,24 @@ json JobResult::ToJson() const {
   json probes_j = json::array();
   for (const auto& p : probes) probes_j.push_back(ProbeToJson(p));
   json j{{"job_key", job_key},
-              {"attempt", attempt},
-              {"outcome", OutcomeName(outcome)},
-              {"generated_text", generated_text},
-              {"expected", expected},
-              {"needle_token_offset", needle_token_offset},
-              {"prompt_hash", prompt_hash},
-              {"prompt_tokens", prompt_tokens},
-              {"generated_tokens", generated_tokens},
-              {"prefill_ms", prefill_ms},
-              {"decode_ms", decode_ms},
-              {"total_ms", total_ms},
-              {"worker_id", worker_id},
-              {"device", device},
-              {"engine_version", engine_version},
-              {"error_code", error_code},
-              {"error_message", error_message},
-              {"retryable", retryable},
-              {"probes", probes_j}};
+         {"attempt", attempt},
+         {"outcome", OutcomeName(outcome)},
+         {"generated_text", generated_text},
+         {"expected", expected},
+         {"needle_token_offset", needle_token_offset},
+         {"prompt_hash", prompt_hash},
+         {"prompt_tokens", prompt_tokens},
+         {"generated_tokens", generated_tokens},
+         {"prefill_ms", prefill_ms},
+         {"decode_ms", decode_ms},
+         {"total_ms", total_ms},
+         {"worker_id", worker_id},
+         {"device", device},
+         {"engine_version", engine_version},
+         {"error_code", error_code},
+         {"error_message", error_message},
+         {"retryable", retryable},
+         {"probes", probes_j}};
   if (stream) j["stream"] = stream->ToJson();
   return j;
 }

@@ -33,9 +33,7 @@ struct HttpSampling {
   std::optional<int64_t> seed;        // >= 0
   std::optional<int> min_tokens;      // >= 0 (vLLM extension)
 
-  bool empty() const {
-    return !temperature && !top_p && !top_k && !seed && !min_tokens;
-  }
+  bool empty() const { return !temperature && !top_p && !top_k && !seed && !min_tokens; }
   /// The set fields only, keys sorted ({} when empty): what goes into requests and job keys.
   nlohmann::json ToJson() const;
   /// InvalidArgument naming the field ("job.http.sampling.top_p: ...") for a wrong type, an
@@ -50,7 +48,7 @@ struct HttpSampling {
 /// says how to reach the server and is not part of the job key. Never holds a secret: the API key
 /// is read on the worker from the environment variable or file named here.
 struct HttpBackendSpec {
-  std::string url;  // base URL, http(s)://host:port, with or without a trailing /v1
+  std::string url;                  // base URL, http(s)://host:port, with or without a trailing /v1
   std::string model;                // the server's model name (the requests' "model" field)
   std::string api = "completions";  // completions (token ids in) | chat (text in messages)
   std::string tokenizer;            // absolute path of the server model's tokenizer.json

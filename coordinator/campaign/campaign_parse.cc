@@ -124,8 +124,8 @@ constexpr std::string_view kHttpKeys[] = {"url",          "model",
                                           "health_path",  "server_index_topk",
                                           "stream",       "sampling",
                                           "ca_file"};
-constexpr std::string_view kSamplingKeys[] = {"temperature", "top_p", "top_k", "seed",
-                                              "min_tokens",  "max_tokens"};
+constexpr std::string_view kSamplingKeys[] = {"temperature", "top_p",      "top_k",
+                                              "seed",        "min_tokens", "max_tokens"};
 // Request headers that carry credentials: they belong in api_key_env / api_key_file.
 constexpr std::string_view kSecretHeaders[] = {"authorization", "proxy-authorization", "x-api-key",
                                                "api-key", "cookie"};

@@ -392,8 +392,8 @@ TEST_F(CampaignHttpTest, SamplingAndStreamJoinTheKeyOnlyWhenSet) {
   std::vector<std::string> fields;
   const nlohmann::json key_json = base[0].http->KeyJson();
   for (const auto& [k, v] : key_json.items()) fields.push_back(k);
-  EXPECT_EQ(fields, (std::vector<std::string>{"api", "engine_params", "model", "tokenizer_digest",
-                                              "url"}));
+  EXPECT_EQ(fields,
+            (std::vector<std::string>{"api", "engine_params", "model", "tokenizer_digest", "url"}));
   std::set<std::string> keys{base[0].Key()};
   for (const std::string& more :
        {std::string("stream: true"), std::string("sampling: {temperature: 0.7}"),
@@ -408,20 +408,22 @@ TEST_F(CampaignHttpTest, SamplingAndStreamJoinTheKeyOnlyWhenSet) {
     EXPECT_TRUE(keys.insert(jobs[0].Key()).second) << more << " did not change the key";
   }
   // stream: false and an empty sampling map are the defaults: the same key.
-  auto same = Jobs(
-      Yaml("{http: {url: 'http://127.0.0.1:8000', model: tiny, tokenizer: ../server/tokenizer.json, "
-           "stream: false, sampling: {}}}",
-           false));
+  auto same = Jobs(Yaml(
+      "{http: {url: 'http://127.0.0.1:8000', model: tiny, tokenizer: ../server/tokenizer.json, "
+      "stream: false, sampling: {}}}",
+      false));
   ASSERT_EQ(same.size(), 2u);
   EXPECT_EQ(same[0].Key(), base[0].Key());
   // The CA file is how the server is reached, not what is evaluated.
   WriteFile(tmp_.path() / "campaigns" / "ca.pem", "x");
-  auto a = Jobs(Yaml("{http: {url: 'https://127.0.0.1:8000', model: tiny, "
-                     "tokenizer: ../server/tokenizer.json}}",
-                     false));
-  auto b = Jobs(Yaml("{http: {url: 'https://127.0.0.1:8000', model: tiny, "
-                     "tokenizer: ../server/tokenizer.json, ca_file: ca.pem}}",
-                     false));
+  auto a =
+      Jobs(Yaml("{http: {url: 'https://127.0.0.1:8000', model: tiny, "
+                "tokenizer: ../server/tokenizer.json}}",
+                false));
+  auto b =
+      Jobs(Yaml("{http: {url: 'https://127.0.0.1:8000', model: tiny, "
+                "tokenizer: ../server/tokenizer.json, ca_file: ca.pem}}",
+                false));
   ASSERT_EQ(a.size(), 2u);
   ASSERT_EQ(b.size(), 2u);
   EXPECT_EQ(a[0].Key(), b[0].Key());

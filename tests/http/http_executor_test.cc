@@ -713,8 +713,9 @@ TEST_F(RawFaultTest, TheRequestIsWhatTheCampaignAsked) {
 TEST_F(RawFaultTest, SamplingParametersAreSentOnlyWhenTheCampaignSetsThem) {
   auto raw = Scripted([&](int, const RawRequest& req) { return Good(req); });
   HttpExecutor http(FastRetries());
-  ASSERT_EQ(Run(*raw, http, "sampling: {temperature: 0.7, top_p: 0.9, top_k: 40, seed: 7, "
-                            "min_tokens: 2}")
+  ASSERT_EQ(Run(*raw, http,
+                "sampling: {temperature: 0.7, top_p: 0.9, top_k: 40, seed: 7, "
+                "min_tokens: 2}")
                 .outcome,
             Outcome::kPass);
   ASSERT_EQ(Run(*raw, http, "retries: 0").outcome, Outcome::kPass);

@@ -75,10 +75,9 @@ SelfSigned MakeCertificate(const std::string& host) {
   X509V3_CTX ctx;
   X509V3_set_ctx_nodb(&ctx);
   X509V3_set_ctx(&ctx, x, x, nullptr, nullptr, 0);
-  for (const auto& [nid, value] :
-       {std::pair<int, std::string>{NID_subject_alt_name, "DNS:" + host},
-        {NID_basic_constraints, "critical,CA:TRUE"},
-        {NID_key_usage, "critical,digitalSignature,keyCertSign"}}) {
+  for (const auto& [nid, value] : {std::pair<int, std::string>{NID_subject_alt_name, "DNS:" + host},
+                                   {NID_basic_constraints, "critical,CA:TRUE"},
+                                   {NID_key_usage, "critical,digitalSignature,keyCertSign"}}) {
     X509_EXTENSION* ext = X509V3_EXT_conf_nid(nullptr, &ctx, nid, value.c_str());
     EXPECT_NE(ext, nullptr);
     X509_add_ext(x, ext, -1);
@@ -97,8 +96,8 @@ void WritePem(const std::filesystem::path& file, X509* cert) {
 // An HTTPS server on 127.0.0.1 (one I/O thread, keep-alive): every request goes to `handler`.
 class TlsServer {
  public:
-  using Handler = std::function<bhttp::response<bhttp::string_body>(
-      const bhttp::request<bhttp::string_body>&)>;
+  using Handler =
+      std::function<bhttp::response<bhttp::string_body>(const bhttp::request<bhttp::string_body>&)>;
 
   TlsServer(const SelfSigned& identity, Handler handler)
       : handler_(std::move(handler)),
@@ -138,18 +137,17 @@ class TlsServer {
     }
     void Read() {
       request = {};
-      bhttp::async_read(stream, buffer, request,
-                        [self = shared_from_this()](beast::error_code ec, size_t) {
-                          if (ec) return;
-                          ++self->owner.requests_;
-                          self->response = self->owner.handler_(self->request);
-                          self->response.keep_alive(self->request.keep_alive());
-                          self->response.prepare_payload();
-                          bhttp::async_write(self->stream, self->response,
-                                             [self](beast::error_code wec, size_t) {
-                                               if (!wec) self->Read();
-                                             });
-                        });
+      bhttp::async_read(
+          stream, buffer, request, [self = shared_from_this()](beast::error_code ec, size_t) {
+            if (ec) return;
+            ++self->owner.requests_;
+            self->response = self->owner.handler_(self->request);
+            self->response.keep_alive(self->request.keep_alive());
+            self->response.prepare_payload();
+            bhttp::async_write(self->stream, self->response, [self](beast::error_code wec, size_t) {
+              if (!wec) self->Read();
+            });
+          });
     }
     ssl::stream<tcp::socket> stream;
     TlsServer& owner;
@@ -302,8 +300,7 @@ TEST_F(TlsClientTest, AStreamedCampaignJobRunsOverHttps) {
         event({{"choices", {{{"text", " 1234"}, {"finish_reason", nullptr}}}}}) +
             event({{"choices", {{{"text", ""}, {"finish_reason", "length"}}}}}) +
             event({{"choices", json::array()},
-                   {"usage",
-                    {{"prompt_tokens", in["prompt"].size()}, {"completion_tokens", 2}}}}) +
+                   {"usage", {{"prompt_tokens", in["prompt"].size()}, {"completion_tokens", 2}}}}) +
             "data: [DONE]\n\n");
   });
   auto job_for = [&](const std::string& more) {
