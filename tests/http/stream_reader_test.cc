@@ -90,9 +90,9 @@ TEST(StreamReaderTest, ChatDeltasAndAnEmptyAnswer) {
            "\n\n";
   };
   ASSERT_TRUE(r.Feed(delta({{"role", "assistant"}, {"content", ""}}), t0).ok());
-  ASSERT_TRUE(r.Feed(delta(json::object(), "stop") + "data: [DONE]\n\n",
-                     t0 + std::chrono::milliseconds(42))
-                  .ok());
+  ASSERT_TRUE(
+      r.Feed(delta(json::object(), "stop") + "data: [DONE]\n\n", t0 + std::chrono::milliseconds(42))
+          .ok());
   auto answer = r.Finish();
   ASSERT_TRUE(answer.ok());
   EXPECT_EQ(answer->text, "");
