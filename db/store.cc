@@ -30,7 +30,10 @@ std::string BackendLabel(const JobSpec& spec) {
 std::string ConfigLabel(const JobSpec& spec) {
   return "topk=" + std::to_string(spec.topk) + " precision=" + spec.precision.name +
          " backend=" + BackendLabel(spec) + " task=" + spec.task + " haystack=" + spec.haystack +
-         (spec.fault != "none" && !spec.fault.empty() ? " fault=" + spec.fault : "");
+         (spec.fault != "none" && !spec.fault.empty() ? " fault=" + spec.fault : "") +
+         (spec.backend == "http" && spec.http && !spec.http->sampling.empty()
+              ? " sampling=" + spec.http->sampling.ToJson().dump()
+              : "");
 }
 
 std::string_view JobStateName(JobState s) {
@@ -57,6 +60,20 @@ Result<JobState> ParseJobState(std::string_view name) {
 namespace {
 
 constexpr int kDefaultBusyTimeoutMs = 5000;
+
+// The streaming latency columns (migration 0009) from column `first` on: ttft_ms, tpot_ms,
+// itl_p50_ms, itl_p95_ms, stream_events; nullopt when the result did not stream.
+std::optional<StreamTiming> ReadStreamTiming(const Query& q, int first) {
+  const std::optional<double> ttft = q.OptReal(first);
+  if (!ttft) return std::nullopt;
+  StreamTiming t;
+  t.ttft_ms = *ttft;
+  t.tpot_ms = q.OptReal(first + 1).value_or(0);
+  t.itl_p50_ms = q.OptReal(first + 2).value_or(0);
+  t.itl_p95_ms = q.OptReal(first + 3).value_or(0);
+  t.events = q.OptInt(first + 4).value_or(0);
+  return t;
+}
 // Rows of workers that are lost or gone kept in table workers (the newest by last_seen_ms).
 constexpr int64_t kMaxInactiveWorkerRows = 4096;
 constexpr int64_t kWorkerPruneEvery = 64;
@@ -343,9 +360,10 @@ struct Store::Impl {
               "INSERT INTO results (job_key, attempt, outcome, generated_text, expected,"
               " needle_token_offset, prompt_hash, prompt_tokens, generated_tokens, prefill_ms,"
               " decode_ms, total_ms, worker_id, device, engine_version, error_code, error_message,"
-              " retryable, created_ms)"
+              " retryable, created_ms, ttft_ms, tpot_ms, itl_p50_ms, itl_p95_ms, stream_events)"
               " SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17,"
-              " ?18, ?19 WHERE EXISTS (SELECT 1 FROM jobs WHERE key = ?1 AND state <> 'done')"
+              " ?18, ?19, ?20, ?21, ?22, ?23, ?24 WHERE EXISTS (SELECT 1 FROM jobs WHERE key = ?1 "
+              "AND state <> 'done')"
               " ON CONFLICT (job_key, attempt) DO NOTHING",
               "inserting into table results");
       q.Bind(1, r.job_key)
@@ -367,6 +385,15 @@ struct Store::Impl {
           .Bind(17, r.error_message)
           .Bind(18, r.retryable)
           .Bind(19, now_ms);
+      if (r.stream) {
+        q.Bind(20, r.stream->ttft_ms)
+            .Bind(21, r.stream->tpot_ms)
+            .Bind(22, r.stream->itl_p50_ms)
+            .Bind(23, r.stream->itl_p95_ms)
+            .Bind(24, r.stream->events);
+      } else {
+        for (int i = 20; i <= 24; ++i) q.BindNull(i);
+      }
       NW_RETURN_IF_ERROR(q.Run());
       if (q.Changes() == 0) return NotCommitted(r, now_ms);
     }
@@ -1099,7 +1126,8 @@ Result<std::vector<JobResult>> Store::Results(int64_t campaign_id) {
           "SELECT r.id, r.job_key, r.attempt, r.outcome, r.generated_text, r.expected,"
           " r.needle_token_offset, r.prompt_hash, r.prompt_tokens, r.generated_tokens,"
           " r.prefill_ms, r.decode_ms, r.total_ms, r.worker_id, r.device, r.engine_version,"
-          " r.error_code, r.error_message, r.retryable"
+          " r.error_code, r.error_message, r.retryable, r.ttft_ms, r.tpot_ms, r.itl_p50_ms,"
+          " r.itl_p95_ms, r.stream_events"
           " FROM v_campaign_jobs c JOIN results r ON r.id = c.result_id"
           " WHERE c.campaign_id = ? ORDER BY c.job_key",
           "reading the results of campaign " + std::to_string(campaign_id));
@@ -1133,6 +1161,7 @@ Result<std::vector<JobResult>> Store::Results(int64_t campaign_id) {
     r.error_code = q.Text(16);
     r.error_message = q.Text(17);
     r.retryable = q.Int(18) != 0;
+    r.stream = ReadStreamTiming(q, 19);
     Query pq(*impl_->db,
              "SELECT layer, positions, needle_rank_min, needle_rank_median, in_topk_fraction,"
              " in_topk_last, topk, ranks_json, topk_last_json FROM probes WHERE result_id = ?"
@@ -1174,7 +1203,7 @@ constexpr const char* kResultColumns =
     "r.id, r.job_key, r.attempt, r.outcome, r.generated_text, r.expected, r.needle_token_offset,"
     " r.prompt_hash, r.prompt_tokens, r.generated_tokens, r.prefill_ms, r.decode_ms, r.total_ms,"
     " r.worker_id, r.device, r.engine_version, r.error_code, r.error_message, r.retryable,"
-    " r.created_ms";
+    " r.created_ms, r.ttft_ms, r.tpot_ms, r.itl_p50_ms, r.itl_p95_ms, r.stream_events";
 
 // Reads kResultColumns starting at column `first`: (results.id, result, created_ms).
 Result<std::pair<int64_t, JobResult>> ReadResultAt(const Db& db, const Query& q, int first,
@@ -1205,6 +1234,7 @@ Result<std::pair<int64_t, JobResult>> ReadResultAt(const Db& db, const Query& q,
   r.error_message = q.Text(first + 17);
   r.retryable = q.Int(first + 18) != 0;
   if (created_ms != nullptr) *created_ms = q.Int(first + 19);
+  r.stream = ReadStreamTiming(q, first + 20);
   return std::make_pair(id, std::move(r));
 }
 

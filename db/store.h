@@ -49,7 +49,8 @@ std::string_view JobStateName(JobState s);  // queued, leased, done, failed
 std::string BackendLabel(const JobSpec& spec);
 /// The configuration label v_job_config gives the job:
 /// "topk=16 precision=fp32 backend=cpu task=niah-single haystack=noise", with " fault=NAME"
-/// appended for a job replaying a known bug (migration 0008).
+/// appended for a job replaying a known bug (migration 0008) and " sampling=<json>" for an http
+/// job with sampling parameters (migration 0009).
 std::string ConfigLabel(const JobSpec& spec);
 Result<JobState> ParseJobState(std::string_view name);
 

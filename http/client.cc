@@ -1,18 +1,27 @@
 #include "http/client.h"
 
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
+
+#include <array>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ssl.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
 #include <charconv>
 #include <condition_variable>
+#include <fstream>
 #include <mutex>
+#include <optional>
 
 namespace nw {
 
 namespace asio = boost::asio;
+namespace ssl = boost::asio::ssl;
 namespace beast = boost::beast;
 namespace bhttp = boost::beast::http;
 using tcp = asio::ip::tcp;
@@ -22,9 +31,17 @@ Result<HttpUrl> HttpUrl::Parse(std::string_view url) {
   auto bad = [&](const std::string& why) {
     return Status::InvalidArgument("url '" + std::string(url) + "': " + why);
   };
-  constexpr std::string_view kScheme = "http://";
-  if (url.substr(0, kScheme.size()) != kScheme) return bad("must start with http://");
-  std::string_view rest = url.substr(kScheme.size());
+  HttpUrl u;
+  std::string_view rest;
+  if (url.substr(0, 7) == "http://") {
+    rest = url.substr(7);
+  } else if (url.substr(0, 8) == "https://") {
+    rest = url.substr(8);
+    u.tls = true;
+    u.port = 443;
+  } else {
+    return bad("must start with http:// or https://");
+  }
   const size_t slash = rest.find('/');
   const std::string_view authority = rest.substr(0, slash);
   const std::string_view path = slash == std::string_view::npos ? "" : rest.substr(slash);
@@ -32,7 +49,6 @@ Result<HttpUrl> HttpUrl::Parse(std::string_view url) {
     return bad("the path must be empty or /v1");
   }
   if (authority.find('@') != std::string_view::npos) return bad("credentials in the URL");
-  HttpUrl u;
   std::string_view port;
   if (!authority.empty() && authority.front() == '[') {
     const size_t close = authority.find(']');
@@ -69,24 +85,76 @@ std::string HttpUrl::HostHeader() const {
   return (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
 }
 
-std::string HttpUrl::Origin() const { return "http://" + HostHeader(); }
+std::string HttpUrl::Origin() const { return (tls ? "https://" : "http://") + HostHeader(); }
 
+// One connection: a plain TCP stream, or (https) an SSL stream over one. A fresh stream is made
+// for every new connection, since an SSL stream cannot be reused once closed.
 struct HttpClient::Connection {
   asio::io_context ioc;
-  beast::tcp_stream stream{ioc};
+  std::optional<beast::tcp_stream> plain;
+  std::optional<beast::ssl_stream<beast::tcp_stream>> secure;
   beast::flat_buffer buffer;
   bool open = false;
 
+  void Reset(ssl::context* tls) {
+    secure.reset();
+    plain.reset();
+    if (tls != nullptr) {
+      secure.emplace(ioc, *tls);
+    } else {
+      plain.emplace(ioc);
+    }
+  }
+  beast::tcp_stream& lowest() { return secure ? beast::get_lowest_layer(*secure) : *plain; }
+  template <typename F>
+  void Visit(F&& f) {
+    if (secure) {
+      f(*secure);
+    } else {
+      f(*plain);
+    }
+  }
   void Close() {
-    beast::error_code ignored;
-    stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
-    stream.socket().close(ignored);
+    if (plain || secure) {
+      beast::error_code ignored;
+      lowest().socket().shutdown(tcp::socket::shutdown_both, ignored);
+      lowest().socket().close(ignored);
+    }
     buffer.clear();
     open = false;
   }
 };
 
+namespace {
+
+// The peer certificate must name `host` (asio's host_name_verification: DNS names by
+// X509_check_host, IP addresses by X509_check_ip_asc); a mismatch is recorded as
+// X509_V_ERR_HOSTNAME_MISMATCH so that the error message can say so.
+class VerifyHost {
+ public:
+  explicit VerifyHost(std::string host) : check_(host) {}
+  bool operator()(bool preverified, ssl::verify_context& ctx) const {
+    if (!preverified) return false;
+    if (check_(preverified, ctx)) return true;
+    X509_STORE_CTX_set_error(ctx.native_handle(), X509_V_ERR_HOSTNAME_MISMATCH);
+    return false;
+  }
+
+ private:
+  ssl::host_name_verification check_;
+};
+
+bool IsIpAddress(const std::string& host) {
+  beast::error_code ec;
+  asio::ip::make_address(host, ec);
+  return !ec;
+}
+
+}  // namespace
+
 struct HttpClient::Pool {
+  std::optional<ssl::context> tls;  // https only
+  Status tls_status;                // why `tls` could not be set up
   std::mutex mu;
   std::condition_variable cv;
   int in_flight = 0;
@@ -97,7 +165,7 @@ struct HttpClient::Pool {
 
 namespace {
 
-enum class Phase { kResolve, kConnect, kWrite, kRead };
+enum class Phase { kResolve, kConnect, kHandshake, kWrite, kRead };
 
 struct ExchangeResult {
   Status status;
@@ -109,6 +177,38 @@ struct ExchangeResult {
 HttpClient::HttpClient(HttpUrl url, HttpClientOptions options)
     : url_(std::move(url)), options_(std::move(options)), pool_(std::make_unique<Pool>()) {
   if (options_.max_in_flight < 1) options_.max_in_flight = 1;
+  if (!url_.tls) return;
+  const std::string where = url_.Origin();
+  try {
+    pool_->tls.emplace(ssl::context::tls_client);
+    ssl::context& ctx = *pool_->tls;
+    ctx.set_options(ssl::context::default_workarounds | ssl::context::no_sslv2 |
+                    ssl::context::no_sslv3 | ssl::context::no_tlsv1 | ssl::context::no_tlsv1_1);
+    beast::error_code ec;
+    ctx.set_default_verify_paths(ec);  // the system's CA store
+    if (ec) {
+      pool_->tls_status = Status::FailedPrecondition(
+          where + ": cannot load the system's CA certificates: " + ec.message());
+    } else if (!options_.ca_file.empty()) {
+      if (!std::ifstream(options_.ca_file).good()) {
+        pool_->tls_status = Status::FailedPrecondition(where + ": ca_file " + options_.ca_file +
+                                                       ": cannot load certificates (cannot read "
+                                                       "the file)");
+      } else {
+        ctx.load_verify_file(options_.ca_file, ec);
+        if (ec) {
+          pool_->tls_status = Status::FailedPrecondition(
+              where + ": ca_file " + options_.ca_file +
+              ": cannot load certificates (no PEM certificate in it: " + ec.message() + ")");
+        }
+      }
+    }
+    ctx.set_verify_mode(ssl::verify_peer);
+  } catch (const boost::system::system_error& e) {
+    pool_->tls.reset();
+    pool_->tls_status =
+        Status::FailedPrecondition(where + ": cannot set up TLS: " + std::string(e.what()));
+  }
 }
 
 HttpClient::~HttpClient() = default;
@@ -120,7 +220,9 @@ HttpClient::Stats HttpClient::stats() const {
 
 Result<HttpResponse> HttpClient::Send(std::string_view method, const std::string& target,
                                       const std::string& body, std::chrono::milliseconds timeout,
-                                      const HttpHeaders& extra_headers) {
+                                      const HttpHeaders& extra_headers,
+                                      const HttpBodySink& on_body) {
+  if (url_.tls && !pool_->tls_status.ok()) return pool_->tls_status;
   const bhttp::verb verb = bhttp::string_to_verb(beast::string_view(method.data(), method.size()));
   if (verb == bhttp::verb::unknown) {
     return Status::InvalidArgument("unknown HTTP method '" + std::string(method) + "'");
@@ -128,7 +230,8 @@ Result<HttpResponse> HttpClient::Send(std::string_view method, const std::string
   bhttp::request<bhttp::string_body> req{verb, target, 11};
   req.set(bhttp::field::host, url_.HostHeader());
   req.set(bhttp::field::user_agent, options_.user_agent);
-  req.set(bhttp::field::accept, "application/json");
+  req.set(bhttp::field::accept,
+          on_body ? "text/event-stream, application/json" : "application/json");
   for (const auto& [name, value] : options_.headers) req.set(name, value);
   for (const auto& [name, value] : extra_headers) req.set(name, value);
   if (!body.empty()) {
@@ -156,11 +259,18 @@ Result<HttpResponse> HttpClient::Send(std::string_view method, const std::string
 
   HttpResponse response;
   bool keep = false;
+  ssl::context* tls = pool_->tls ? &*pool_->tls : nullptr;
   auto exchange = [&](Connection& c) -> ExchangeResult {
     c.ioc.restart();
-    bhttp::response_parser<bhttp::string_body> parser;
+    // One parser for every answer: the header first, then the body in pieces (buffer_body), so
+    // that a streamed body reaches `on_body` as it arrives.
+    bhttp::response_parser<bhttp::buffer_body> parser;
     parser.body_limit(options_.max_response_bytes);
     parser.header_limit(64 * 1024);
+    std::array<char, 16 * 1024> piece;
+    std::string whole;  // the body, when it does not go to on_body
+    bool to_sink = false;
+    Status sink_status;
     tcp::resolver resolver(c.ioc);
     asio::steady_timer resolve_timer(c.ioc);
     bool resolve_timed_out = false;
@@ -168,26 +278,87 @@ Result<HttpResponse> HttpClient::Send(std::string_view method, const std::string
     beast::error_code result;
     bool connected_now = false;
 
+    std::function<void()> read_body = [&] {
+      if (parser.is_done()) return;
+      parser.get().body().data = piece.data();
+      parser.get().body().size = piece.size();
+      c.lowest().expires_at(deadline);
+      c.Visit([&](auto& s) {
+        bhttp::async_read_some(s, c.buffer, parser, [&](beast::error_code ec, size_t) {
+          if (ec == bhttp::error::need_buffer) ec = {};
+          const size_t n = piece.size() - parser.get().body().size;
+          if (n > 0) {
+            if (to_sink) {
+              sink_status = on_body(std::string_view(piece.data(), n));
+              if (!sink_status.ok()) {
+                result = asio::error::operation_aborted;
+                return;
+              }
+            } else {
+              whole.append(piece.data(), n);
+            }
+          }
+          if (ec) {
+            result = ec;
+            return;
+          }
+          read_body();
+        });
+      });
+    };
     auto read = [&] {
       phase = Phase::kRead;
-      c.stream.expires_at(deadline);
-      bhttp::async_read(c.stream, c.buffer, parser,
-                        [&](beast::error_code ec, size_t) { result = ec; });
+      c.lowest().expires_at(deadline);
+      c.Visit([&](auto& s) {
+        bhttp::async_read_header(s, c.buffer, parser, [&](beast::error_code ec, size_t) {
+          if (ec) {
+            result = ec;
+            return;
+          }
+          const unsigned status = parser.get().result_int();
+          to_sink = on_body && status >= 200 && status < 300;
+          read_body();
+        });
+      });
     };
     auto write = [&] {
       phase = Phase::kWrite;
-      c.stream.expires_at(deadline);
-      bhttp::async_write(c.stream, req, [&](beast::error_code ec, size_t) {
+      c.lowest().expires_at(deadline);
+      c.Visit([&](auto& s) {
+        bhttp::async_write(s, req, [&](beast::error_code ec, size_t) {
+          if (ec) {
+            result = ec;
+            return;
+          }
+          read();
+        });
+      });
+    };
+    auto handshake = [&] {
+      phase = Phase::kHandshake;
+      SSL* ssl_handle = c.secure->native_handle();
+      // SNI names the host (never an IP address, RFC 6066); the certificate must name it.
+      if (!IsIpAddress(url_.host) && !SSL_set_tlsext_host_name(ssl_handle, url_.host.c_str())) {
+        result =
+            beast::error_code(static_cast<int>(::ERR_get_error()), asio::error::get_ssl_category());
+        return;
+      }
+      c.secure->set_verify_callback(VerifyHost(url_.host));
+      c.lowest().expires_at(deadline);
+      c.secure->async_handshake(ssl::stream_base::client, [&](beast::error_code ec) {
         if (ec) {
           result = ec;
           return;
         }
-        read();
+        c.open = true;
+        connected_now = true;
+        write();
       });
     };
     if (c.open) {
       write();
     } else {
+      c.Reset(tls);
       phase = Phase::kResolve;
       resolve_timer.expires_at(deadline);
       resolve_timer.async_wait([&](beast::error_code ec) {
@@ -204,10 +375,14 @@ Result<HttpResponse> HttpClient::Send(std::string_view method, const std::string
               return;
             }
             phase = Phase::kConnect;
-            c.stream.expires_at(deadline);
-            c.stream.async_connect(endpoints, [&](beast::error_code cec, const tcp::endpoint&) {
+            c.lowest().expires_at(deadline);
+            c.lowest().async_connect(endpoints, [&](beast::error_code cec, const tcp::endpoint&) {
               if (cec) {
                 result = cec;
+                return;
+              }
+              if (c.secure) {
+                handshake();
                 return;
               }
               c.open = true;
@@ -225,7 +400,7 @@ Result<HttpResponse> HttpClient::Send(std::string_view method, const std::string
     if (!result) {
       auto& msg = parser.get();
       response.status = static_cast<int>(msg.result_int());
-      response.body = std::move(msg.body());
+      response.body = std::move(whole);
       response.headers.clear();
       for (const auto& field : msg) {
         std::string name(field.name_string());
@@ -239,10 +414,15 @@ Result<HttpResponse> HttpClient::Send(std::string_view method, const std::string
       return {Status::Ok(), false};
     }
     const bool answered = phase == Phase::kRead && parser.got_some();
+    long verify = X509_V_OK;
+    if (phase == Phase::kHandshake && c.secure) {
+      verify = SSL_get_verify_result(c.secure->native_handle());
+    }
     c.Close();
+    if (!sink_status.ok()) return {sink_status, false};
     const std::string detail = result.message();
     if (result == beast::error::timeout || resolve_timed_out) {
-      if (phase == Phase::kResolve || phase == Phase::kConnect) {
+      if (phase == Phase::kResolve || phase == Phase::kConnect || phase == Phase::kHandshake) {
         return {Status::Unavailable("connecting to " + where + " timed out after " +
                                     std::to_string(timeout.count()) + " ms"),
                 false};
@@ -256,6 +436,26 @@ Result<HttpResponse> HttpClient::Send(std::string_view method, const std::string
         return {Status::Unavailable("cannot resolve " + url_.host + ": " + detail), false};
       case Phase::kConnect:
         return {Status::Unavailable("cannot connect to " + where + ": " + detail), false};
+      case Phase::kHandshake:
+        if (verify != X509_V_OK) {
+          return {Status::FailedPrecondition(
+                      "the TLS certificate of " + where +
+                      " was refused: " + X509_verify_cert_error_string(verify) +
+                      (verify == X509_V_ERR_HOSTNAME_MISMATCH
+                           ? std::string(" (the certificate does not name ") + url_.host + ")"
+                           : std::string(" (not signed by a CA in the system store") +
+                                 (options_.ca_file.empty() ? "" : " or " + options_.ca_file) +
+                                 "; a private CA can be trusted with ca_file)")),
+                  false};
+        }
+        if (result.category() == asio::error::get_ssl_category() ||
+            result.category() == ssl::error::get_stream_category()) {
+          return {Status::FailedPrecondition("the TLS handshake with " + where +
+                                             " failed: " + detail + " (is it an https server?)"),
+                  false};
+        }
+        return {Status::Unavailable("the TLS handshake with " + where + " failed: " + detail),
+                false};
       case Phase::kWrite:
         return {Status::Unavailable("sending the request to " + where + " failed: " + detail),
                 true};
@@ -273,7 +473,7 @@ Result<HttpResponse> HttpClient::Send(std::string_view method, const std::string
           true};
     }
     if (result == bhttp::error::partial_message || result == asio::error::eof ||
-        result == bhttp::error::end_of_stream) {
+        result == bhttp::error::end_of_stream || result == ssl::error::stream_truncated) {
       return {Status::Unavailable("the response from " + where + " was cut short (" + detail + ")"),
               false};
     }

@@ -1,5 +1,8 @@
 // HttpClient: a small HTTP/1.1 client for one server (Boost.Beast), with a keep-alive connection
-// pool, a limit on requests in flight, and one deadline per exchange.
+// pool, a limit on requests in flight, and one deadline per exchange. https:// servers are
+// reached through Beast's SSL stream (OpenSSL): the certificate must chain to the system's CA
+// store (or to the certificates of HttpClientOptions::ca_file) and name the URL's host (SNI is
+// sent for host names; IP addresses are matched against the certificate's IP entries).
 //
 // Each pooled connection owns a private io_context that runs on the calling thread for the
 // length of one exchange (resolve, connect, send, receive), so requests on different threads
@@ -11,6 +14,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -22,15 +26,16 @@
 
 namespace nw {
 
-/// http://host[:port][/v1[/]]: where a server is. IPv6 hosts are written in brackets.
+/// http(s)://host[:port][/v1[/]]: where a server is. IPv6 hosts are written in brackets.
 struct HttpUrl {
   std::string host;  // without brackets
   uint16_t port = 80;
+  bool tls = false;  // https: port 443 unless given
 
   /// Errors (InvalidArgument) for other schemes, credentials in the URL, a bad port, or a path
   /// other than "", "/", "/v1" and "/v1/".
   static Result<HttpUrl> Parse(std::string_view url);
-  /// "http://host:port" (brackets around IPv6 hosts).
+  /// "http://host:port" or "https://host:port" (brackets around IPv6 hosts).
   std::string Origin() const;
   /// The Host header value.
   std::string HostHeader() const;
@@ -49,7 +54,12 @@ struct HttpClientOptions {
   size_t max_response_bytes = 256 << 20;  // larger answers fail with ResourceExhausted
   HttpHeaders headers;                    // sent with every request
   std::string user_agent = "needlework";
+  std::string ca_file;  // https: PEM certificates trusted besides the system's CA store
 };
+
+/// Receives a successful (2xx) response body piece by piece as it arrives. An error it returns
+/// ends the exchange (the connection is closed) and is what Send returns.
+using HttpBodySink = std::function<Status(std::string_view bytes)>;
 
 class HttpClient {
  public:
@@ -64,10 +74,16 @@ class HttpClient {
   ///   Unavailable       no connection (refused, unreachable, a connect that timed out), the
   ///                     connection closed or reset, a response cut short, a malformed response;
   ///   DeadlineExceeded  connected and sent, but no complete response within the timeout;
-  ///   ResourceExhausted the response is larger than max_response_bytes.
+  ///   ResourceExhausted the response is larger than max_response_bytes;
+  ///   FailedPrecondition https only: the server's certificate is not trusted or does not name
+  ///                     the host, the TLS handshake failed, or ca_file cannot be loaded (each
+  ///                     message names the URL; retrying cannot help).
+  /// With `on_body`, a 2xx body goes to it as it arrives (response.body stays empty); other
+  /// statuses are read whole into response.body as without it.
   Result<HttpResponse> Send(std::string_view method, const std::string& target,
                             const std::string& body, std::chrono::milliseconds timeout,
-                            const HttpHeaders& extra_headers = {});
+                            const HttpHeaders& extra_headers = {},
+                            const HttpBodySink& on_body = {});
 
   struct Stats {
     int64_t exchanges = 0;           // Send calls that got a response

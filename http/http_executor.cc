@@ -17,6 +17,7 @@
 #include "engine/text/tokenizer.h"
 #include "http/client.h"
 #include "http/openai.h"
+#include "http/stream_reader.h"
 #include "worker/scoring.h"
 
 namespace nw {
@@ -117,6 +118,7 @@ struct HttpBackendPool::Impl {
       o.max_in_flight = std::max(1, h.concurrency);
       for (const auto& [name, value] : h.headers) o.headers.emplace_back(name, value);
       o.user_agent = std::string("needlework/") + kEngineVersion;
+      o.ca_file = h.ca_file;
       s->client = std::make_shared<HttpClient>(url, std::move(o));
     }
     return s;
@@ -247,7 +249,10 @@ Result<JobResult> HttpExecutor::Run(const JobSpec& spec, const std::string& key,
   json body{{"model", h.model},
             {"max_tokens", spec.max_new_tokens},
             {"temperature", 0},
-            {"stream", false}};
+            {"stream", h.stream}};
+  // The campaign's sampling parameters, as given (temperature stays 0 unless it says otherwise).
+  body.update(h.sampling.ToJson());
+  if (h.stream) body["stream_options"] = json{{"include_usage", true}};
   if (kind == ApiKind::kCompletions) {
     body["prompt"] = prompt.tokens;
     if (spec.probe) {
@@ -281,6 +286,8 @@ Result<JobResult> HttpExecutor::Run(const JobSpec& spec, const std::string& key,
         server->ready = true;
         break;
       }
+      // A refused certificate (or ca_file) does not get better by waiting.
+      if (!r.ok() && r.status().code() == StatusCode::kFailedPrecondition) return r.status();
       const std::string last =
           r.ok() ? "answered " + std::to_string(r->status) : r.status().message();
       if (Clock::now() >= deadline) {
@@ -297,6 +304,7 @@ Result<JobResult> HttpExecutor::Run(const JobSpec& spec, const std::string& key,
 
   HttpResponse response;
   ParsedCompletion parsed;
+  std::optional<StreamReader> streamed;  // the last try's stream, with h.stream
   for (int i = 0;; ++i) {
     if (i > 0) {
       ++retries_;
@@ -305,22 +313,47 @@ Result<JobResult> HttpExecutor::Run(const JobSpec& spec, const std::string& key,
       std::this_thread::sleep_for(std::chrono::milliseconds(delay));
     }
     ++requests_;
-    Result<HttpResponse> r = server->client->Send("POST", path, payload, timeout, auth);
+    HttpBodySink sink;
+    if (h.stream) {
+      streamed.emplace(kind, Clock::now());
+      sink = [&streamed](std::string_view bytes) {
+        return streamed->Feed(bytes, StreamReader::Clock::now());
+      };
+    }
+    Result<HttpResponse> r = server->client->Send("POST", path, payload, timeout, auth, sink);
     Status failure;
     if (!r.ok()) {
-      if (r.status().code() == StatusCode::kDeadlineExceeded) {
+      const StatusCode code = r.status().code();
+      if (code == StatusCode::kDeadlineExceeded) {
         ++timeouts_;
         return r.status();
       }
-      if (r.status().code() == StatusCode::kResourceExhausted) return r.status();
-      ++transport_errors_;
-      failure = r.status();
+      if (code == StatusCode::kResourceExhausted || code == StatusCode::kFailedPrecondition) {
+        return r.status();
+      }
+      if (code == StatusCode::kCorruption) {  // a malformed stream
+        ++malformed_;
+        failure = Status::Unavailable(where + ": " + r.status().message());
+      } else {
+        ++transport_errors_;
+        failure = r.status();
+      }
     } else if (r->status == 200) {
-      const json j = json::parse(r->body, nullptr, /*allow_exceptions=*/false);
-      Result<ParsedCompletion> p = j.is_discarded()
-                                       ? Result<ParsedCompletion>(Status::Corruption(
-                                             "malformed completion response: the body is not JSON"))
-                                       : ParseCompletionResponse(j, kind);
+      Result<ParsedCompletion> p = Status::Corruption("");
+      if (h.stream) {
+        p = streamed->Finish();
+        const auto type = r->headers.find("content-type");
+        if (!p.ok() && type != r->headers.end() &&
+            type->second.find("event-stream") == std::string::npos) {
+          p = Status::Corruption(p.status().message() + " (the answer is " + type->second +
+                                 ", not an event stream)");
+        }
+      } else {
+        const json j = json::parse(r->body, nullptr, /*allow_exceptions=*/false);
+        p = j.is_discarded() ? Result<ParsedCompletion>(Status::Corruption(
+                                   "malformed completion response: the body is not JSON"))
+                             : ParseCompletionResponse(j, kind);
+      }
       if (p.ok()) {
         parsed = *std::move(p);
         response = *std::move(r);
@@ -377,6 +410,7 @@ Result<JobResult> HttpExecutor::Run(const JobSpec& spec, const std::string& key,
   res.prompt_tokens = parsed.prompt_tokens.value_or(ours);
   res.generated_tokens = parsed.completion_tokens.value_or(
       static_cast<int64_t>(tokenizer->Encode(parsed.text).size()) + (stopped ? 1 : 0));
+  if (streamed) res.stream = streamed->Timing(res.generated_tokens);
   res.prefill_ms = HeaderMs(response, "nw-prefill-ms").value_or(0);
   res.decode_ms = HeaderMs(response, "nw-decode-ms").value_or(0);
   res.device = where;

@@ -52,22 +52,103 @@ Status OptField(const json& j, const char* key, T* out, const char* what) {
 
 }  // namespace
 
+json HttpSampling::ToJson() const {
+  json j = json::object();
+  if (temperature) j["temperature"] = *temperature;
+  if (top_p) j["top_p"] = *top_p;
+  if (top_k) j["top_k"] = *top_k;
+  if (seed) j["seed"] = *seed;
+  if (min_tokens) j["min_tokens"] = *min_tokens;
+  return j;
+}
+
+Result<HttpSampling> HttpSampling::FromJson(const json& j, const std::string& where) {
+  if (!j.is_object()) return Status::InvalidArgument(where + ": must be an object");
+  auto bad = [&](const std::string& key, const std::string& why) {
+    return Status::InvalidArgument(where + "." + key + ": " + why);
+  };
+  HttpSampling s;
+  for (const auto& [key, v] : j.items()) {
+    if (key == "temperature" || key == "top_p") {
+      if (!v.is_number()) return bad(key, "must be a number");
+      const double x = v.get<double>();
+      if (key == "temperature") {
+        if (!std::isfinite(x) || x < 0 || x > 2) return bad(key, "must be in 0..2");
+        s.temperature = x;
+      } else {
+        if (!std::isfinite(x) || x <= 0 || x > 1) return bad(key, "must be in (0, 1]");
+        s.top_p = x;
+      }
+    } else if (key == "top_k" || key == "min_tokens" || key == "seed") {
+      if (!v.is_number_integer()) return bad(key, "must be an integer");
+      if (v.is_number_unsigned() &&
+          v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+        return bad(key, v.dump() + " does not fit the field");
+      }
+      const int64_t x = v.get<int64_t>();
+      if (key == "seed") {
+        if (x < 0) return bad(key, "must be >= 0");
+        s.seed = x;
+      } else if (key == "top_k") {
+        if (x < 1 || x > kMaxSamplingTopK) {
+          return bad(key, "must be in 1.." + std::to_string(kMaxSamplingTopK));
+        }
+        s.top_k = static_cast<int>(x);
+      } else {
+        if (x < 0 || x > kMaxSamplingMinTokens) {
+          return bad(key, "must be in 0.." + std::to_string(kMaxSamplingMinTokens));
+        }
+        s.min_tokens = static_cast<int>(x);
+      }
+    } else {
+      return bad(key,
+                 "unknown sampling parameter (known: temperature, top_p, top_k, seed, "
+                 "min_tokens)");
+    }
+  }
+  return s;
+}
+
+json StreamTiming::ToJson() const {
+  return json{{"ttft_ms", ttft_ms},
+              {"tpot_ms", tpot_ms},
+              {"itl_p50_ms", itl_p50_ms},
+              {"itl_p95_ms", itl_p95_ms},
+              {"events", events}};
+}
+
+Result<StreamTiming> StreamTiming::FromJson(const json& j) {
+  if (!j.is_object()) return Status::InvalidArgument("result.stream: must be an object");
+  StreamTiming t;
+  NW_RETURN_IF_ERROR(Field(j, "ttft_ms", &t.ttft_ms, "result.stream"));
+  NW_RETURN_IF_ERROR(Field(j, "tpot_ms", &t.tpot_ms, "result.stream"));
+  NW_RETURN_IF_ERROR(Field(j, "itl_p50_ms", &t.itl_p50_ms, "result.stream"));
+  NW_RETURN_IF_ERROR(Field(j, "itl_p95_ms", &t.itl_p95_ms, "result.stream"));
+  NW_RETURN_IF_ERROR(Field(j, "events", &t.events, "result.stream"));
+  return t;
+}
+
 json HttpBackendSpec::ToJson() const {
-  return json{{"url", url},
-              {"model", model},
-              {"api", api},
-              {"tokenizer", tokenizer},
-              {"tokenizer_digest", tokenizer_digest},
-              {"engine_params", engine_params},
-              {"headers", headers},
-              {"api_key_env", api_key_env},
-              {"api_key_file", api_key_file},
-              {"concurrency", concurrency},
-              {"timeout_ms", timeout_ms},
-              {"retries", retries},
-              {"ready_timeout_ms", ready_timeout_ms},
-              {"health_path", health_path},
-              {"server_index_topk", server_index_topk}};
+  json j{{"url", url},
+         {"model", model},
+         {"api", api},
+         {"tokenizer", tokenizer},
+         {"tokenizer_digest", tokenizer_digest},
+         {"engine_params", engine_params},
+         {"headers", headers},
+         {"api_key_env", api_key_env},
+         {"api_key_file", api_key_file},
+         {"concurrency", concurrency},
+         {"timeout_ms", timeout_ms},
+         {"retries", retries},
+         {"ready_timeout_ms", ready_timeout_ms},
+         {"health_path", health_path},
+         {"server_index_topk", server_index_topk}};
+  // Only when set, so the JSON of specs that do not use them is as it was.
+  if (stream) j["stream"] = true;
+  if (!sampling.empty()) j["sampling"] = sampling.ToJson();
+  if (!ca_file.empty()) j["ca_file"] = ca_file;
+  return j;
 }
 
 Result<HttpBackendSpec> HttpBackendSpec::FromJson(const json& j) {
@@ -88,6 +169,11 @@ Result<HttpBackendSpec> HttpBackendSpec::FromJson(const json& j) {
   NW_RETURN_IF_ERROR(OptField(j, "ready_timeout_ms", &h.ready_timeout_ms, "job.http"));
   NW_RETURN_IF_ERROR(OptField(j, "health_path", &h.health_path, "job.http"));
   NW_RETURN_IF_ERROR(OptField(j, "server_index_topk", &h.server_index_topk, "job.http"));
+  NW_RETURN_IF_ERROR(OptField(j, "stream", &h.stream, "job.http"));
+  NW_RETURN_IF_ERROR(OptField(j, "ca_file", &h.ca_file, "job.http"));
+  if (auto s = j.find("sampling"); s != j.end()) {
+    NW_ASSIGN_OR_RETURN(h.sampling, HttpSampling::FromJson(*s, "job.http.sampling"));
+  }
   if (h.api != "completions" && h.api != "chat") {
     return Status::InvalidArgument("job.http.api: must be completions or chat, got '" + h.api +
                                    "'");
@@ -96,11 +182,16 @@ Result<HttpBackendSpec> HttpBackendSpec::FromJson(const json& j) {
 }
 
 json HttpBackendSpec::KeyJson() const {
-  return json{{"url", url},
-              {"model", model},
-              {"api", api},
-              {"tokenizer_digest", tokenizer_digest},
-              {"engine_params", engine_params}};
+  json j{{"url", url},
+         {"model", model},
+         {"api", api},
+         {"tokenizer_digest", tokenizer_digest},
+         {"engine_params", engine_params}};
+  // Only when set: the keys of jobs without them stay what they were. Sampling changes the
+  // answers; streaming changes what a result holds (its latency figures).
+  if (!sampling.empty()) j["sampling"] = sampling.ToJson();
+  if (stream) j["stream"] = true;
+  return j;
 }
 
 json JobSpec::ToJson() const {
@@ -247,25 +338,27 @@ Result<ProbeSummary> ProbeFromJson(const json& j) {
 json JobResult::ToJson() const {
   json probes_j = json::array();
   for (const auto& p : probes) probes_j.push_back(ProbeToJson(p));
-  return json{{"job_key", job_key},
-              {"attempt", attempt},
-              {"outcome", OutcomeName(outcome)},
-              {"generated_text", generated_text},
-              {"expected", expected},
-              {"needle_token_offset", needle_token_offset},
-              {"prompt_hash", prompt_hash},
-              {"prompt_tokens", prompt_tokens},
-              {"generated_tokens", generated_tokens},
-              {"prefill_ms", prefill_ms},
-              {"decode_ms", decode_ms},
-              {"total_ms", total_ms},
-              {"worker_id", worker_id},
-              {"device", device},
-              {"engine_version", engine_version},
-              {"error_code", error_code},
-              {"error_message", error_message},
-              {"retryable", retryable},
-              {"probes", probes_j}};
+  json j{{"job_key", job_key},
+         {"attempt", attempt},
+         {"outcome", OutcomeName(outcome)},
+         {"generated_text", generated_text},
+         {"expected", expected},
+         {"needle_token_offset", needle_token_offset},
+         {"prompt_hash", prompt_hash},
+         {"prompt_tokens", prompt_tokens},
+         {"generated_tokens", generated_tokens},
+         {"prefill_ms", prefill_ms},
+         {"decode_ms", decode_ms},
+         {"total_ms", total_ms},
+         {"worker_id", worker_id},
+         {"device", device},
+         {"engine_version", engine_version},
+         {"error_code", error_code},
+         {"error_message", error_message},
+         {"retryable", retryable},
+         {"probes", probes_j}};
+  if (stream) j["stream"] = stream->ToJson();
+  return j;
 }
 
 Status ModelProbeLayers::Check(int layer) const {
@@ -320,6 +413,20 @@ Status CheckResultBounds(const JobResult& r, const JobSpec* spec, const ModelPro
                                 {"total_ms", r.total_ms}}) {
     if (!std::isfinite(v) || v < 0 || v > kMaxResultMs) {
       return bad(name, "must be a finite number of milliseconds in 0..1e10");
+    }
+  }
+  if (r.stream) {
+    for (const auto& [name, v] :
+         {std::pair<const char*, double>{"stream.ttft_ms", r.stream->ttft_ms},
+          {"stream.tpot_ms", r.stream->tpot_ms},
+          {"stream.itl_p50_ms", r.stream->itl_p50_ms},
+          {"stream.itl_p95_ms", r.stream->itl_p95_ms}}) {
+      if (!std::isfinite(v) || v < 0 || v > kMaxResultMs) {
+        return bad(name, "must be a finite number of milliseconds in 0..1e10");
+      }
+    }
+    if (r.stream->events < 0 || r.stream->events > kMaxResultTokens) {
+      return bad("stream.events", "must be a count");
     }
   }
   if (r.probes.size() > kMaxProbes) {
@@ -410,6 +517,9 @@ Result<JobResult> JobResult::FromJson(const json& j) {
   for (const auto& pj : *it) {
     NW_ASSIGN_OR_RETURN(ProbeSummary p, ProbeFromJson(pj));
     r.probes.push_back(std::move(p));
+  }
+  if (auto s = j.find("stream"); s != j.end() && !s->is_null()) {
+    NW_ASSIGN_OR_RETURN(r.stream, StreamTiming::FromJson(*s));
   }
   return r;
 }

@@ -21,12 +21,34 @@ namespace nw {
 /// Versions the meaning of JobSpec fields and the NIAH generator; part of every job key.
 inline constexpr int kJobSchemaVersion = 2;  // 2: the haystack seed is the design point's
 
+inline constexpr int kMaxSamplingTopK = 1 << 20;
+inline constexpr int kMaxSamplingMinTokens = 1 << 20;
+
+/// Sampling parameters an http campaign sends (`http: {sampling: {...}}`, docs/http.md). Each is
+/// sent only when set; temperature is always sent, 0 (greedy) unless set.
+struct HttpSampling {
+  std::optional<double> temperature;  // 0..2
+  std::optional<double> top_p;        // (0, 1]
+  std::optional<int> top_k;           // >= 1 (vLLM/sglang extension)
+  std::optional<int64_t> seed;        // >= 0
+  std::optional<int> min_tokens;      // >= 0 (vLLM extension)
+
+  bool empty() const { return !temperature && !top_p && !top_k && !seed && !min_tokens; }
+  /// The set fields only, keys sorted ({} when empty): what goes into requests and job keys.
+  nlohmann::json ToJson() const;
+  /// InvalidArgument naming the field ("job.http.sampling.top_p: ...") for a wrong type, an
+  /// unknown field or a value out of range.
+  static Result<HttpSampling> FromJson(const nlohmann::json& j, const std::string& where);
+  friend bool operator==(const HttpSampling&, const HttpSampling&) = default;
+};
+
 /// Settings of the `http` backend (docs/http.md): an OpenAI-compatible server evaluated over HTTP.
-/// Only url, model, api, tokenizer_digest and engine_params identify results (KeyJson); the rest
+/// Only url, model, api, tokenizer_digest and engine_params identify results (KeyJson), plus
+/// sampling and stream when set (so the keys of campaigns without them are unchanged); the rest
 /// says how to reach the server and is not part of the job key. Never holds a secret: the API key
 /// is read on the worker from the environment variable or file named here.
 struct HttpBackendSpec {
-  std::string url;                  // base URL, http://host:port, with or without a trailing /v1
+  std::string url;                  // base URL, http(s)://host:port, with or without a trailing /v1
   std::string model;                // the server's model name (the requests' "model" field)
   std::string api = "completions";  // completions (token ids in) | chat (text in messages)
   std::string tokenizer;            // absolute path of the server model's tokenizer.json
@@ -42,11 +64,15 @@ struct HttpBackendSpec {
   std::string health_path = "/health";  // "" skips the readiness wait
   int server_index_topk = 0;  // the served model's index_topk, to read indexer_topk from servers
                               // that do not report its shape (0: only servers that do)
+  bool stream = false;        // stream the answer (SSE) and measure time to first token
+  HttpSampling sampling;      // sent when set (else temperature 0)
+  std::string ca_file;        // https: absolute path of extra trusted CA certificates (PEM)
 
-  /// Every field; keys sorted.
+  /// Every field (stream, sampling and ca_file only when set); keys sorted.
   nlohmann::json ToJson() const;
   static Result<HttpBackendSpec> FromJson(const nlohmann::json& j);
-  /// What identifies results: {"api","engine_params","model","tokenizer_digest","url"}.
+  /// What identifies results: {"api","engine_params","model","tokenizer_digest","url"}, plus
+  /// "sampling" when any sampling field is set and "stream": true when streaming.
   nlohmann::json KeyJson() const;
   friend bool operator==(const HttpBackendSpec&, const HttpBackendSpec&) = default;
 };
@@ -105,6 +131,22 @@ struct ProbeSummary {
   std::vector<int32_t> topk_last;  // the selected entry ids at the last prompt position
 };
 
+/// Latency of a streamed answer (http backend with stream: true), measured by the worker from
+/// the moment the request is sent. An "event" is one server-sent event that carried text or the
+/// finish reason; a server may put several tokens in one event.
+struct StreamTiming {
+  double ttft_ms = 0;     // to the first event with text (time to first token)
+  double tpot_ms = 0;     // mean time per output token after the first: (last event - first) /
+                          // (completion tokens - 1); 0 with one token
+  double itl_p50_ms = 0;  // median gap between consecutive events (inter-token latency)
+  double itl_p95_ms = 0;  // 95th percentile of those gaps (nearest rank)
+  int64_t events = 0;     // events with text or the finish reason
+
+  nlohmann::json ToJson() const;
+  static Result<StreamTiming> FromJson(const nlohmann::json& j);
+  friend bool operator==(const StreamTiming&, const StreamTiming&) = default;
+};
+
 struct JobResult {
   std::string job_key;
   int attempt = 0;
@@ -125,7 +167,9 @@ struct JobResult {
   std::string error_message;
   bool retryable = false;  // an engine_error that may succeed elsewhere (OOM, I/O)
   std::vector<ProbeSummary> probes;
+  std::optional<StreamTiming> stream;  // streamed http answers only
 
+  /// "stream" is present only when set.
   nlohmann::json ToJson() const;
   static Result<JobResult> FromJson(const nlohmann::json& j);
 };

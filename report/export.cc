@@ -72,7 +72,12 @@ const std::vector<std::string>& ExportColumns() {
                                                     "error_code",
                                                     "error_message",
                                                     "retryable",
-                                                    "result_created_ms"};
+                                                    "result_created_ms",
+                                                    "ttft_ms",
+                                                    "tpot_ms",
+                                                    "itl_p50_ms",
+                                                    "itl_p95_ms",
+                                                    "stream_events"};
   return kColumns;
 }
 
@@ -117,6 +122,13 @@ ojson ExportRow(const std::string& campaign, const CampaignSample& s, bool with_
   row["error_message"] = opt([](const JobResult& x) { return x.error_message; });
   row["retryable"] = opt([](const JobResult& x) { return x.retryable; });
   row["result_created_ms"] = r ? ojson(s.result_created_ms) : ojson(nullptr);
+  // Streamed http results only (null otherwise).
+  const StreamTiming* st = r && r->stream ? &*r->stream : nullptr;
+  row["ttft_ms"] = st ? ojson(st->ttft_ms) : ojson(nullptr);
+  row["tpot_ms"] = st ? ojson(st->tpot_ms) : ojson(nullptr);
+  row["itl_p50_ms"] = st ? ojson(st->itl_p50_ms) : ojson(nullptr);
+  row["itl_p95_ms"] = st ? ojson(st->itl_p95_ms) : ojson(nullptr);
+  row["stream_events"] = st ? ojson(st->events) : ojson(nullptr);
   if (with_probes) row["probes"] = r ? ProbesJson(r->probes) : ojson::array();
   return row;
 }

@@ -8,6 +8,8 @@ pkgs=(build-essential cmake ninja-build pkg-config git clang-format
       chromium   # chromium: tests/report/html_test renders the HTML report headless
       prometheus  # promtool check metrics: tests/dashboard parse /metrics with a real parser
       slurmctld slurmd slurm-client munge   # tests/slurm: a one-node Slurm (slurm-wlm's daemons)
+      libssl-dev ca-certificates  # http/client.cc: https for the http backend (Boost.Asio SSL
+                                  # over OpenSSL, verified against the system CA store)
       nodejs)  # tests/http/openai_node: the official OpenAI Node SDK against nw serve
 missing=()
 for p in "${pkgs[@]}"; do

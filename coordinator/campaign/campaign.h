@@ -109,6 +109,7 @@ struct HttpBackendSettings {
                                    // tokenizer_digest is filled in by ResolveCampaign
   SourceLocation where;            // the `http` key
   SourceLocation tokenizer_where;  // the tokenizer field (where, when it was not given)
+  SourceLocation stream_where;     // the stream field, when it is true
 };
 
 /// `search: {boundary: {...}}`: an adaptive search for the boundary along context_length instead

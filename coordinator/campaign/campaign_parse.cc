@@ -121,7 +121,11 @@ constexpr std::string_view kHttpKeys[] = {"url",          "model",
                                           "api_key_file", "engine_params",
                                           "concurrency",  "timeout_ms",
                                           "retries",      "ready_timeout_ms",
-                                          "health_path",  "server_index_topk"};
+                                          "health_path",  "server_index_topk",
+                                          "stream",       "sampling",
+                                          "ca_file"};
+constexpr std::string_view kSamplingKeys[] = {"temperature", "top_p",      "top_k",
+                                              "seed",        "min_tokens", "max_tokens"};
 // Request headers that carry credentials: they belong in api_key_env / api_key_file.
 constexpr std::string_view kSecretHeaders[] = {"authorization", "proxy-authorization", "x-api-key",
                                                "api-key", "cookie"};
@@ -280,15 +284,17 @@ std::string ListNames(const std::vector<std::string>& names) {
   return out;
 }
 
-// "http://host[:port][/v1]": the only URLs the http backend takes. "" when fine, else why not.
+// "http(s)://host[:port][/v1]": the only URLs the http backend takes (http/client.h HttpUrl
+// parses them on the worker). "" when fine, else why not.
 std::string HttpUrlProblem(std::string_view url) {
-  constexpr std::string_view kScheme = "http://";
-  if (url.substr(0, 8) == "https://") {
-    return "https is not supported; reach the server over http:// (for a remote TLS endpoint, "
-           "run a local TLS proxy)";
+  std::string_view rest;
+  if (url.substr(0, 7) == "http://") {
+    rest = url.substr(7);
+  } else if (url.substr(0, 8) == "https://") {
+    rest = url.substr(8);
+  } else {
+    return "must start with http:// or https://";
   }
-  if (url.substr(0, kScheme.size()) != kScheme) return "must start with http://";
-  std::string_view rest = url.substr(kScheme.size());
   const size_t slash = rest.find('/');
   const std::string_view authority = rest.substr(0, slash);
   const std::string_view path = slash == std::string_view::npos ? "" : rest.substr(slash);
@@ -411,6 +417,7 @@ class Parser {
   Result<int64_t> ReadInt(const YAML::Node& n, const std::string& path, int64_t min,
                           int64_t max) const;
   Result<double> ReadDouble(const YAML::Node& n, const std::string& path) const;
+  Status ParseHttpSampling(const Entry& e, HttpSampling* out);
   Result<bool> ReadBool(const YAML::Node& n, const std::string& path) const;
 
   Status ParsePrecisions(const Entry& e);
@@ -902,6 +909,51 @@ Result<std::filesystem::path> Parser::ResolvePath(const std::string& written) co
   return out;
 }
 
+// http.sampling: {temperature, top_p, top_k, seed, min_tokens}, each checked where written.
+Status Parser::ParseHttpSampling(const Entry& e, HttpSampling* out) {
+  NW_ASSIGN_OR_RETURN(std::vector<Entry> fields, MapEntries(e.value, e.path, kSamplingKeys));
+  for (const Entry& f : fields) {
+    const std::string& k = f.key;
+    if (k == "temperature") {
+      NW_ASSIGN_OR_RETURN(double t, ReadDouble(f.value, f.path));
+      if (!(t >= 0 && t <= 2)) {
+        return Error(f.value, f.path, "must be in 0..2 (0 is greedy), got " + f.value.Scalar());
+      }
+      out->temperature = t;
+    } else if (k == "top_p") {
+      NW_ASSIGN_OR_RETURN(double p, ReadDouble(f.value, f.path));
+      if (!(p > 0 && p <= 1)) {
+        return Error(f.value, f.path, "must be in (0, 1], got " + f.value.Scalar());
+      }
+      out->top_p = p;
+    } else if (k == "top_k") {
+      NW_ASSIGN_OR_RETURN(int64_t v, ReadInt(f.value, f.path, 1, kMaxSamplingTopK));
+      out->top_k = static_cast<int>(v);
+    } else if (k == "seed") {
+      NW_ASSIGN_OR_RETURN(out->seed, ReadInt(f.value, f.path, 0, INT64_MAX));
+    } else if (k == "min_tokens") {
+      NW_ASSIGN_OR_RETURN(int64_t v, ReadInt(f.value, f.path, 0, kMaxNewTokens));
+      out->min_tokens = static_cast<int>(v);
+    } else if (k == "max_tokens") {
+      return Error(f.key_node, f.path,
+                   "the number of tokens to generate is generation.max_new_tokens (or "
+                   "max_new_tokens in an include entry), sent as max_tokens");
+    }
+  }
+  // Requests are greedy (temperature 0) unless the campaign says otherwise, and at temperature 0
+  // these change nothing: asking for them there is a mistake.
+  if (!out->temperature || *out->temperature == 0) {
+    for (const Entry& f : fields) {
+      if (f.key == "top_p" || f.key == "top_k" || f.key == "seed") {
+        return Error(f.key_node, f.path,
+                     "has no effect at temperature 0 (greedy, the default); set "
+                     "sampling.temperature above 0 to sample");
+      }
+    }
+  }
+  return Status::Ok();
+}
+
 // backend: {http: {url: ..., model: ..., ...}} -> the backend value "http" plus c_.http.
 Status Parser::ParseHttpBackend(const YAML::Node& n, const std::string& path, AxisValues* out) {
   NW_ASSIGN_OR_RETURN(std::vector<Entry> top, MapEntries(n, path, kHttpTopKeys));
@@ -912,6 +964,7 @@ Status Parser::ParseHttpBackend(const YAML::Node& n, const std::string& path, Ax
   hs.tokenizer_where = hs.where;
   HttpBackendSpec& h = hs.spec;
   bool has_url = false, has_model = false;
+  SourceLocation ca_where;
   for (const Entry& f : fields) {
     const std::string& k = f.key;
     if (k == "url") {
@@ -990,7 +1043,21 @@ Status Parser::ParseHttpBackend(const YAML::Node& n, const std::string& path, Ax
     } else if (k == "server_index_topk") {
       NW_ASSIGN_OR_RETURN(int64_t t, ReadInt(f.value, f.path, 0, kMaxTopk));
       h.server_index_topk = static_cast<int>(t);
+    } else if (k == "stream") {
+      NW_ASSIGN_OR_RETURN(h.stream, ReadBool(f.value, f.path));
+      if (h.stream) hs.stream_where = Loc(f.value, f.path);
+    } else if (k == "ca_file") {
+      NW_ASSIGN_OR_RETURN(std::string file, ReadString(f.value, f.path));
+      if (file.empty()) return Error(f.value, f.path, "must not be empty");
+      NW_ASSIGN_OR_RETURN(std::filesystem::path abs, ResolvePath(file));
+      h.ca_file = abs.string();
+      ca_where = Loc(f.value, f.path);
+    } else if (k == "sampling") {
+      NW_RETURN_IF_ERROR(ParseHttpSampling(f, &h.sampling));
     }
+  }
+  if (!h.ca_file.empty() && h.url.rfind("https://", 0) != 0) {
+    return Error(ca_where, "ca_file is for https:// URLs; this url is " + h.url);
   }
   if (!has_url || !has_model) {
     return Error(e.value, e.path,
@@ -1340,6 +1407,17 @@ Status Parser::CheckCells() const {
                                   "a " +
                                   Plural(len.integer(), "token") + " context (" + At(len.where) +
                                   "); drop one of them or exclude the combination");
+    }
+  }
+  // Probes come from the indexer top-k in a whole (non-streamed) answer; a streamed one has none.
+  if (c_.http && c_.http->spec.stream && c_.http->spec.api == "completions") {
+    for (const Cell& cell : c_.cells) {
+      if (c_.value(cell, Axis::kBackend).name() == "http" && cell.probe) {
+        return Error(c_.http->stream_where,
+                     "a streamed answer carries no indexer top-k, so the http cells cannot probe; "
+                     "set probe: false (or stream: false: probes and latency figures need separate "
+                     "campaigns)");
+      }
     }
   }
   // Without engine_params the http backend sends neither topk nor precision to the server:

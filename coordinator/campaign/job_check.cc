@@ -91,6 +91,16 @@ Status CheckHttp(const HttpBackendSpec& h, const JobCheckOptions& options) {
   if (!h.health_path.empty() && h.health_path[0] != '/') {
     return Bad("http.health_path", "must be empty or a path starting with /");
   }
+  if (!h.ca_file.empty()) {
+    NW_RETURN_IF_ERROR(CheckPath("http.ca_file", h.ca_file, {}));
+    if (h.url.rfind("https://", 0) != 0) return Bad("http.ca_file", "is for https:// URLs only");
+  }
+  // The sampling values were range-checked when the spec was read (HttpSampling::FromJson);
+  // min_tokens is also bounded by what a job may generate.
+  if (h.sampling.min_tokens) {
+    NW_RETURN_IF_ERROR(
+        InRange("http.sampling.min_tokens", *h.sampling.min_tokens, 0, kMaxNewTokens));
+  }
   return InRange("http.server_index_topk", h.server_index_topk, 0, kMaxTopk);
 }
 

@@ -177,8 +177,8 @@ TEST_F(CampaignHttpTest, RejectsBadSettingsWithLocations) {
   EXPECT_THAT(ParseError(Yaml("{http: {model: tiny}}")),
               HasSubstr("matrix.backend.http: missing url"));
   EXPECT_THAT(ParseError(Yaml("{http: {url: 'http://h:1'}}")), HasSubstr("missing model"));
-  EXPECT_THAT(ParseError(Yaml("{http: {url: 'https://api.example.com/v1', model: m}}")),
-              HasSubstr("matrix.backend.http.url: https is not supported"));
+  EXPECT_THAT(ParseError(Yaml("{http: {url: 'ftp://api.example.com/v1', model: m}}")),
+              HasSubstr("matrix.backend.http.url: must start with http:// or https://"));
   EXPECT_THAT(ParseError(Yaml("{http: {url: 'http://h:99999', model: m}}")),
               HasSubstr("bad port '99999'"));
   EXPECT_THAT(ParseError(Yaml("{http: {url: 'http://h:80/api', model: m}}")),
@@ -317,6 +317,117 @@ TEST_F(CampaignHttpTest, TheKeyHoldsWhatIdentifiesResultsAndNothingElse) {
   auto changed = Jobs(Yaml(kServer, false));
   ASSERT_EQ(changed.size(), 2u);
   EXPECT_NE(changed[0].Key(), key);
+}
+
+TEST_F(CampaignHttpTest, StreamSamplingAndHttpsAreParsed) {
+  WriteFile(tmp_.path() / "campaigns" / "ca.pem", "not read at parse time");
+  Campaign c = MustParse(
+      Yaml("{http: {url: 'https://api.example.com/v1', model: tiny, stream: true, ca_file: ca.pem, "
+           "sampling: {temperature: 0.7, top_p: 0.9, top_k: 40, seed: 7, min_tokens: 2}}}"));
+  ASSERT_TRUE(c.http.has_value());
+  const HttpBackendSpec& h = c.http->spec;
+  EXPECT_EQ(h.url, "https://api.example.com/v1");
+  EXPECT_TRUE(h.stream);
+  EXPECT_EQ(h.ca_file, (tmp_.path() / "campaigns" / "ca.pem").string());
+  EXPECT_EQ(h.sampling.temperature, 0.7);
+  EXPECT_EQ(h.sampling.top_p, 0.9);
+  EXPECT_EQ(h.sampling.top_k, 40);
+  EXPECT_EQ(h.sampling.seed, 7);
+  EXPECT_EQ(h.sampling.min_tokens, 2);
+  EXPECT_EQ(h.sampling.ToJson().dump(),
+            R"({"min_tokens":2,"seed":7,"temperature":0.7,"top_k":40,"top_p":0.9})");
+  // The spec travels to workers and back unchanged.
+  auto back = HttpBackendSpec::FromJson(h.ToJson());
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_TRUE(*back == h);
+  // Defaults: no stream, no sampling, no CA file, and none of them in the spec's JSON.
+  Campaign d = MustParse(Yaml(kServer));
+  EXPECT_FALSE(d.http->spec.stream);
+  EXPECT_TRUE(d.http->spec.sampling.empty());
+  const nlohmann::json dj = d.http->spec.ToJson();
+  EXPECT_FALSE(dj.contains("stream") || dj.contains("sampling") || dj.contains("ca_file"));
+}
+
+TEST_F(CampaignHttpTest, BadStreamSamplingAndCaSettingsNameTheField) {
+  auto http = [](const std::string& more) {
+    return Yaml("{http: {url: 'http://h:1', model: m, " + more + "}}");
+  };
+  EXPECT_THAT(ParseError(http("sampling: {temperature: 3}")),
+              HasSubstr("matrix.backend.http.sampling.temperature: must be in 0..2"));
+  EXPECT_THAT(ParseError(http("sampling: {temperature: 1, top_p: 0}")),
+              HasSubstr("matrix.backend.http.sampling.top_p: must be in (0, 1]"));
+  EXPECT_THAT(ParseError(http("sampling: {temperature: 1, top_k: 0}")),
+              HasSubstr("matrix.backend.http.sampling.top_k: must be >= 1"));
+  EXPECT_THAT(ParseError(http("sampling: {temperature: 1, seed: -1}")),
+              HasSubstr("matrix.backend.http.sampling.seed: must be >= 0"));
+  EXPECT_THAT(ParseError(http("sampling: {temperature: 1, seed: x}")),
+              HasSubstr("matrix.backend.http.sampling.seed: must be an integer"));
+  EXPECT_THAT(ParseError(http("sampling: {min_tokens: 5000}")),
+              HasSubstr("matrix.backend.http.sampling.min_tokens: must be <= 4096"));
+  EXPECT_THAT(ParseError(http("sampling: {temprature: 1}")),
+              HasSubstr("unknown key 'temprature'; did you mean 'temperature'?"));
+  EXPECT_THAT(ParseError(http("sampling: {max_tokens: 8}")),
+              HasSubstr("sampling.max_tokens: the number of tokens to generate is "
+                        "generation.max_new_tokens"));
+  EXPECT_THAT(ParseError(http("sampling: {top_p: 0.5}")),
+              HasSubstr("sampling.top_p: has no effect at temperature 0"));
+  EXPECT_THAT(ParseError(http("sampling: {temperature: 0, seed: 3}")),
+              HasSubstr("sampling.seed: has no effect at temperature 0"));
+  EXPECT_THAT(ParseError(http("sampling: 0.5")), HasSubstr("matrix.backend.http.sampling"));
+  EXPECT_THAT(ParseError(http("stream: yes please")),
+              HasSubstr("matrix.backend.http.stream: must be true or false"));
+  EXPECT_THAT(ParseError(http("ca_file: ca.pem")),
+              HasSubstr("ca_file is for https:// URLs; this url is http://h:1"));
+  // Probes need the whole answer's indexer top-k: a streamed campaign cannot probe.
+  EXPECT_THAT(ParseError(Yaml("{http: {url: 'http://h:1', model: m, stream: true}}", true,
+                              "probe: true\n")),
+              HasSubstr("matrix.backend.http.stream: a streamed answer carries no indexer top-k"));
+}
+
+TEST_F(CampaignHttpTest, SamplingAndStreamJoinTheKeyOnlyWhenSet) {
+  auto base = Jobs(Yaml(kServer, false));
+  ASSERT_EQ(base.size(), 2u);
+  // Without them the key JSON is exactly what it was before they existed, so every existing
+  // http job key is unchanged.
+  std::vector<std::string> fields;
+  const nlohmann::json key_json = base[0].http->KeyJson();
+  for (const auto& [k, v] : key_json.items()) fields.push_back(k);
+  EXPECT_EQ(fields,
+            (std::vector<std::string>{"api", "engine_params", "model", "tokenizer_digest", "url"}));
+  std::set<std::string> keys{base[0].Key()};
+  for (const std::string& more :
+       {std::string("stream: true"), std::string("sampling: {temperature: 0.7}"),
+        std::string("sampling: {temperature: 0.7, seed: 1}"),
+        std::string("sampling: {temperature: 0.7, seed: 2}"),
+        std::string("sampling: {min_tokens: 1}")}) {
+    auto jobs = Jobs(Yaml(
+        "{http: {url: 'http://127.0.0.1:8000', model: tiny, tokenizer: ../server/tokenizer.json, " +
+            more + "}}",
+        false));
+    ASSERT_EQ(jobs.size(), 2u);
+    EXPECT_TRUE(keys.insert(jobs[0].Key()).second) << more << " did not change the key";
+  }
+  // stream: false and an empty sampling map are the defaults: the same key.
+  auto same = Jobs(Yaml(
+      "{http: {url: 'http://127.0.0.1:8000', model: tiny, tokenizer: ../server/tokenizer.json, "
+      "stream: false, sampling: {}}}",
+      false));
+  ASSERT_EQ(same.size(), 2u);
+  EXPECT_EQ(same[0].Key(), base[0].Key());
+  // The CA file is how the server is reached, not what is evaluated.
+  WriteFile(tmp_.path() / "campaigns" / "ca.pem", "x");
+  auto a =
+      Jobs(Yaml("{http: {url: 'https://127.0.0.1:8000', model: tiny, "
+                "tokenizer: ../server/tokenizer.json}}",
+                false));
+  auto b =
+      Jobs(Yaml("{http: {url: 'https://127.0.0.1:8000', model: tiny, "
+                "tokenizer: ../server/tokenizer.json, ca_file: ca.pem}}",
+                false));
+  ASSERT_EQ(a.size(), 2u);
+  ASSERT_EQ(b.size(), 2u);
+  EXPECT_EQ(a[0].Key(), b[0].Key());
+  EXPECT_NE(a[0].Key(), base[0].Key());  // https://... is another URL
 }
 
 TEST_F(CampaignHttpTest, OtherJobsAreUnchangedAndHttpJobsShareTheCpuHaystack) {

@@ -358,5 +358,83 @@ TEST_F(ViewsTest, HttpConfigurationsAreNamedByServerAndModel) {
   EXPECT_EQ(cells->size(), 4u);  // four configurations, one cell each
 }
 
+// Migration 0009: sampling parameters join an http label (they change the answers); https URLs,
+// streaming and the CA file do not change it beyond the URL; results carry their streaming
+// latency through the store.
+TEST_F(ViewsTest, HttpSamplingIsNamedAndStreamingLatencyIsStored) {
+  auto http_job = [](const std::string& url, const HttpSampling& sampling, bool stream) {
+    JobSpec s = MakeSpec(1000, 0.5, 0, 16, "http");
+    HttpBackendSpec h;
+    h.url = url;
+    h.model = "tiny";
+    h.tokenizer = "/t/tokenizer.json";
+    h.tokenizer_digest = "abc";
+    h.sampling = sampling;
+    h.stream = stream;
+    s.http = h;
+    return s;
+  };
+  HttpSampling sampled;
+  sampled.temperature = 0.7;
+  sampled.seed = 7;
+  HttpSampling min_tokens;
+  min_tokens.min_tokens = 3;
+  const std::vector<JobSpec> jobs = {http_job("http://10.0.0.1:8000", {}, false),
+                                     http_job("http://10.0.0.1:8000", sampled, false),
+                                     http_job("https://10.0.0.1:8443", min_tokens, true)};
+  auto id = store_->UpsertCampaign("c", "", "", 1);
+  ASSERT_TRUE(id.ok());
+  ASSERT_TRUE(store_->AddJobs(*id, jobs, 1).ok());
+  auto samples = store_->CampaignSamples(*id, false);
+  ASSERT_TRUE(samples.ok()) << samples.status().ToString();
+  std::map<std::string, std::string> label_of;
+  for (const CampaignSample& s : *samples) label_of[s.job.key] = s.config;
+  for (const JobSpec& j : jobs) EXPECT_EQ(label_of[j.Key()], ConfigLabel(j));
+  EXPECT_EQ(label_of[jobs[0].Key()],
+            "topk=16 precision=fp32 backend=http:tiny@http://10.0.0.1:8000 task=niah-single "
+            "haystack=noise");
+  EXPECT_EQ(label_of[jobs[1].Key()],
+            "topk=16 precision=fp32 backend=http:tiny@http://10.0.0.1:8000 task=niah-single "
+            "haystack=noise sampling={\"seed\":7,\"temperature\":0.7}");
+  EXPECT_EQ(label_of[jobs[2].Key()],
+            "topk=16 precision=fp32 backend=http:tiny@https://10.0.0.1:8443 task=niah-single "
+            "haystack=noise sampling={\"min_tokens\":3}");
+
+  // A streamed result keeps its figures; a plain one has none.
+  for (size_t i = 1; i < jobs.size(); ++i) {
+    const Status lease = store_->RecordLease(jobs[i].Key(), 1, "w", 100000, 2000);
+    ASSERT_TRUE(lease.ok()) << lease.ToString();
+  }
+  JobResult plain;
+  plain.job_key = jobs[1].Key();
+  plain.attempt = 1;
+  plain.outcome = Outcome::kPass;
+  JobResult streamed = plain;
+  streamed.job_key = jobs[2].Key();
+  streamed.stream = StreamTiming{12.5, 3.25, 3.0, 7.5, 4};
+  ASSERT_TRUE(store_->CommitResults({plain, streamed}, 3000).ok());
+  auto results = store_->Results(*id);
+  ASSERT_TRUE(results.ok()) << results.status().ToString();
+  ASSERT_EQ(results->size(), 2u);
+  for (const JobResult& r : *results) {
+    if (r.job_key == streamed.job_key) {
+      ASSERT_TRUE(r.stream.has_value());
+      EXPECT_TRUE(*r.stream == *streamed.stream);
+    } else {
+      EXPECT_FALSE(r.stream.has_value());
+    }
+  }
+  auto with = store_->CampaignSamples(*id, false);
+  ASSERT_TRUE(with.ok());
+  int seen = 0;
+  for (const CampaignSample& s : *with) {
+    if (s.job.key != streamed.job_key) continue;
+    ASSERT_TRUE(s.result && s.result->stream);
+    EXPECT_EQ(s.result->stream->itl_p95_ms, 7.5);
+    ++seen;
+  }
+  EXPECT_EQ(seen, 1);
+}
+
 }  // namespace
 }  // namespace nw

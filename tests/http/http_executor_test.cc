@@ -12,11 +12,14 @@
 #include <boost/asio/connect.hpp>
 #include <future>
 #include <map>
+#include <sstream>
 
 #include "coordinator/campaign/campaign.h"
 #include "coordinator/embedded_run.h"
 #include "db/store.h"
 #include "http/server.h"
+#include "report/export.h"
+#include "report/query.h"
 #include "tests/http/http_test_util.h"
 
 namespace nw {
@@ -114,10 +117,12 @@ class HttpExecutorTest : public ::testing::Test {
   }
   // One http job (and its cpu twin) for a server at `url`.
   static std::pair<JobSpec, JobSpec> Pair(const std::string& url, const std::string& settings = "",
-                                          int64_t length = 200) {
+                                          int64_t length = 200,
+                                          const std::string& extra = "probe: true\n") {
     auto jobs = Jobs(Yaml(
         "pair", "[cpu, " + HttpBackend(url, settings) + "]",
-        "  context_length: " + std::to_string(length) + "\n  needle_position: 0.5\n  topk: 16\n"));
+        "  context_length: " + std::to_string(length) + "\n  needle_position: 0.5\n  topk: 16\n",
+        extra));
     EXPECT_EQ(jobs.size(), 2u);
     if (jobs.size() != 2) return {};
     return {jobs[1], jobs[0]};
@@ -402,6 +407,124 @@ TEST_F(HttpExecutorTest, AChangedTokenizerIsAnEngineErrorNotAMiss) {
   EXPECT_EQ(http.stats().requests, 0);
 }
 
+// stream: true against `nw serve`: the same answers as without streaming (job by job, and
+// through the coordinator into SQLite), each result with its latency figures; a job without
+// stream has none. (Figures are checked for consistency, never against a time.)
+TEST_F(HttpExecutorTest, StreamedAnswersEqualWholeOnesAndCarryTheirLatency) {
+  auto server = Serve();
+  ASSERT_NE(server, nullptr);
+  const std::string matrix =
+      "  context_length: [160, 400]\n  needle_position: [0.0, 0.5, -64]\n  topk: 16\n";
+  for (const std::string api : {"completions", "chat"}) {
+    SCOPED_TRACE(api);
+    auto whole = Jobs(Yaml("w", HttpBackend(server->url(), "api: " + api), matrix, ""));
+    auto streamed =
+        Jobs(Yaml("s", HttpBackend(server->url(), "api: " + api + ", stream: true"), matrix, ""));
+    ASSERT_EQ(whole.size(), 6u);
+    ASSERT_EQ(streamed.size(), 6u);
+    HttpExecutor http(FastRetries());
+    for (size_t i = 0; i < whole.size(); ++i) {
+      EXPECT_NE(streamed[i].Key(), whole[i].Key());
+      const JobResult a = http.Execute(whole[i], whole[i].Key(), 1);
+      const JobResult b = http.Execute(streamed[i], streamed[i].Key(), 1);
+      ASSERT_TRUE(IsAnswerOutcome(a.outcome) || a.outcome == Outcome::kTruncated ||
+                  a.outcome == Outcome::kEmpty)
+          << a.error_message;
+      EXPECT_EQ(Answer(b), Answer(a)) << "job " << i << ": " << b.error_message;
+      EXPECT_FALSE(a.stream.has_value());
+      ASSERT_TRUE(b.stream.has_value()) << b.error_message;
+      const StreamTiming& t = *b.stream;
+      // One event per scheduler step that made text, plus the finish: at least one, at most
+      // one per generated token (the stop token makes none of its own).
+      EXPECT_GE(t.events, 1);
+      EXPECT_LE(t.events, b.generated_tokens + 1);
+      EXPECT_GT(t.ttft_ms, 0);
+      EXPECT_LE(t.ttft_ms, b.total_ms);
+      EXPECT_LE(t.itl_p50_ms, t.itl_p95_ms);
+      EXPECT_GE(t.tpot_ms, 0);
+      if (b.generated_tokens <= 1) {
+        EXPECT_EQ(t.tpot_ms, 0);
+      }
+      EXPECT_TRUE(CheckResultBounds(b, &streamed[i]).ok());
+      // The figures survive the job protocol.
+      auto back = JobResult::FromJson(json::parse(b.ToJson().dump()));
+      ASSERT_TRUE(back.ok());
+      EXPECT_TRUE(back->stream == b.stream);
+    }
+  }
+}
+
+TEST_F(HttpExecutorTest, StreamedLatencyIsStoredExportedAndSummedInTheViews) {
+  auto server = Serve();
+  ASSERT_NE(server, nullptr);
+  const std::string text =
+      Yaml("db", "[cpu, " + HttpBackend(server->url(), "stream: true") + "]",
+           "  context_length: [160, 400]\n  needle_position: [0.0, 0.5]\n  topk: 16\n", "");
+  auto jobs = Jobs(text);
+  ASSERT_EQ(jobs.size(), 8u);
+  TempDir tmp;
+  RunSummary summary;
+  auto results = RunCampaign(tmp.path() / "nw.db", text, jobs, &summary);
+  EXPECT_EQ(summary.failed, 0);
+  ASSERT_EQ(results.size(), 8u);
+  for (size_t i = 0; i < 4; ++i) {
+    const JobResult& a = results[jobs[i].Key()];
+    const JobResult& b = results[jobs[i + 4].Key()];
+    EXPECT_EQ(Answer(b), Answer(a)) << "job " << i;
+    EXPECT_FALSE(a.stream.has_value());  // the in-process backend does not stream
+    ASSERT_TRUE(b.stream.has_value());
+    EXPECT_GT(b.stream->ttft_ms, 0);
+    EXPECT_GE(b.stream->events, 1);
+  }
+  // v_results has the columns; v_stream_latency sums the http configuration only.
+  const std::filesystem::path db = tmp.path() / "nw.db";
+  auto rows = report::RunReadOnlyQuery(
+      db,
+      "SELECT backend, COUNT(*), COUNT(ttft_ms), SUM(stream_events) > 0 FROM v_results "
+      "GROUP BY backend ORDER BY backend");
+  ASSERT_TRUE(rows.ok()) << rows.status().ToString();
+  ASSERT_EQ(rows->rows.size(), 2u);
+  EXPECT_EQ(rows->rows[0][0].text, "cpu");
+  EXPECT_EQ(rows->rows[0][2].integer, 0);
+  EXPECT_EQ(rows->rows[1][0].text, "http");
+  EXPECT_EQ(rows->rows[1][2].integer, 4);
+  EXPECT_EQ(rows->rows[1][3].integer, 1);
+  auto latency = report::RunReadOnlyQuery(
+      db,
+      "SELECT config, context_length, results, ttft_ms_mean > 0, ttft_ms_min <= ttft_ms_max "
+      "FROM v_stream_latency ORDER BY context_length");
+  ASSERT_TRUE(latency.ok()) << latency.status().ToString();
+  ASSERT_EQ(latency->rows.size(), 2u);
+  for (const auto& row : latency->rows) {
+    EXPECT_THAT(row[0].text, HasSubstr("backend=http:tiny@" + server->url()));
+    EXPECT_EQ(row[2].integer, 2);
+    EXPECT_EQ(row[3].integer, 1);
+    EXPECT_EQ(row[4].integer, 1);
+  }
+  // nw export: the columns, null where the job did not stream.
+  auto store = Store::Open(db);
+  ASSERT_TRUE(store.ok());
+  std::ostringstream out;
+  ASSERT_TRUE(report::ExportCampaign(**store, "run", report::ExportFormat::kJsonl, out).ok());
+  std::istringstream lines(out.str());
+  int streamed = 0, plain = 0;
+  for (std::string line; std::getline(lines, line);) {
+    const json row = json::parse(line);
+    if (row["backend"] == "http") {
+      ++streamed;
+      EXPECT_GT(row["ttft_ms"].get<double>(), 0);
+      EXPECT_GE(row["stream_events"].get<int64_t>(), 1);
+      EXPECT_TRUE(row["itl_p95_ms"].is_number());
+    } else {
+      ++plain;
+      EXPECT_TRUE(row["ttft_ms"].is_null());
+      EXPECT_TRUE(row["stream_events"].is_null());
+    }
+  }
+  EXPECT_EQ(streamed, 4);
+  EXPECT_EQ(plain, 4);
+}
+
 // The fault cases that need a server misbehaving on purpose.
 class RawFaultTest : public HttpExecutorTest {
  protected:
@@ -435,9 +558,17 @@ class RawFaultTest : public HttpExecutorTest {
           return script((*posts)++, req);
         });
   }
-  JobResult Run(RawServer& raw, HttpExecutor& http, const std::string& settings = "retries: 3") {
-    auto [job, twin] = Pair(raw.url(), settings);
+  JobResult Run(RawServer& raw, HttpExecutor& http, const std::string& settings = "retries: 3",
+                const std::string& extra = "probe: true\n") {
+    auto [job, twin] = Pair(raw.url(), settings, 200, extra);
     return http.Execute(job, job.Key(), 1);
+  }
+  // A streamed answer: `body` (server-sent events) with a Content-Length.
+  static RawReply SseReply(const std::string& body) {
+    RawReply r;
+    r.bytes = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: " +
+              std::to_string(body.size()) + "\r\n\r\n" + body;
+    return r;
   }
 
   std::string expected_;
@@ -577,6 +708,97 @@ TEST_F(RawFaultTest, TheRequestIsWhatTheCampaignAsked) {
   EXPECT_EQ(body["index_topk"], 16);
   EXPECT_EQ(body["precision"]["name"], "fp32");
   EXPECT_EQ(body["return_indexer_topk"], true);
+}
+
+TEST_F(RawFaultTest, SamplingParametersAreSentOnlyWhenTheCampaignSetsThem) {
+  auto raw = Scripted([&](int, const RawRequest& req) { return Good(req); });
+  HttpExecutor http(FastRetries());
+  ASSERT_EQ(Run(*raw, http,
+                "sampling: {temperature: 0.7, top_p: 0.9, top_k: 40, seed: 7, "
+                "min_tokens: 2}")
+                .outcome,
+            Outcome::kPass);
+  ASSERT_EQ(Run(*raw, http, "retries: 0").outcome, Outcome::kPass);
+  const std::vector<RawRequest> seen = raw->seen();
+  ASSERT_EQ(seen.size(), 3u);  // one health check, two completions
+  const json sampled = json::parse(seen[1].body);
+  EXPECT_EQ(sampled["temperature"], 0.7);
+  EXPECT_EQ(sampled["top_p"], 0.9);
+  EXPECT_EQ(sampled["top_k"], 40);
+  EXPECT_EQ(sampled["seed"], 7);
+  EXPECT_EQ(sampled["min_tokens"], 2);
+  EXPECT_EQ(sampled["max_tokens"], 6);
+  EXPECT_EQ(sampled["stream"], false);
+  EXPECT_FALSE(sampled.contains("stream_options"));
+  const json greedy = json::parse(seen[2].body);
+  EXPECT_EQ(greedy["temperature"], 0);
+  for (const char* absent : {"top_p", "top_k", "seed", "min_tokens"}) {
+    EXPECT_FALSE(greedy.contains(absent)) << absent;
+  }
+}
+
+TEST_F(RawFaultTest, AStreamIsReadEventByEvent) {
+  // CRLF and LF line ends, a comment, a role-only chunk, text split over events, the finish,
+  // the usage chunk: read as OpenAI's clients read them.
+  const auto chunk = [](const std::string& text, const json& finish = nullptr) {
+    return "data: " +
+           json{{"choices", {{{"index", 0}, {"text", text}, {"finish_reason", finish}}}}}.dump() +
+           "\r\n\r\n";
+  };
+  auto raw = Scripted([&](int, const RawRequest& req) {
+    const json in = json::parse(req.body);
+    EXPECT_EQ(in["stream"], true);
+    EXPECT_EQ(in["stream_options"]["include_usage"], true);
+    EXPECT_THAT(req.headers.at("accept"), HasSubstr("text/event-stream"));
+    const std::string usage =
+        json{{"choices", json::array()},
+             {"usage", {{"prompt_tokens", in["prompt"].size()}, {"completion_tokens", 4}}}}
+            .dump();
+    return SseReply(": keep-alive\n\n" + chunk(" " + expected_.substr(0, 2)) +
+                    chunk(expected_.substr(2)) + chunk(".\n") + chunk("", "stop") +
+                    "data: " + usage + "\n\ndata: [DONE]\n\n");
+  });
+  HttpExecutor http(FastRetries());
+  const JobResult r = Run(*raw, http, "stream: true", "");
+  ASSERT_EQ(r.outcome, Outcome::kPass) << r.error_message;
+  EXPECT_EQ(r.generated_text, " " + expected_ + ".\n");
+  EXPECT_EQ(r.generated_tokens, 4);
+  ASSERT_TRUE(r.stream.has_value());
+  EXPECT_EQ(r.stream->events, 4);  // three with text, the finish
+}
+
+TEST_F(RawFaultTest, ABrokenStreamIsRetriedNeverScored) {
+  const std::string text_event = "data: {\"choices\": [{\"text\": \"4\"}]}\n\n";
+  struct Case {
+    std::string name;
+    std::string body;
+    std::string message;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"no [DONE]", text_event, "no data: [DONE] at its end"},
+           {"ends inside an event", text_event + "data: [DO", "it ends inside an event"},
+           {"not JSON", "data: {oops\n\ndata: [DONE]\n\n", "not a JSON object"},
+           {"an event after [DONE]", "data: [DONE]\n\n" + text_event, "an event after"},
+           {"an error event", "data: {\"error\": {\"message\": \"deadline passed\"}}\n\n",
+            "the stream ended with an error: deadline passed"},
+           {"not a stream", "{\"choices\": [{\"text\": \"4\"}]}", "not an event stream"}}) {
+    SCOPED_TRACE(c.name);
+    auto raw = Scripted([&](int, const RawRequest&) {
+      RawReply r = SseReply(c.body);
+      if (c.name == "not a stream") {
+        r.bytes = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: " +
+                  std::to_string(c.body.size()) + "\r\n\r\n" + c.body;
+      }
+      return r;
+    });
+    HttpExecutor http(FastRetries());
+    const JobResult r = Run(*raw, http, "stream: true, retries: 1", "");
+    EXPECT_EQ(r.outcome, Outcome::kEngineError);
+    EXPECT_EQ(r.error_code, "unavailable");
+    EXPECT_THAT(r.error_message, HasSubstr(c.message));
+    EXPECT_THAT(r.error_message, HasSubstr("(2 tries)"));
+    EXPECT_FALSE(r.stream.has_value());
+  }
 }
 
 TEST_F(RawFaultTest, ApiKeysComeFromTheEnvironmentOrAFileAndGoNowhereElse) {

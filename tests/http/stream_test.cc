@@ -281,6 +281,7 @@ TEST_F(StreamTest, ErrorsBeforeTheFirstEventKeepTheirStatus) {
   EXPECT_THAT(r.body, HasSubstr("context_length_exceeded"));
   for (const auto& [field, body] : std::vector<std::pair<std::string, json>>{
            {"logprobs", {{"prompt", "x"}, {"stream", true}, {"logprobs", 1}}},
+           {"echo", {{"prompt", "x"}, {"stream", true}, {"echo", true}}},
            {"stream_options", {{"prompt", "x"}, {"stream_options", {{"include_usage", true}}}}},
            {"stream_options.foo",
             {{"prompt", "x"}, {"stream", true}, {"stream_options", {{"foo", 1}}}}}}) {
@@ -382,6 +383,14 @@ TEST_F(StreamTest, EchoWithLogprobsScoresThePromptAsLmEvalAsks) {
            {"/v1/completions", {{"prompt", "x"}, {"logprobs", 21}}, "logprobs"},
            {"/v1/chat/completions",
             {{"messages", {{{"role", "user"}, {"content", "x"}}}}, {"logprobs", true}},
+            "logprobs"},
+           {"/v1/chat/completions",
+            {{"messages", {{{"role", "user"}, {"content", "x"}}}}, {"top_logprobs", 2}},
+            "top_logprobs"},
+           {"/v1/chat/completions",
+            {{"messages", {{{"role", "user"}, {"content", "x"}}}},
+             {"stream", true},
+             {"logprobs", true}},
             "logprobs"}}) {
     auto [s, err] = Call(*client, path, body);
     EXPECT_EQ(s, 400) << body.dump();

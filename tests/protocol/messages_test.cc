@@ -461,6 +461,30 @@ TEST(MessagesTest, ResultBoundsAndPlausibility) {
   JobSpec no_probe = spec;
   no_probe.probe = false;
   EXPECT_HAS(check([](JobResult&) {}, &no_probe), "did not ask for probes");
+  // Issue 20: a streamed result's latency figures are bounded like the other timings, and
+  // travel as "stream" only when set.
+  EXPECT_HAS(check([](JobResult& r) {
+               r.stream = StreamTiming{-1, 0, 0, 0, 1};
+             }),
+             "result.stream.ttft_ms");
+  EXPECT_HAS(check([](JobResult& r) {
+               r.stream = StreamTiming{1, 0, 0, std::nan(""), 1};
+             }),
+             "result.stream.itl_p95_ms");
+  EXPECT_HAS(check([](JobResult& r) {
+               r.stream = StreamTiming{1, 0, 0, 0, -1};
+             }),
+             "result.stream.events");
+  JobResult streamed = Res();
+  EXPECT_FALSE(streamed.ToJson().contains("stream"));
+  streamed.stream = StreamTiming{12.5, 2, 1.5, 4, 3};
+  EXPECT_TRUE(CheckResultBounds(streamed).ok());
+  auto back = JobResult::FromJson(streamed.ToJson());
+  ASSERT_TRUE(back.ok());
+  EXPECT_TRUE(back->stream == streamed.stream);
+  json no_events = streamed.ToJson();
+  no_events["stream"].erase("events");
+  EXPECT_HAS(JobResult::FromJson(no_events).status().message(), "result.stream.events: missing");
   JobSpec probing = spec;
   probing.probe = true;
   probing.context_length = 2;
