@@ -71,8 +71,7 @@ struct Unwrap<Result<T>> {
 
 /// Steps `q` to its end and maps each row with `map(const Query&)`, which returns the row's
 /// value or a Result of it (the first error stops the read and is returned).
-template <typename F,
-          typename R = std::remove_cvref_t<std::invoke_result_t<F&, const Query&>>,
+template <typename F, typename R = std::remove_cvref_t<std::invoke_result_t<F&, const Query&>>,
           typename T = typename rows_detail::Unwrap<R>::type>
 Result<std::vector<T>> ReadRows(Query& q, F&& map) {
   std::vector<T> out;
@@ -86,8 +85,7 @@ Result<std::vector<T>> ReadRows(Query& q, F&& map) {
 }
 
 /// Steps `q` once: the first row mapped with `map`, or nullopt when there is none.
-template <typename F,
-          typename R = std::remove_cvref_t<std::invoke_result_t<F&, const Query&>>,
+template <typename F, typename R = std::remove_cvref_t<std::invoke_result_t<F&, const Query&>>,
           typename T = typename rows_detail::Unwrap<R>::type>
 Result<std::optional<T>> ReadOptionalRow(Query& q, F&& map) {
   NW_ASSIGN_OR_RETURN(bool row, q.Step());

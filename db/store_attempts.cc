@@ -1,11 +1,10 @@
 // Store: the scheduler's write path (leases, failed attempts, committed results) and the
 // attempts table.
+#include <nlohmann/json.hpp>
 #include <set>
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "db/rows.h"
 #include "db/sqlite.h"
@@ -67,8 +66,8 @@ Status Store::Impl::LeaseRefusal(const LeaseRow& l) {
 }
 
 // One failed attempt (RecordFailure / RecordAttempts), inside a transaction.
-Status Store::Impl::FailureLocked(std::string_view key, int attempt, const Status& reason, bool will_retry,
-                     int64_t now_ms) {
+Status Store::Impl::FailureLocked(std::string_view key, int attempt, const Status& reason,
+                                  bool will_retry, int64_t now_ms) {
   NW_ASSIGN_OR_RETURN(auto state, JobStateOf(key, "recording a failure"));
   {
     // Close the attempt if it is still open; it must exist.
@@ -185,8 +184,7 @@ Status Store::Impl::CommitOne(const JobResult& r, int64_t now_ms) {
             "marking a job done in table jobs");
     q.Bind(1, now_ms).Bind(2, r.attempt).Bind(4, r.job_key);
     if (IsErrorOutcome(r.outcome)) {
-      q.Bind(3,
-             std::string(OutcomeName(r.outcome)) + ": " + r.error_code + ": " + r.error_message);
+      q.Bind(3, std::string(OutcomeName(r.outcome)) + ": " + r.error_code + ": " + r.error_message);
     } else {
       q.Bind(3, "");
     }
@@ -244,8 +242,8 @@ Result<std::vector<AttemptRecord>> Store::Attempts(const std::string& key) {
   q.Bind(1, key);
   return ReadRows(q, [](const Query& r) {
     AttemptRecord a;
-    Columns(r).Into(a.job_key, a.attempt, a.worker_id, a.started_ms, a.lease_expires_ms,
-                    a.ended_ms, a.status, a.error_code, a.error_message);
+    Columns(r).Into(a.job_key, a.attempt, a.worker_id, a.started_ms, a.lease_expires_ms, a.ended_ms,
+                    a.status, a.error_code, a.error_message);
     return a;
   });
 }

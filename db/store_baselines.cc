@@ -1,11 +1,10 @@
 // Store: named baselines (a campaign's results frozen by `nw baseline set`) and the flaky
 // verdicts of `nw gate`'s reruns.
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "db/rows.h"
 #include "db/sqlite.h"
@@ -190,7 +189,8 @@ Result<std::vector<FlakyVerdict>> Store::FlakyVerdicts(const std::string& key) {
   q.Bind(1, key);
   return ReadRows(q, [&](const Query& r) -> Result<FlakyVerdict> {
     FlakyVerdict v;
-    Columns(r).Into(v.job_key, v.gate, v.runs, v.passes, v.misses, v.errors, v.verdict)
+    Columns(r)
+        .Into(v.job_key, v.gate, v.runs, v.passes, v.misses, v.errors, v.verdict)
         .Skip(1)
         .Into(v.decided_ms);
     try {

@@ -98,8 +98,7 @@ struct Store::Impl {
 namespace db_internal {
 
 // Columns of jobs read into a JobRecord by ReadJob, in this order (table alias "j").
-inline constexpr const char* kJobColumns =
-    "j.key, j.spec_json, j.state, j.attempts, j.last_error";
+inline constexpr const char* kJobColumns = "j.key, j.spec_json, j.state, j.attempts, j.last_error";
 // The result columns read by ReadResultAt, in this order (table alias "r").
 inline constexpr const char* kResultColumns =
     "r.id, r.job_key, r.attempt, r.outcome, r.generated_text, r.expected, r.needle_token_offset,"

@@ -31,7 +31,8 @@ Status Store::Impl::CheckCampaign(int64_t campaign_id) {
   return Status::Ok();
 }
 
-Result<std::pair<JobState, int>> Store::Impl::JobStateOf(std::string_view key, const char* purpose) {
+Result<std::pair<JobState, int>> Store::Impl::JobStateOf(std::string_view key,
+                                                         const char* purpose) {
   Query q(*db, "SELECT state, attempts FROM jobs WHERE key = ?", purpose);
   q.Bind(1, key);
   NW_ASSIGN_OR_RETURN(bool found, q.Step());
@@ -43,7 +44,8 @@ Result<std::pair<JobState, int>> Store::Impl::JobStateOf(std::string_view key, c
   return std::make_pair(s, static_cast<int>(q.Int(1)));
 }
 
-Status Store::Impl::AddJobsLocked(int64_t campaign_id, const std::vector<JobSpec>& jobs, int64_t now_ms) {
+Status Store::Impl::AddJobsLocked(int64_t campaign_id, const std::vector<JobSpec>& jobs,
+                                  int64_t now_ms) {
   NW_RETURN_IF_ERROR(CheckCampaign(campaign_id));
   for (const JobSpec& spec : jobs) {
     const std::string key = spec.Key();

@@ -1,10 +1,9 @@
 // Store: reading jobs, results and probes back (the row readers shared by the Store's files) and
 // the per-campaign results and samples that reports and exports read.
+#include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "db/rows.h"
 #include "db/sqlite.h"
@@ -73,20 +72,17 @@ Status ReadProbesInto(Db& db, int64_t result_id, JobResult& r) {
            " ORDER BY layer",
            "reading table probes");
   pq.Bind(1, result_id);
-  NW_ASSIGN_OR_RETURN(std::vector<ProbeSummary> probes,
-                      ReadRows(pq, [&](const Query& q) -> Result<ProbeSummary> {
-                        ProbeSummary p;
-                        Columns(q).Into(p.layer, p.positions, p.needle_rank_min,
-                                        p.needle_rank_median, p.in_topk_fraction, p.in_topk_last,
-                                        p.topk);
-                        const std::string where =
-                            "table probes, job " + r.job_key + " layer " + std::to_string(p.layer);
-                        NW_ASSIGN_OR_RETURN(
-                            p.ranks, ParseIntArray(db, q.Text(7), where + ", ranks_json"));
-                        NW_ASSIGN_OR_RETURN(
-                            p.topk_last, ParseIntArray(db, q.Text(8), where + ", topk_last_json"));
-                        return p;
-                      }));
+  NW_ASSIGN_OR_RETURN(
+      std::vector<ProbeSummary> probes, ReadRows(pq, [&](const Query& q) -> Result<ProbeSummary> {
+        ProbeSummary p;
+        Columns(q).Into(p.layer, p.positions, p.needle_rank_min, p.needle_rank_median,
+                        p.in_topk_fraction, p.in_topk_last, p.topk);
+        const std::string where =
+            "table probes, job " + r.job_key + " layer " + std::to_string(p.layer);
+        NW_ASSIGN_OR_RETURN(p.ranks, ParseIntArray(db, q.Text(7), where + ", ranks_json"));
+        NW_ASSIGN_OR_RETURN(p.topk_last, ParseIntArray(db, q.Text(8), where + ", topk_last_json"));
+        return p;
+      }));
   for (ProbeSummary& p : probes) r.probes.push_back(std::move(p));
   return Status::Ok();
 }
@@ -161,9 +157,8 @@ Result<std::vector<std::pair<int64_t, JobResult>>> Store::ResultHistory(const st
       std::string("SELECT ") + kResultColumns + " FROM results r WHERE r.job_key = ? ORDER BY r.id",
       "reading the results of job " + key);
   q.Bind(1, key);
-  return ReadRows(q, [&](const Query& r) {
-    return db_internal::ReadResultAt(*impl_->db, r, 0, nullptr);
-  });
+  return ReadRows(
+      q, [&](const Query& r) { return db_internal::ReadResultAt(*impl_->db, r, 0, nullptr); });
 }
 
 }  // namespace nw

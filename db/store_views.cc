@@ -36,9 +36,8 @@ Result<CampaignProgress> Store::Progress(int64_t campaign_id) {
           " WHERE campaign_id = ? AND state = 'done' AND outcome IS NOT NULL GROUP BY outcome",
           "counting the outcomes of campaign " + std::to_string(campaign_id));
   q.Bind(1, campaign_id);
-  NW_ASSIGN_OR_RETURN(auto counts, ReadRows(q, [](const Query& r) {
-                        return std::make_pair(r.Text(0), r.Int(1));
-                      }));
+  NW_ASSIGN_OR_RETURN(
+      auto counts, ReadRows(q, [](const Query& r) { return std::make_pair(r.Text(0), r.Int(1)); }));
   for (const auto& [outcome, n] : counts) {
     if (outcome == "pass") {
       p.pass += n;

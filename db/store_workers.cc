@@ -1,8 +1,7 @@
 // Store: the workers table (registrations, departures, and the bound on its size).
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "db/rows.h"
 #include "db/sqlite.h"

@@ -8,9 +8,9 @@
 #include <system_error>
 #include <vector>
 
-#include "coordinator/campaign/job_check.h"
 #include "coordinator/campaign/campaign.h"
 #include "coordinator/campaign/campaign_parser.h"
+#include "coordinator/campaign/job_check.h"
 
 namespace nw::campaign_internal {
 
@@ -228,30 +228,30 @@ Status Parser::CheckHttpReferences() const {
 // cells that differ only in them would send identical requests and be reported as different
 // configurations.
 Status Parser::CheckHttpCells() const {
-if (c_.http && !c_.http->spec.engine_params) {
-  for (Axis a : {Axis::kTopk, Axis::kPrecision}) {
-    const AxisValue* first = nullptr;
-    for (const Cell& cell : c_.cells) {
-      if (c_.value(cell, Axis::kBackend).name() != "http") continue;
-      const AxisValue& v = c_.value(cell, a);
-      if (first == nullptr) {
-        first = &v;
-      } else if (v.ToString() != first->ToString()) {
-        const std::string axis(AxisName(a));
-        return Error(v.where, "the http backend (" + At(c_.http->where) + ") does not send " +
-                                  axis +
-                                  " to the server (engine_params is false), so its cells "
-                                  "with " +
-                                  axis + " " + first->ToString() + " and " + v.ToString() +
-                                  " would be identical requests reported as different "
-                                  "configurations; keep one " +
-                                  axis + " for http (exclude {backend: http, " + axis + ": " +
-                                  v.ToString() +
-                                  "}), or set engine_params: true if the server is `nw serve`");
+  if (c_.http && !c_.http->spec.engine_params) {
+    for (Axis a : {Axis::kTopk, Axis::kPrecision}) {
+      const AxisValue* first = nullptr;
+      for (const Cell& cell : c_.cells) {
+        if (c_.value(cell, Axis::kBackend).name() != "http") continue;
+        const AxisValue& v = c_.value(cell, a);
+        if (first == nullptr) {
+          first = &v;
+        } else if (v.ToString() != first->ToString()) {
+          const std::string axis(AxisName(a));
+          return Error(v.where, "the http backend (" + At(c_.http->where) + ") does not send " +
+                                    axis +
+                                    " to the server (engine_params is false), so its cells "
+                                    "with " +
+                                    axis + " " + first->ToString() + " and " + v.ToString() +
+                                    " would be identical requests reported as different "
+                                    "configurations; keep one " +
+                                    axis + " for http (exclude {backend: http, " + axis + ": " +
+                                    v.ToString() +
+                                    "}), or set engine_params: true if the server is `nw serve`");
+        }
       }
     }
   }
-}
   return Status::Ok();
 }
 

@@ -46,13 +46,14 @@ inline constexpr std::string_view kTopKeys[] = {
     "name",       "description", "model",      "task",   "haystack", "matrix",
     "include",    "exclude",     "precisions", "trials", "seeds",    "seed",
     "generation", "probe",       "max_jobs",   "search", "criterion"};
-inline constexpr std::string_view kAxisKeys[] = {"task",  "haystack", "backend",        "precision",
-                                          "fault", "topk",     "context_length", "needle_position"};
+inline constexpr std::string_view kAxisKeys[] = {"task",           "haystack",       "backend",
+                                                 "precision",      "fault",          "topk",
+                                                 "context_length", "needle_position"};
 inline constexpr std::string_view kIncludeKeys[] = {
     "task", "haystack",       "backend",         "precision",      "fault",
     "topk", "context_length", "needle_position", "max_new_tokens", "probe"};
 inline constexpr std::string_view kProfileKeys[] = {"base",    "weights", "activations",
-                                             "index_q", "index_k", "kv"};
+                                                    "index_q", "index_k", "kv"};
 inline constexpr std::string_view kRangeKinds[] = {"linear", "geometric"};
 inline constexpr std::string_view kLinearKeys[] = {"from", "to", "step", "count"};
 inline constexpr std::string_view kGeometricKeys[] = {"from", "to", "factor", "count"};
@@ -62,15 +63,15 @@ inline constexpr std::string_view kCriterionKeys[] = {"pass_rate", "confidence"}
 inline constexpr std::string_view kBoundaryKeys[] = {"first_trials", "confidence", "budget"};
 inline constexpr std::string_view kHttpTopKeys[] = {"http"};
 inline constexpr std::string_view kHttpKeys[] = {"url",          "model",
-                                          "api",          "tokenizer",
-                                          "headers",      "api_key_env",
-                                          "api_key_file", "engine_params",
-                                          "concurrency",  "timeout_ms",
-                                          "retries",      "ready_timeout_ms",
-                                          "health_path",  "server_index_topk"};
+                                                 "api",          "tokenizer",
+                                                 "headers",      "api_key_env",
+                                                 "api_key_file", "engine_params",
+                                                 "concurrency",  "timeout_ms",
+                                                 "retries",      "ready_timeout_ms",
+                                                 "health_path",  "server_index_topk"};
 // Request headers that carry credentials: they belong in api_key_env / api_key_file.
-inline constexpr std::string_view kSecretHeaders[] = {"authorization", "proxy-authorization", "x-api-key",
-                                               "api-key", "cookie"};
+inline constexpr std::string_view kSecretHeaders[] = {"authorization", "proxy-authorization",
+                                                      "x-api-key", "api-key", "cookie"};
 
 // Shortest text that reads back as the same double ("0.5", "1", "-30").
 std::string FormatDouble(double v);

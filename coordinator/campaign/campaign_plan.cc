@@ -7,11 +7,11 @@
 #include <string>
 #include <vector>
 
+#include "coordinator/campaign/campaign.h"
+#include "coordinator/campaign/campaign_parser.h"
 #include "coordinator/campaign/job_check.h"
 #include "engine/backend_catalog.h"
 #include "engine/fault.h"
-#include "coordinator/campaign/campaign.h"
-#include "coordinator/campaign/campaign_parser.h"
 
 namespace nw::campaign_internal {
 

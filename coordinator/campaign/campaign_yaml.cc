@@ -9,9 +9,9 @@
 #include <system_error>
 #include <vector>
 
-#include "coordinator/campaign/yaml_guard.h"
 #include "coordinator/campaign/campaign.h"
 #include "coordinator/campaign/campaign_parser.h"
+#include "coordinator/campaign/yaml_guard.h"
 
 namespace nw::campaign_internal {
 
