@@ -48,10 +48,10 @@ StatusCode StatusCodeForSqlite(int extended_rc) {
   }
 }
 
-Result<std::unique_ptr<Db>> Db::Open(const std::string& file, bool read_only) {
+Result<std::unique_ptr<Db>> Db::Open(const std::string& file, bool read_only, bool follow_links) {
   const int flags =
       (read_only ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE) |
-      SQLITE_OPEN_NOMUTEX;
+      SQLITE_OPEN_NOMUTEX | (follow_links ? 0 : SQLITE_OPEN_NOFOLLOW);
   sqlite3* raw = nullptr;
   const int rc = sqlite3_open_v2(file.c_str(), &raw, flags, nullptr);
   DbPtr db(raw);  // sqlite3_open_v2 may hand back a handle even on failure; close it either way

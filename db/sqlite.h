@@ -1,7 +1,8 @@
-// Thin RAII layer over the SQLite C API, internal to nw_db: an owned connection with a cache of
-// prepared statements, a scoped statement use that always resets, a transaction guard that nests
-// with savepoints, and the mapping from SQLite result codes to nw::Status. Every error message
-// names the database file and the purpose of the statement.
+// Thin RAII layer over the SQLite C API, the one SQLite wrapper of needlework (internal to
+// nw_db): an owned connection with a cache of prepared statements, a scoped statement use that
+// always resets, a transaction guard that nests with savepoints, and the mapping from SQLite
+// result codes to nw::Status. Every error message names the database file and the purpose of
+// the statement. db/rows.h maps result rows to structs.
 // Thread-safety: a Db and everything taken from it belong to one thread.
 #pragma once
 
@@ -43,8 +44,10 @@ class Db {
   };
 
   /// Opens `file` (":memory:" allowed). read_only opens with SQLITE_OPEN_READONLY and never
-  /// creates the file.
-  static Result<std::unique_ptr<Db>> Open(const std::string& file, bool read_only);
+  /// creates the file; !follow_links refuses a file that is a symbolic link
+  /// (SQLITE_OPEN_NOFOLLOW). Errors: "<file>: opening[ read-only]: <sqlite message>".
+  static Result<std::unique_ptr<Db>> Open(const std::string& file, bool read_only,
+                                          bool follow_links = true);
   /// Takes an open connection (use Open()).
   Db(DbPtr db, std::string file, bool read_only);
 

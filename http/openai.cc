@@ -1,5 +1,7 @@
 #include "http/openai.h"
 
+#include <sodium.h>
+
 #include <algorithm>
 #include <charconv>
 #include <cmath>
@@ -539,61 +541,28 @@ Result<ParsedCompletion> ParseCompletionResponse(const json& body, ApiKind kind)
   }
 }
 
-namespace {
-
-constexpr char kB64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
-int B64Value(char c) {
-  if (c >= 'A' && c <= 'Z') return c - 'A';
-  if (c >= 'a' && c <= 'z') return c - 'a' + 26;
-  if (c >= '0' && c <= '9') return c - '0' + 52;
-  if (c == '+') return 62;
-  if (c == '/') return 63;
-  return -1;
-}
-
-}  // namespace
-
+// Base64 through libsodium (the original alphabet; padding written, and optional when read).
 std::string Base64Encode(std::span<const uint8_t> bytes) {
-  std::string out;
-  out.reserve((bytes.size() + 2) / 3 * 4);
-  size_t i = 0;
-  for (; i + 3 <= bytes.size(); i += 3) {
-    const uint32_t v = (uint32_t{bytes[i]} << 16) | (uint32_t{bytes[i + 1]} << 8) | bytes[i + 2];
-    out += kB64[(v >> 18) & 63];
-    out += kB64[(v >> 12) & 63];
-    out += kB64[(v >> 6) & 63];
-    out += kB64[v & 63];
-  }
-  const size_t rest = bytes.size() - i;
-  if (rest > 0) {
-    uint32_t v = uint32_t{bytes[i]} << 16;
-    if (rest == 2) v |= uint32_t{bytes[i + 1]} << 8;
-    out += kB64[(v >> 18) & 63];
-    out += kB64[(v >> 12) & 63];
-    out += rest == 2 ? kB64[(v >> 6) & 63] : '=';
-    out += '=';
-  }
+  if (bytes.empty()) return "";
+  constexpr int kVariant = sodium_base64_VARIANT_ORIGINAL;
+  std::string out(sodium_base64_ENCODED_LEN(bytes.size(), kVariant), '\0');
+  sodium_bin2base64(out.data(), out.size(), bytes.data(), bytes.size(), kVariant);
+  out.resize(out.size() - 1);  // the terminating NUL sodium writes
   return out;
 }
 
 Result<std::vector<uint8_t>> Base64Decode(std::string_view text) {
   while (!text.empty() && text.back() == '=') text.remove_suffix(1);
   if (text.size() % 4 == 1) return Status::Corruption("base64: bad length");
-  std::vector<uint8_t> out;
-  out.reserve(text.size() * 3 / 4);
-  uint32_t acc = 0;
-  int bits = 0;
-  for (char c : text) {
-    const int v = B64Value(c);
-    if (v < 0) return Status::Corruption("base64: invalid character");
-    acc = (acc << 6) | static_cast<uint32_t>(v);
-    bits += 6;
-    if (bits >= 8) {
-      bits -= 8;
-      out.push_back(static_cast<uint8_t>((acc >> bits) & 0xff));
-    }
+  std::vector<uint8_t> out(text.size() * 3 / 4);
+  size_t written = 0;
+  const char* end = nullptr;
+  if (sodium_base642bin(out.data(), out.size(), text.data(), text.size(), /*ignore=*/nullptr,
+                        &written, &end, sodium_base64_VARIANT_ORIGINAL_NO_PADDING) != 0 ||
+      end != text.data() + text.size()) {
+    return Status::Corruption("base64: invalid character");
   }
+  out.resize(written);
   return out;
 }
 

@@ -134,9 +134,10 @@ struct ParsedCompletion {
 /// Reads a completion response body. Errors (Corruption) name the missing or mistyped field.
 Result<ParsedCompletion> ParseCompletionResponse(const nlohmann::json& body, ApiKind kind);
 
-/// Standard base64 with padding.
+/// Standard base64 with padding (libsodium's).
 std::string Base64Encode(std::span<const uint8_t> bytes);
-/// Accepts standard base64 with or without padding; Corruption on anything else.
+/// Accepts standard base64 with or without padding; Corruption on anything else, including
+/// a last character whose unused bits are not zero (RFC 4648 section 3.5: not canonical).
 Result<std::vector<uint8_t>> Base64Decode(std::string_view text);
 
 /// sglang's indexer_topk encoding: int32 little-endian, base64.

@@ -5,22 +5,13 @@
 #include <cmath>
 #include <numeric>
 
+#include "common/splitmix64.h"
+#include "common/stopwatch.h"
 #include "engine/engine.h"
 #include "engine/generate.h"
 
 namespace nw {
 namespace {
-
-double MsSince(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-}
-
-uint64_t SplitMix64(uint64_t* state) {
-  uint64_t z = (*state += 0x9e3779b97f4a7c15ULL);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
 
 // The earliest occurrence of any stop string in `text`, as (position, index), or npos.
 std::pair<size_t, size_t> FindStop(const std::string& text, const std::vector<std::string>& stop) {
@@ -64,7 +55,8 @@ int32_t SampleToken(const std::vector<float>& logits, double temperature, double
     kept += p[static_cast<size_t>(order[keep])];
     ++keep;
   }
-  const double u = static_cast<double>(SplitMix64(state) >> 11) * 0x1.0p-53 * kept;
+  // One step of the SplitMix64 stream in *state, uniform in [0, 1) with 53 bits.
+  const double u = static_cast<double>(Mix64(*state += kSplitMix64Gamma) >> 11) * 0x1.0p-53 * kept;
   double acc = 0;
   for (size_t k = 0; k < keep; ++k) {
     acc += p[static_cast<size_t>(order[k])];

@@ -25,6 +25,8 @@
 #include <thread>
 #include <vector>
 
+#include "tests/support/shell.h"
+
 extern char** environ;
 
 namespace nw::dist_test {
@@ -48,22 +50,8 @@ inline bool WaitUntil(const std::function<bool()>& pred, int64_t timeout_ms,
   }
 }
 
-struct CommandResult {
-  int exit_code = -1;
-  std::string out;  // stdout and stderr together
-};
-
-inline CommandResult Sh(const std::string& cmd) {
-  CommandResult r;
-  std::FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  if (p == nullptr) return r;
-  std::array<char, 4096> buf{};
-  size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  const int status = pclose(p);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
+using test_support::CommandResult;
+using test_support::Sh;
 
 /// A child process with stdout and stderr in a log file. Killed (SIGKILL) and reaped when
 /// destroyed, so a failing test leaves nothing behind.

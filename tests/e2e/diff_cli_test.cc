@@ -9,26 +9,16 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "tests/support/shell.h"
+
 namespace nw {
 namespace {
 
-struct CommandResult {
-  int exit_code = -1;
-  std::string out;  // stdout and stderr together
-};
+using test_support::CommandResult;
 
 CommandResult Nw(const std::string& args) {
-  CommandResult r;
-  const std::string cmd = std::string(NW_BIN) + " diff --model " + NW_SOURCE_DIR +
-                          "/models/tiny-v4 --length 200 --steps 4 --topk 16 " + args + " 2>&1";
-  std::FILE* p = popen(cmd.c_str(), "r");
-  if (p == nullptr) return r;
-  std::array<char, 4096> buf{};
-  size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  const int status = pclose(p);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
+  return test_support::Sh(std::string(NW_BIN) + " diff --model " + NW_SOURCE_DIR +
+                          "/models/tiny-v4 --length 200 --steps 4 --topk 16 " + args);
 }
 
 TEST(DiffCliTest, SameConfigurationExitsZero) {

@@ -50,6 +50,10 @@ TEST(OpenAiTest, Base64MatchesRfc4648) {
   }
   EXPECT_FALSE(Base64Decode("Zm9v!").ok());
   EXPECT_FALSE(Base64Decode("Z").ok());
+  EXPECT_FALSE(Base64Decode("Zh").ok());  // "Zg" with nonzero unused bits: not canonical
+  auto one = Base64Decode("Zg");
+  ASSERT_TRUE(one.ok());
+  EXPECT_EQ(std::string(one->begin(), one->end()), "f");
 }
 
 TEST(OpenAiTest, Int32Base64IsLittleEndian) {

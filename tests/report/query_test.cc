@@ -197,6 +197,19 @@ TEST_F(QueryTest, RefusalsSayWhat) {
   EXPECT_FALSE(std::filesystem::exists(dir_.File("absent.db")));
 }
 
+// The statement's connection is opened through db/'s one SQLite wrapper, without following a
+// symbolic link to the database (SQLITE_OPEN_NOFOLLOW), and its open errors name the file.
+TEST_F(QueryTest, RefusesADatabaseReachedThroughASymbolicLink) {
+  const std::filesystem::path link = dir_.File("link.db");
+  std::filesystem::create_symlink(file_, link);
+  auto r = RunReadOnlyQuery(link, "SELECT 1");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kIoError) << r.status().ToString();
+  EXPECT_NE(r.status().message().find(link.string() + ": opening read-only"), std::string::npos)
+      << r.status().ToString();
+  EXPECT_TRUE(RunReadOnlyQuery(file_, "SELECT 1").ok());
+}
+
 TEST_F(QueryTest, TimeoutAndRowLimit) {
   QueryOptions o;
   o.timeout_ms = 100;
