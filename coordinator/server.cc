@@ -11,6 +11,8 @@
 
 #include "coordinator/campaign_table.h"
 #include "coordinator/model_probe_layers.h"
+#include "coordinator/search/search_driver.h"
+#include "db/search_table.h"
 #include "protocol/control.h"
 #include "slurm/slurm_env.h"
 
@@ -35,6 +37,26 @@ double SecondsSince(std::chrono::steady_clock::time_point t0) {
 
 std::string Hex(const std::string& identity) {
   return HexId(zmq::message_t(identity.data(), identity.size()));
+}
+
+BoundarySearchSettings SettingsOf(const SubmitSearch& s) {
+  BoundarySearchSettings b;
+  b.first_trials = s.first_trials;
+  b.confidence = s.confidence;
+  b.pass_rate = s.pass_rate;
+  b.budget = s.budget;
+  return b;
+}
+
+SearchStatus StatusOf(const search::SearchDriver& d) {
+  SearchStatus st;
+  st.grid_jobs = d.grid_jobs();
+  st.asked_jobs = d.asked_jobs();
+  for (const search::LineReport& l : d.Lines()) {
+    ++st.lines;
+    if (l.verdict.state != search::LineState::kRunning) ++st.lines_finished;
+  }
+  return st;
 }
 
 }  // namespace
@@ -90,7 +112,12 @@ struct Server::Loop {
   ModelProbeLayersCache probe_layers;  // what results' probes may name, per model
   std::unique_ptr<ZapHandler> zap;     // before the router: it must outlive the handshakes
   zmq::socket_t router;
-  std::unique_ptr<CampaignTable> table;  // Serve() only
+  std::unique_ptr<CampaignTable> table;   // Serve() only
+  std::unique_ptr<SearchTable> searches;  // Serve() only: the submitted boundary searches
+  // Serve(): the boundary searches of campaigns in the scheduler, by campaign id, and the last
+  // progress of every search campaign (kept after it leaves the scheduler, for STATUS).
+  std::map<int64_t, search::SearchDriver> drivers;
+  std::map<int64_t, SearchStatus> search_status;
   RunSummary summary;
   std::map<std::string, std::string> worker_of;    // routing identity -> worker id
   std::map<std::string, std::string> identity_of;  // worker id -> routing identity
@@ -197,7 +224,9 @@ struct Server::Loop {
         ++summary.retried;
       } else {
         ++summary.failed_now;
-        if (!daemon && s.options_.on_committed) given_up.push_back(f.job_key);
+        if (daemon ? !drivers.empty() : static_cast<bool>(s.options_.on_committed)) {
+          given_up.push_back(f.job_key);
+        }
       }
       Log("coordinator: job " + f.job_key + " attempt " + std::to_string(f.attempt) +
           (f.will_retry ? " failed, will retry: " : " failed, giving up: ") + f.reason.ToString());
@@ -254,9 +283,57 @@ struct Server::Loop {
       summary.total += static_cast<int64_t>(more.size());
       given_up.clear();
     }
+    if (daemon && (!batch.empty() || !given_up.empty())) {
+      NW_RETURN_IF_ERROR(AdvanceSearches());
+      given_up.clear();
+    }
     batch.clear();
     for (const auto& a : acks) Send(a.identity, a.ack);
     acks.clear();
+    return Status::Ok();
+  }
+
+  // Serve(): tells every search of a campaign in the scheduler what was committed or given up,
+  // and queues the jobs they ask for next (written to the Store and linked to the campaign by
+  // the driver first). A search that has ended leaves `drivers`; its campaign finishes with its
+  // last job.
+  Status AdvanceSearches() {
+    for (auto it = drivers.begin(); it != drivers.end();) {
+      const int64_t id = it->first;
+      search::SearchDriver& d = it->second;
+      NW_ASSIGN_OR_RETURN(std::vector<JobRecord> more,
+                          d.OnFinished(s.store_, id, batch, given_up, Wall()));
+      if (!more.empty() && !scheduler.HasCampaign(id)) {
+        NW_ASSIGN_OR_RETURN(auto c, table->Find(id));
+        if (!c.has_value()) {
+          return Status::Internal("boundary search of campaign " + std::to_string(id) +
+                                  " without a coordinator_campaigns row");
+        }
+        NW_RETURN_IF_ERROR(
+            scheduler.AddCampaign(id, c->name, c->priority, c->state == CampaignRunState::kPaused));
+      }
+      for (const JobRecord& j : more) {
+        NW_RETURN_IF_ERROR(scheduler.AddCampaignJob(id, j.key, j.spec, j.attempts));
+      }
+      search_status[id] = StatusOf(d);
+      it = d.finished() ? drivers.erase(it) : std::next(it);
+    }
+    return Status::Ok();
+  }
+
+  // Serve(): builds the campaign's search from its stored definition and replays it from the
+  // stored results; links every job it has asked for to the campaign (a crash between a commit
+  // and the link of the jobs it led to loses nothing). No row: a grid campaign.
+  Status RestoreSearch(int64_t id) {
+    NW_ASSIGN_OR_RETURN(std::optional<StoredSearch> stored, searches->Find(id));
+    if (!stored) return Status::Ok();
+    NW_ASSIGN_OR_RETURN(search::SearchDriver d,
+                        search::SearchDriver::Create(SettingsOf(stored->settings),
+                                                     stored->settings.trials, stored->grid));
+    NW_ASSIGN_OR_RETURN(std::vector<JobSpec> asked, d.Start(s.store_));
+    NW_RETURN_IF_ERROR(s.store_.AddJobs(id, asked, Wall()));
+    search_status[id] = StatusOf(d);
+    if (!d.finished()) drivers.insert_or_assign(id, std::move(d));
     return Status::Ok();
   }
 
@@ -524,10 +601,12 @@ struct Server::Loop {
 
   Status LoadDaemon() {
     NW_ASSIGN_OR_RETURN(table, CampaignTable::Open(s.store_.path()));
+    NW_ASSIGN_OR_RETURN(searches, SearchTable::Open(s.store_.path()));
     NW_ASSIGN_OR_RETURN(std::vector<CampaignControl> campaigns, table->List());
     int64_t loaded = 0;
     for (const auto& c : campaigns) {
       if (c.state == CampaignRunState::kCancelled) continue;
+      NW_RETURN_IF_ERROR(RestoreSearch(c.campaign_id).WithContext("campaign " + c.name));
       NW_ASSIGN_OR_RETURN(LoadCounts counts, LoadCampaign(c));
       if (counts.runnable > 0) {
         ++loaded;
@@ -576,15 +655,33 @@ struct Server::Loop {
   Result<SubmitReply> ApplySubmission(Staged& st) {
     const SubmitRequest& h = st.header;
     const int64_t wall = Wall();
+    // A search: the submitted jobs are the grid; the campaign's jobs are those the search asks
+    // for, starting from what the database knows (as `nw run` starts it).
+    std::optional<search::SearchDriver> driver;
+    std::vector<JobSpec> search_jobs;
+    if (h.search) {
+      if (h.rerun) {
+        return Status::InvalidArgument(
+            "campaign " + h.campaign +
+            ": rerun is not supported for a boundary search (its jobs depend on the stored "
+            "results); submit the grid campaign again instead");
+      }
+      NW_ASSIGN_OR_RETURN(
+          search::SearchDriver d,
+          search::SearchDriver::Create(SettingsOf(*h.search), h.search->trials, st.jobs));
+      NW_ASSIGN_OR_RETURN(search_jobs, d.Start(s.store_));
+      driver.emplace(std::move(d));
+    }
+    const std::vector<JobSpec>& jobs = driver ? search_jobs : st.jobs;
     std::vector<std::string> keys;
-    keys.reserve(st.jobs.size());
-    for (const auto& j : st.jobs) keys.push_back(j.Key());
+    keys.reserve(jobs.size());
+    for (const auto& j : jobs) keys.push_back(j.Key());
     int64_t id = 0;
     int64_t retried_infra = 0;
     const Status written = s.store_.InTransaction([&]() -> Status {
       NW_ASSIGN_OR_RETURN(id,
                           s.store_.UpsertCampaign(h.campaign, h.source_path, h.source_text, wall));
-      NW_RETURN_IF_ERROR(s.store_.SetCampaignJobs(id, st.jobs, wall));
+      NW_RETURN_IF_ERROR(s.store_.SetCampaignJobs(id, jobs, wall));
       if (h.rerun) {
         NW_RETURN_IF_ERROR(s.store_.RequeueJobs(keys, wall));
       } else {
@@ -594,6 +691,21 @@ struct Server::Loop {
       return Status::Ok();
     });
     if (!written.ok()) return written;
+    // The search's definition before the campaign's control row: a daemon that stops in between
+    // does not serve the campaign (no row) rather than serve it as a grid.
+    if (driver) {
+      NW_RETURN_IF_ERROR(searches->Put(StoredSearch{id, *h.search, st.jobs}, wall));
+      search_status[id] = StatusOf(*driver);
+      if (driver->finished()) {
+        drivers.erase(id);
+      } else {
+        drivers.insert_or_assign(id, std::move(*driver));
+      }
+    } else {
+      NW_RETURN_IF_ERROR(searches->Remove(id));
+      drivers.erase(id);
+      search_status.erase(id);
+    }
     NW_ASSIGN_OR_RETURN(auto existing, table->Find(id));
     CampaignControl c;
     c.campaign_id = id;
@@ -618,8 +730,11 @@ struct Server::Loop {
     reply.already_done = counts.done;
     reply.queued = counts.runnable;
     Log("coordinator: campaign " + h.campaign + " submitted (priority " +
-        std::to_string(h.priority) + "): " + std::to_string(counts.jobs) + " jobs, " +
-        std::to_string(counts.done) + " already done, " + std::to_string(counts.runnable) +
+        std::to_string(h.priority) + "): " + std::to_string(counts.jobs) + " jobs" +
+        (h.search
+             ? " (boundary search so far, of " + std::to_string(st.jobs.size()) + " in the grid)"
+             : std::string()) +
+        ", " + std::to_string(counts.done) + " already done, " + std::to_string(counts.runnable) +
         " to run" +
         (retried_infra > 0 ? " (" + std::to_string(retried_infra) +
                                  " of them failed before only through expired leases or lost "
@@ -669,7 +784,7 @@ struct Server::Loop {
                                        std::to_string(st.next_part) + ", got " +
                                        std::to_string(r.part));
     } else if (r.campaign != h.campaign || r.parts != h.parts || r.total_jobs != h.total_jobs ||
-               r.priority != h.priority || r.rerun != h.rerun) {
+               r.priority != h.priority || r.rerun != h.rerun || r.search != h.search) {
       bad = Status::InvalidArgument("submission " + r.submission + ": part " +
                                     std::to_string(r.part) + " disagrees with part 0");
     } else if (static_cast<int64_t>(st.jobs.size() + r.jobs.size()) > h.total_jobs) {
@@ -743,6 +858,9 @@ struct Server::Loop {
       cs.pass = p.pass;
       cs.miss = p.miss;
       cs.other = p.other;
+      if (auto it = search_status.find(c.campaign_id); it != search_status.end()) {
+        cs.search = it->second;
+      }
       out.campaigns.push_back(std::move(cs));
     }
     if (!only.empty() && out.campaigns.empty()) {
@@ -771,6 +889,7 @@ struct Server::Loop {
     switch (op.op) {
       case CampaignOp::kCancel:
         c.state = CampaignRunState::kCancelled;
+        drivers.erase(c.campaign_id);  // its search asks for nothing more
         if (scheduler.HasCampaign(c.campaign_id)) {
           NW_ASSIGN_OR_RETURN(reply.queued_removed, scheduler.RemoveCampaign(c.campaign_id));
         }
@@ -1054,7 +1173,9 @@ struct Server::Loop {
         next_heartbeat_ms = now + hb;
         if (daemon) {
           ExpireStaged();
-          TakeFinished();
+          // Not while results or given-up jobs wait for the searches: a search campaign whose
+          // jobs are all finished may be about to get more.
+          if (batch.empty() && given_up.empty()) TakeFinished();
         }
       }
       ReportProgress();

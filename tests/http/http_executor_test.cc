@@ -13,8 +13,8 @@
 #include <future>
 #include <map>
 
+#include "compose/embedded_run.h"
 #include "coordinator/campaign/campaign.h"
-#include "coordinator/embedded_run.h"
 #include "db/store.h"
 #include "http/server.h"
 #include "tests/http/http_test_util.h"
