@@ -85,8 +85,7 @@ Result<std::optional<StoredSearch>> SearchTable::Find(int64_t campaign_id) {
   for (size_t i = 0; i < grid.size(); ++i) {
     auto spec = JobSpec::FromJson(grid[i]);
     if (!spec.ok()) {
-      return Status::Corruption(where + "[" + std::to_string(i) + "]: " +
-                                spec.status().message());
+      return Status::Corruption(where + "[" + std::to_string(i) + "]: " + spec.status().message());
     }
     s.grid.push_back(std::move(spec).value());
   }

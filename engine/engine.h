@@ -21,7 +21,6 @@
 #include "engine/checkpoint/config.h"
 #include "engine/checkpoint/model_files.h"
 #include "engine/checkpoint/weights.h"
-#include "engine/engine_version.h"
 #include "engine/precision.h"
 #include "engine/text/tokenizer.h"
 #include "engine/types.h"
@@ -29,6 +28,13 @@
 namespace nw {
 
 class Tokenizer;
+
+/// Engine semantic version: bump it whenever outputs of any backend may change. It is part of
+/// every job key, so results from an older engine are never reused for a newer one.
+/// 0.2.0: the shared expert's SwiGLU is clamped unless config.json says
+/// "swiglu_clamp_shared_expert": false (a config without the key runs differently under the same
+/// config digest; docs/engine-reference.md).
+inline constexpr const char* kEngineVersion = "nw-engine-0.2.0";
 
 struct EngineOptions {
   std::string backend = "cpu";  // a catalog name (backend_catalog.h). "cpu": contiguous KV,
