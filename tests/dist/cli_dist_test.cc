@@ -2,6 +2,8 @@
 // status, pause / resume / cancel, keygen and CURVE across processes, and the refusals (plain
 // non-loopback endpoints, a second coordinator on one database, `nw run` and a daemon on one
 // database, GPU flags without a CUDA engine backend, bad test-executor specs).
+#include <regex>
+
 #include "tests/dist/dist_test_util.h"
 
 namespace nw {
@@ -308,9 +310,10 @@ TEST(CliDistTest, ASearchCampaignOnTheDaemonEndsAsNwRunEnds) {
   EXPECT_NE(sub.out.find("(boundary search so far, of 16 in the grid)"), std::string::npos)
       << sub.out;
   auto w = ws.StartWorker("cpu", {"--heartbeat-ms", "100", "--slots", "2"});
+  // The campaign's state column says finished (the search line says "lines finished" before).
+  const std::regex finished(R"(\nsearch +finished )");
   ASSERT_TRUE(WaitUntil(
-      [&] { return Sh(ws.Nw("status search" + c)).out.find("finished") != std::string::npos; },
-      120'000))
+      [&] { return std::regex_search(Sh(ws.Nw("status search" + c)).out, finished); }, 120'000))
       << coordinator->Log() << w->Log();
   CommandResult st = Sh(ws.Nw("status search" + c));
   EXPECT_NE(st.out.find("boundary search: "), std::string::npos) << st.out;
