@@ -11,9 +11,9 @@
 
 #include "cli/commands.h"
 #include "common/clock.h"
+#include "compose/embedded_run.h"
 #include "coordinator/campaign/campaign.h"
 #include "coordinator/db_lock.h"
-#include "coordinator/embedded_run.h"
 #include "db/store.h"
 #include "report/gate.h"
 #include "worker/engine_executor.h"

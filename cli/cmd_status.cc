@@ -76,6 +76,11 @@ Status ShowRemoteStatus(const RemoteStatusArgs& a, const std::string& only) {
               << std::setw(8) << c.leased << std::setw(8) << c.done << std::setw(8) << c.failed
               << std::setw(8) << c.pass << std::setw(8) << c.miss << std::setw(8) << c.other
               << "\n";
+    if (c.search) {
+      std::cout << "  boundary search: " << c.search->asked_jobs << " of " << c.search->grid_jobs
+                << " grid jobs asked for, " << c.search->lines_finished << " of " << c.search->lines
+                << " lines finished\n";
+    }
   }
   std::cout << "\nworkers connected: " << reply.workers.size() << "\n";
   for (const WorkerStatus& w : reply.workers) {

@@ -1,14 +1,17 @@
 // nw submit CAMPAIGN.yaml --coordinator tcp://HOST:PORT: expands the campaign here (the model
 // folder must be readable on this host, as for `nw plan`) and sends its jobs to a coordinator
-// daemon, which queues them with the given priority. Submitting a campaign again updates its
-// jobs and priority and makes it active again (also after `nw cancel`).
-// Exit codes: 0 submitted; 1 the coordinator refused it or could not be reached; 2 bad input.
+// daemon, which queues them with the given priority. A campaign with `search:` sends its whole
+// grid and the search's settings; the daemon runs the boundary search (only the jobs it asks for).
+// Submitting a campaign again updates its jobs and priority and makes it active again (also after
+// `nw cancel`). Exit codes: 0 submitted; 1 the coordinator refused it or could not be reached; 2
+// bad input.
 #include <algorithm>
 #include <iostream>
 
 #include "cli/campaign_load.h"
 #include "cli/commands.h"
 #include "coordinator/control_client.h"
+#include "coordinator/search/search_driver.h"
 
 namespace nw::cli {
 namespace {
@@ -48,14 +51,24 @@ int Submit(const SubmitArgs& a, const Globals& g) {
     return 2;
   }
   const Campaign& c = loaded->resolved.campaign;
-  if (c.search) {
-    std::cerr << "nw submit: campaign '" << c.name
-              << "' asks for a boundary search (search:), which only `nw run` runs; the "
-                 "coordinator daemon runs whole grids (remove `search:` to submit the grid)\n";
-    return 2;
-  }
   for (const auto& w : c.warnings) std::cerr << "warning: " << w << "\n";
   Submission s;
+  if (c.search) {
+    // The daemon runs the search (coordinator/search/): it gets the whole grid and the settings,
+    // and queues only the jobs the search asks for. Checked here first for a clear error.
+    if (a.rerun) {
+      std::cerr << "nw submit: --rerun is not supported for a campaign with `search:` (its jobs "
+                   "depend on the stored results); submit the grid campaign again instead\n";
+      return 2;
+    }
+    const int trials = static_cast<int>(c.trial_seeds.size());
+    if (auto d = search::SearchDriver::Create(*c.search, trials, loaded->jobs); !d.ok()) {
+      std::cerr << "nw submit: " << d.status().ToString() << "\n";
+      return 2;
+    }
+    s.search = SubmitSearch{trials, c.search->first_trials, c.search->confidence,
+                            c.search->pass_rate, c.search->budget};
+  }
   s.campaign = c.name;
   s.source_path = std::filesystem::absolute(a.campaign).string();
   s.source_text = c.text;
@@ -74,8 +87,11 @@ int Submit(const SubmitArgs& a, const Globals& g) {
     return 1;
   }
   std::cout << "submitted campaign '" << c.name << "' (id " << reply->campaign_id << ", priority "
-            << a.priority << "): " << reply->jobs << " jobs, " << reply->already_done
-            << " already done, " << reply->queued << " to run\n";
+            << a.priority << "): " << reply->jobs << " jobs"
+            << (c.search ? " (boundary search so far, of " + std::to_string(s.jobs.size()) +
+                               " in the grid)"
+                         : std::string())
+            << ", " << reply->already_done << " already done, " << reply->queued << " to run\n";
   return 0;
 }
 

@@ -139,6 +139,7 @@ Result<SubmitReply> ControlClient::Submit(const Submission& s,
     r.source_text = s.source_text;
     r.priority = s.priority;
     r.rerun = s.rerun;
+    r.search = s.search;
     r.submission = id;
     r.part = static_cast<int>(p);
     r.parts = static_cast<int>(parts);

@@ -54,7 +54,8 @@ struct Submission {
   std::string source_text;
   int priority = 0;
   bool rerun = false;
-  std::vector<JobSpec> jobs;
+  std::vector<JobSpec> jobs;  // with `search`: the campaign's whole grid
+  std::optional<SubmitSearch> search;
 };
 
 class ControlClient {

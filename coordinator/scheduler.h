@@ -70,7 +70,7 @@
 #include "common/clock.h"
 #include "common/status.h"
 #include "protocol/job.h"
-#include "protocol/messages.h"
+#include "protocol/wire.h"
 
 namespace nw {
 

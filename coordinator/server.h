@@ -9,7 +9,10 @@
 //
 // Serve() (the `nw coordinator` daemon): serves every campaign submitted to it (CampaignTable)
 // until Stop(), taking SUBMIT / STATUS / CANCEL / PAUSE / RESUME from clients on the same
-// endpoint. Campaigns have priorities and share workers fairly (coordinator/scheduler.h). After a
+// endpoint. Campaigns have priorities and share workers fairly (coordinator/scheduler.h). A
+// campaign submitted with a boundary search (SUBMIT's `search`) runs only the jobs its search
+// asks for (coordinator/search/search_driver.h): they join the campaign as results are committed,
+// and after a restart the searches are replayed from the stored results. After a
 // restart it recovers from the database: leases still recorded as running are kept for the
 // workers that re-register holding them (orphan leases, SchedulerOptions::orphan_grace_ms), so
 // results they finished meanwhile are committed, not redone; the rest are retried. Stopping

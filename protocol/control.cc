@@ -31,16 +31,25 @@ json RequestPayload(const ControlRequest& r) {
     json operator()(const SubmitRequest& s) const {
       json jobs = json::array();
       for (const auto& j : s.jobs) jobs.push_back(j.ToJson());
-      return json{{"campaign", s.campaign},
-                  {"source_path", s.source_path},
-                  {"source_text", s.source_text},
-                  {"priority", s.priority},
-                  {"rerun", s.rerun},
-                  {"submission", s.submission},
-                  {"part", s.part},
-                  {"parts", s.parts},
-                  {"total_jobs", s.total_jobs},
-                  {"jobs", std::move(jobs)}};
+      json out{{"campaign", s.campaign},
+               {"source_path", s.source_path},
+               {"source_text", s.source_text},
+               {"priority", s.priority},
+               {"rerun", s.rerun},
+               {"submission", s.submission},
+               {"part", s.part},
+               {"parts", s.parts},
+               {"total_jobs", s.total_jobs},
+               {"jobs", std::move(jobs)}};
+      if (s.search) {
+        json search{{"trials", s.search->trials},
+                    {"first_trials", s.search->first_trials},
+                    {"confidence", s.search->confidence},
+                    {"pass_rate", s.search->pass_rate}};
+        if (s.search->budget) search["budget"] = *s.search->budget;
+        out["search"] = std::move(search);
+      }
+      return out;
     }
     json operator()(const StatusRequest& s) const { return json{{"campaign", s.campaign}}; }
     json operator()(const CampaignOpRequest& c) const { return json{{"campaign", c.campaign}}; }
@@ -85,6 +94,12 @@ json ReplyPayload(const ControlReply& r) {
                                  {"pass", c.pass},
                                  {"miss", c.miss},
                                  {"other", c.other}});
+        if (c.search) {
+          campaigns.back()["search"] = json{{"grid_jobs", c.search->grid_jobs},
+                                            {"asked_jobs", c.search->asked_jobs},
+                                            {"lines", c.search->lines},
+                                            {"lines_finished", c.search->lines_finished}};
+        }
       }
       json workers = json::array();
       for (const auto& w : s.workers) {
@@ -179,6 +194,19 @@ Status CheckName(const Reader& r, std::string* out, bool allow_empty) {
   return r.String("campaign", out, allow_empty ? 0 : 1, kMaxIdBytes);
 }
 
+// A number strictly between 0 and 1.
+Status Fraction(const Reader& r, const json& obj, const char* key, double* out) {
+  auto it = obj.find(key);
+  if (it == obj.end()) return Status::InvalidArgument(r.Path(key) + ": missing");
+  if (!it->is_number()) return Status::InvalidArgument(r.Path(key) + ": must be a number");
+  const double v = it->get<double>();
+  if (!(v > 0 && v < 1)) {
+    return Status::InvalidArgument(r.Path(key) + ": " + std::to_string(v) + " outside (0, 1)");
+  }
+  *out = v;
+  return Status::Ok();
+}
+
 Result<ControlRequest> DecodeSubmit(const json& p) {
   Reader r(p, "SUBMIT");
   SubmitRequest s;
@@ -202,6 +230,22 @@ Result<ControlRequest> DecodeSubmit(const json& p) {
     auto spec = JobSpec::FromJson((*jobs)[i]);
     if (!spec.ok()) return spec.status().WithContext(where);
     s.jobs.push_back(std::move(spec).value());
+  }
+  if (p.contains("search")) {
+    const json* search = nullptr;
+    NW_RETURN_IF_ERROR(r.Object("search", &search));
+    Reader sr(*search, "SUBMIT.search");
+    SubmitSearch ss;
+    NW_RETURN_IF_ERROR(sr.Integer("trials", &ss.trials, 1, 1 << 20));
+    NW_RETURN_IF_ERROR(sr.Integer("first_trials", &ss.first_trials, 1, ss.trials));
+    NW_RETURN_IF_ERROR(Fraction(sr, *search, "confidence", &ss.confidence));
+    NW_RETURN_IF_ERROR(Fraction(sr, *search, "pass_rate", &ss.pass_rate));
+    if (search->contains("budget")) {
+      int64_t budget = 0;
+      NW_RETURN_IF_ERROR(sr.Integer("budget", &budget, 1, kMaxCount));
+      ss.budget = budget;
+    }
+    s.search = ss;
   }
   return ControlRequest(std::move(s));
 }
@@ -243,6 +287,17 @@ Result<ControlReply> DecodeStatusReply(const json& p) {
     NW_RETURN_IF_ERROR(cr.Integer("pass", &c.pass, 0, kMaxCount));
     NW_RETURN_IF_ERROR(cr.Integer("miss", &c.miss, 0, kMaxCount));
     NW_RETURN_IF_ERROR(cr.Integer("other", &c.other, 0, kMaxCount));
+    if (cj.contains("search")) {
+      const json* search = nullptr;
+      NW_RETURN_IF_ERROR(cr.Object("search", &search));
+      Reader sr(*search, where + ".search");
+      SearchStatus ss;
+      NW_RETURN_IF_ERROR(sr.Integer("grid_jobs", &ss.grid_jobs, 0, kMaxCount));
+      NW_RETURN_IF_ERROR(sr.Integer("asked_jobs", &ss.asked_jobs, 0, kMaxCount));
+      NW_RETURN_IF_ERROR(sr.Integer("lines", &ss.lines, 0, kMaxCount));
+      NW_RETURN_IF_ERROR(sr.Integer("lines_finished", &ss.lines_finished, 0, kMaxCount));
+      c.search = ss;
+    }
     s.campaigns.push_back(std::move(c));
   }
   const json* workers = nullptr;

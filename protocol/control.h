@@ -21,6 +21,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -61,6 +62,18 @@ enum class ControlCommand : uint8_t {
 /// "SUBMIT", "STATUS", ... ("UNKNOWN(0x2a)" for a byte that is not a control command).
 std::string ControlCommandName(uint8_t byte);
 
+/// A campaign's boundary search (its `search: {boundary: ...}` key, docs/campaigns.md): with it,
+/// a submission's jobs are the campaign's whole grid and the coordinator runs only the jobs the
+/// search asks for (coordinator/search/search_driver.h). Optional on the wire (absent: a grid).
+struct SubmitSearch {
+  int trials = 1;                 // the campaign's trials per cell: the pool of each length, 1..
+  int first_trials = 1;           // 1..trials
+  double confidence = 0.95;       // (0, 1)
+  double pass_rate = 0.9;         // (0, 1)
+  std::optional<int64_t> budget;  // jobs per line at most, >= 1
+  friend bool operator==(const SubmitSearch&, const SubmitSearch&) = default;
+};
+
 /// SUBMIT: one part of a campaign submission. A campaign's jobs travel in parts of at most
 /// kMaxJobsPerSubmitPart; the coordinator stages parts 0..parts-1 of one `submission` in order
 /// and writes the campaign only when the last part arrives (all or nothing). Repeating the last
@@ -76,6 +89,7 @@ struct SubmitRequest {
   int parts = 1;            // 1..kMaxSubmitParts
   int64_t total_jobs = 0;   // jobs over all parts
   std::vector<JobSpec> jobs;
+  std::optional<SubmitSearch> search;  // the same in every part; jobs are then the whole grid
 };
 
 /// STATUS: every campaign the coordinator serves (campaign empty), or one.
@@ -105,6 +119,14 @@ struct SubmitReply {
   int64_t queued = 0;        // complete only: to run now
 };
 
+/// A boundary search's progress (optional on the wire: present for search campaigns).
+struct SearchStatus {
+  int64_t grid_jobs = 0;       // the campaign's whole grid
+  int64_t asked_jobs = 0;      // jobs the searches asked for so far (run or read from results)
+  int64_t lines = 0;           // configuration x needle position
+  int64_t lines_finished = 0;  // lines whose search has ended (converged, all-pass, ...)
+};
+
 struct CampaignStatus {
   std::string name;
   int64_t id = 0;
@@ -112,6 +134,7 @@ struct CampaignStatus {
   std::string state;  // active | paused | cancelled | finished
   int64_t total = 0, queued = 0, leased = 0, done = 0, failed = 0;
   int64_t pass = 0, miss = 0, other = 0;
+  std::optional<SearchStatus> search;
 };
 
 struct WorkerStatus {

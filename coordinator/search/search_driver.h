@@ -1,7 +1,8 @@
 // SearchDriver: the boundary searches of one campaign (`search: {boundary: ...}`), one LineSearch
 // per line (the grid's jobs that differ only in context length and trial: one configuration and
 // needle position), connected to the Store. The coordinator calls it after each batch of results
-// is committed (ServerOptions::on_committed); it answers with the jobs to add.
+// is committed (`nw run`: ServerOptions::on_committed; the daemon: Server::Serve for every
+// campaign submitted with a search); it answers with the jobs to add.
 //
 // Jobs are the grid's own JobSpecs (ExpandCampaign), so a search job has the key the grid job has
 // and results are shared both ways with grid campaigns. When a search asks for a job whose result

@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "compose/embedded_run.h"
 #include "coordinator/campaign/campaign.h"
-#include "coordinator/embedded_run.h"
 #include "coordinator/search/search_driver.h"
 #include "db/store.h"
 #include "tests/campaign/campaign_test_util.h"

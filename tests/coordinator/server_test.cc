@@ -22,7 +22,7 @@
 #include <thread>
 #include <vector>
 
-#include "coordinator/embedded_run.h"
+#include "compose/embedded_run.h"
 #include "tests/support/temp_dir.h"
 #include "worker/worker.h"
 

@@ -2,6 +2,8 @@
 // status, pause / resume / cancel, keygen and CURVE across processes, and the refusals (plain
 // non-loopback endpoints, a second coordinator on one database, `nw run` and a daemon on one
 // database, GPU flags without a CUDA engine backend, bad test-executor specs).
+#include <regex>
+
 #include "tests/dist/dist_test_util.h"
 
 namespace nw {
@@ -279,6 +281,66 @@ TEST(CliDistTest, CurveAcrossProcesses) {
       << coordinator->Log() << w->Log();
   ExpectEveryJobExactlyOnce(db, "secret", 9);
   EXPECT_NE(coordinator->Log().find("denied CURVE client"), std::string::npos);
+}
+
+// A campaign with `search:` through the real binary: `nw submit` to a daemon served by a CPU
+// worker (the real engine, models/tiny-v4) ends with the job set and the boundary that `nw run`
+// of the same campaign ends with in another database; `nw status --coordinator` shows the
+// search's progress. The search itself is tests/coordinator/search_daemon_test.cc.
+TEST(CliDistTest, ASearchCampaignOnTheDaemonEndsAsNwRunEnds) {
+  Workspace ws("search");
+  const fs::path yaml = ws.dir() / "search.yaml";
+  std::ofstream(yaml) << "name: search\nmodel: " << NW_SOURCE_DIR
+                      << "/models/tiny-v4\ntask: niah-single\nhaystack: noise\nmatrix:\n"
+                         "  context_length: [256, 512, 1024, 2048]\n"
+                         "  needle_position: [0.0, 1.0]\n  topk: 64\n  precision: fp32\n"
+                         "  backend: cpu\ntrials: 2\nseed: 0\n"
+                         "generation: {max_new_tokens: 16}\n"
+                         "search: {boundary: {first_trials: 1}}\n";
+  const fs::path run_db = ws.dir() / "run.db";
+  CommandResult run = Sh(std::string(NW_BIN) + " --db " + run_db.string() + " run " +
+                         yaml.string() + " --no-report --workers 2");
+  ASSERT_EQ(run.exit_code, 0) << run.out;
+  EXPECT_NE(run.out.find("boundary search:"), std::string::npos) << run.out;
+
+  auto coordinator = ws.StartCoordinator(kFast);
+  const std::string c = " --coordinator " + ws.endpoint();
+  CommandResult sub = Sh(ws.Nw("submit " + yaml.string() + c));
+  ASSERT_EQ(sub.exit_code, 0) << sub.out;
+  EXPECT_NE(sub.out.find("(boundary search so far, of 16 in the grid)"), std::string::npos)
+      << sub.out;
+  auto w = ws.StartWorker("cpu", {"--heartbeat-ms", "100", "--slots", "2"});
+  // The campaign's state column says finished (the search line says "lines finished" before).
+  const std::regex finished(R"(\nsearch +finished )");
+  ASSERT_TRUE(WaitUntil(
+      [&] { return std::regex_search(Sh(ws.Nw("status search" + c)).out, finished); }, 120'000))
+      << coordinator->Log() << w->Log();
+  CommandResult st = Sh(ws.Nw("status search" + c));
+  EXPECT_NE(st.out.find("boundary search: "), std::string::npos) << st.out;
+  EXPECT_NE(st.out.find("of 16 grid jobs asked for, 2 of 2 lines finished"), std::string::npos)
+      << st.out;
+  w->Signal(SIGTERM);
+  ASSERT_TRUE(w->WaitExit(20'000));
+  coordinator->Signal(SIGTERM);
+  ASSERT_TRUE(coordinator->WaitExit(20'000));
+
+  const std::string keys =
+      "SELECT group_concat(job_key, ',') FROM (SELECT job_key FROM campaign_jobs cj JOIN "
+      "campaigns c ON c.id = cj.campaign_id WHERE c.name = 'search' ORDER BY job_key)";
+  const std::string bounds =
+      "SELECT group_concat(config || ':' || ifnull(l_pass, '-') || ':' || ifnull(l_fail, '-'), "
+      "',') FROM (SELECT b.* FROM v_boundary b JOIN campaigns c ON c.id = b.campaign_id WHERE "
+      "c.name = 'search' ORDER BY config)";
+  Db daemon_db(ws.db());
+  Db nw_run_db(run_db);
+  const auto daemon_keys = daemon_db.Rows(keys);
+  ASSERT_FALSE(daemon_keys.empty());
+  EXPECT_FALSE(daemon_keys[0][0].empty());
+  EXPECT_EQ(daemon_keys, nw_run_db.Rows(keys));
+  EXPECT_EQ(daemon_db.Rows(bounds), nw_run_db.Rows(bounds));
+  EXPECT_LT(daemon_db.Int("SELECT COUNT(*) FROM campaign_jobs"), 16);  // not the whole grid
+  ExpectEveryJobExactlyOnce(daemon_db, "search",
+                            daemon_db.Int("SELECT COUNT(*) FROM campaign_jobs"));
 }
 
 }  // namespace

@@ -14,8 +14,8 @@
 #include <map>
 #include <sstream>
 
+#include "compose/embedded_run.h"
 #include "coordinator/campaign/campaign.h"
-#include "coordinator/embedded_run.h"
 #include "db/store.h"
 #include "http/server.h"
 #include "report/export.h"

@@ -121,7 +121,7 @@ TEST(ControlTest, ReplyRoundTrips) {
   EXPECT_EQ(sub.queued, 60);
 
   StatusReply st;
-  st.campaigns.push_back({"a", 1, -5, "paused", 10, 4, 1, 5, 0, 3, 2, 0});
+  st.campaigns.push_back({"a", 1, -5, "paused", 10, 4, 1, 5, 0, 3, 2, 0, std::nullopt});
   st.workers.push_back({"w-1", "box", "cpu", 2, 1, {"cpu", "cpu-paged"}, "", "", false});
   // A Slurm worker, draining: the optional fields.
   st.workers.push_back({"w-2", "n7", "cpu", 1, 1, {"cpu"}, "1234_3", "n7", true});
@@ -218,6 +218,66 @@ TEST(ControlTest, MalformedSubmitNamesTheField) {
              "CANCEL.campaign: missing");
   EXPECT_HAS(RejectedRequest(Byte(ControlCommand::kStatus), json{{"campaign", 3}}),
              "STATUS.campaign: must be a string");
+}
+
+// A boundary search's settings on SUBMIT and its progress in STATUS_REPLY: optional (absent for
+// a grid), round-tripped, and checked field by field.
+TEST(ControlTest, SearchSettingsAndProgressRoundTripAndAreChecked) {
+  SubmitRequest grid = ValidSubmit();
+  EXPECT_FALSE(std::get<SubmitRequest>(RoundTrip(grid)).search.has_value());
+  SubmitRequest in = ValidSubmit();
+  in.search = SubmitSearch{6, 2, 0.9, 0.5, 40};
+  auto out = std::get<SubmitRequest>(RoundTrip(in));
+  ASSERT_TRUE(out.search.has_value());
+  EXPECT_EQ(*out.search, *in.search);
+  in.search->budget.reset();
+  EXPECT_EQ(std::get<SubmitRequest>(RoundTrip(in)).search, in.search);
+
+  const uint8_t sub = Byte(ControlCommand::kSubmit);
+  auto with_search = [&](const std::string& key, const json& v) {
+    SubmitRequest r = ValidSubmit();
+    r.search = SubmitSearch{6, 2, 0.9, 0.5, 40};
+    auto f = EncodeControlRequest(r);
+    json j = json::parse(std::string((*f)[2].to_string_view()));
+    if (v.is_null()) {
+      j["search"].erase(key);
+    } else {
+      j["search"][key] = v;
+    }
+    return j;
+  };
+  EXPECT_HAS(RejectedRequest(sub, with_search("trials", 0)), "SUBMIT.search.trials: 0 outside");
+  EXPECT_HAS(RejectedRequest(sub, with_search("first_trials", 7)),
+             "SUBMIT.search.first_trials: 7 outside [1, 6]");
+  EXPECT_HAS(RejectedRequest(sub, with_search("confidence", 1.0)),
+             "SUBMIT.search.confidence: 1.000000 outside (0, 1)");
+  EXPECT_HAS(RejectedRequest(sub, with_search("pass_rate", "high")),
+             "SUBMIT.search.pass_rate: must be a number");
+  EXPECT_HAS(RejectedRequest(sub, with_search("pass_rate", nullptr)),
+             "SUBMIT.search.pass_rate: missing");
+  EXPECT_HAS(RejectedRequest(sub, with_search("budget", 0)), "SUBMIT.search.budget: 0 outside");
+  json not_object = with_search("budget", 1);
+  not_object["search"] = 3;
+  EXPECT_HAS(RejectedRequest(sub, not_object), "SUBMIT.search: must be an object");
+
+  StatusReply st;
+  st.campaigns.push_back({"grid", 1, 0, "active", 10, 4, 1, 5, 0, 3, 2, 0, std::nullopt});
+  st.campaigns.push_back(
+      {"s", 2, 0, "finished", 54, 0, 0, 54, 0, 30, 24, 0, SearchStatus{288, 54, 6, 6}});
+  auto st2 = std::get<StatusReply>(RoundTrip(st));
+  ASSERT_EQ(st2.campaigns.size(), 2u);
+  EXPECT_FALSE(st2.campaigns[0].search.has_value());
+  ASSERT_TRUE(st2.campaigns[1].search.has_value());
+  EXPECT_EQ(st2.campaigns[1].search->grid_jobs, 288);
+  EXPECT_EQ(st2.campaigns[1].search->asked_jobs, 54);
+  EXPECT_EQ(st2.campaigns[1].search->lines, 6);
+  EXPECT_EQ(st2.campaigns[1].search->lines_finished, 6);
+  auto frames = EncodeControlReply(st);
+  json j = json::parse(std::string((*frames)[2].to_string_view()));
+  j["campaigns"][1]["search"].erase("lines");
+  auto bad = DecodeControlReply(Frames(Byte(ControlCommand::kStatusReply), j.dump()));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_HAS(bad.status().message(), "STATUS_REPLY.campaigns[1].search.lines: missing");
 }
 
 TEST(ControlTest, MalformedRepliesAreRejected) {

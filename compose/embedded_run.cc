@@ -1,4 +1,4 @@
-#include "coordinator/embedded_run.h"
+#include "compose/embedded_run.h"
 
 #include <unistd.h>
 
