@@ -17,7 +17,8 @@ Result<GateReport> RunGateWithReruns(const std::vector<CampaignSample>& baseline
                                      const GateOptions& options, int times, Rerunner& rerunner,
                                      Store& store, const std::string& gate_label, int64_t now_ms) {
   std::vector<std::vector<std::string>> disagreeing;
-  NW_ASSIGN_OR_RETURN(GateReport first, gate_internal::Compute(baseline, candidate, options, {}, &disagreeing));
+  NW_ASSIGN_OR_RETURN(GateReport first,
+                      gate_internal::Compute(baseline, candidate, options, {}, &disagreeing));
   gate_internal::Tally(first);
   if (times <= 0 || first.regressions == 0) return first;
 
@@ -90,7 +91,8 @@ Result<GateReport> RunGateWithReruns(const std::vector<CampaignSample>& baseline
   }
   NW_RETURN_IF_ERROR(store.RecordFlakyVerdicts(verdicts));
 
-  NW_ASSIGN_OR_RETURN(GateReport second, gate_internal::Compute(baseline, candidate, options, overrides, nullptr));
+  NW_ASSIGN_OR_RETURN(GateReport second,
+                      gate_internal::Compute(baseline, candidate, options, overrides, nullptr));
   second.rerun_times = times;
   auto annotate = [&](GateTest& t, size_t i) {
     if (!regressed[i]) return;
