@@ -7,20 +7,6 @@
 namespace nw {
 namespace {
 
-// Wilson bounds for a possibly fractional number of passes (TrialsToDecide's "same rate").
-Interval WilsonReal(double passes, double n, double z) {
-  if (n <= 0) return {0.0, 1.0};
-  const double p = passes / n;
-  const double z2 = z * z;
-  const double denom = 1.0 + z2 / n;
-  const double center = (p + z2 / (2.0 * n)) / denom;
-  const double half = z * std::sqrt(std::max(0.0, p * (1.0 - p)) / n + z2 / (4.0 * n * n)) / denom;
-  Interval out{std::max(0.0, center - half), std::min(1.0, center + half)};
-  if (p >= 1.0) out.hi = 1.0;
-  if (p <= 0.0) out.lo = 0.0;
-  return out;
-}
-
 std::string Pct(double v) {
   char buf[32];
   std::snprintf(buf, sizeof(buf), "%.4g", v * 100.0);
@@ -77,7 +63,8 @@ double TwoSidedZFor(double confidence) {
 
 Verdict Decide(int64_t passes, int64_t trials, double pass_rate, double confidence) {
   if (trials <= 0) return Verdict::kNoAnswers;
-  const Interval ci = WilsonInterval(passes, trials, TwoSidedZFor(confidence));
+  const Interval ci =
+      ClopperPearsonInterval(static_cast<double>(passes), static_cast<double>(trials), confidence);
   if (ci.lo >= pass_rate) return Verdict::kFound;
   if (ci.hi < pass_rate) return Verdict::kLost;
   return Verdict::kUndecided;
@@ -89,10 +76,9 @@ std::optional<int64_t> TrialsToDecide(int64_t passes, int64_t trials, double pas
   if (Decide(passes, trials, pass_rate, confidence) != Verdict::kUndecided) return trials;
   const double p = static_cast<double>(passes) / static_cast<double>(trials);
   if (p == pass_rate) return std::nullopt;
-  const double z = TwoSidedZFor(confidence);
   auto clears = [&](int64_t n) {
     const auto nn = static_cast<double>(n);
-    const Interval ci = WilsonReal(p * nn, nn, z);
+    const Interval ci = ClopperPearsonInterval(p * nn, nn, confidence);
     return p > pass_rate ? ci.lo >= pass_rate : ci.hi < pass_rate;
   };
   // The interval narrows as N grows at a fixed rate: find the first N that clears by doubling,

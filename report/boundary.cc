@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 
+#include "common/clopper_pearson.h"
 #include "report/stats.h"
 
 namespace nw::report {
@@ -95,7 +96,8 @@ ConfigBoundary Compute(const std::string& config, const std::map<int64_t, Length
 std::string Tokens(int64_t v) { return FormatThousands(v); }
 
 std::string PassCi(int64_t passes, int64_t trials, double confidence) {
-  const Interval ci = WilsonInterval(passes, trials, TwoSidedZFor(confidence));
+  const Interval ci =
+      ClopperPearsonInterval(static_cast<double>(passes), static_cast<double>(trials), confidence);
   return "pass " + FormatThousands(passes) + "/" + FormatThousands(trials) + ", " +
          CiLabel(confidence) + " " + FormatFraction(ci.lo) + "-" + FormatFraction(ci.hi);
 }

@@ -103,7 +103,7 @@ std::vector<ConfigBoundary> ExtractBoundaries(const std::vector<HeatmapCell>& ce
                                               const Criterion& criterion = {});
 
 /// The headline in plain words, built only from decided verdicts, each named length with its
-/// pooled pass count and Wilson interval at the length level, e.g.
+/// pooled pass count and exact (Clopper-Pearson) interval at the length level, e.g.
 ///   "found at every position up to 2,048 tokens (pass 200/200, 99% CI 0.97-1.00); undecided at
 ///    4,096 (pass 190/200, 99% CI 0.90-0.98); lost from 8,192 (pass 12/200, 99% CI 0.03-0.11);
 ///    4,096 needs about 350 answers in all (150 more) to be decided at its observed rate 0.95"

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "common/clopper_pearson.h"
 #include "report/escape.h"
 #include "report/render_util.h"
 #include "report/stats.h"
@@ -87,18 +88,13 @@ std::string Num(double v) {
   return s;
 }
 
-std::string CiText(int64_t passes, int64_t trials) {
-  const Interval ci = WilsonInterval(passes, trials);
-  return "95% CI " + FormatFraction(ci.lo) + "-" + FormatFraction(ci.hi);
-}
-
-// The tooltip of one heatmap cell.
+// The tooltip of one heatmap cell (its verdict and interval are added by the caller).
 std::string CellTooltip(const HeatmapCell& c) {
   std::string t = FormatThousands(c.context_length) + " tokens, needle at " +
                   FormatPosition(c.needle_position) + ": ";
   if (c.trials > 0) {
     t += FormatThousands(c.passes) + "/" + FormatThousands(c.trials) + " passed (" +
-         FormatPercent(c.passes, c.trials) + "), " + CiText(c.passes, c.trials);
+         FormatPercent(c.passes, c.trials) + ")";
   } else {
     t += "no answers";
   }
@@ -156,11 +152,14 @@ std::string Heatmap(const ConfigReport& c) {
         fill = PassRateColor(rate);
         ink = TextColorOn(rate);
       }
+      const Interval ci = ClopperPearsonInterval(
+          static_cast<double>(cell->passes), static_cast<double>(cell->trials), b.cell_confidence);
       s += "<g class=\"cell\"><title>" +
            HtmlEscape(CellTooltip(*cell) + "; verdict: " +
                       std::string(
                           VerdictName(CellVerdictOf(b, len, g.positions[static_cast<size_t>(i)]))) +
-                      " at " + CiLabel(b.cell_confidence)) +
+                      " (" + CiLabel(b.cell_confidence) + " " + FormatFraction(ci.lo) + "-" +
+                      FormatFraction(ci.hi) + ")") +
            "</title>";
       s += "<rect x=\"" + std::to_string(x + 1) + "\" y=\"" + std::to_string(y + 1) +
            "\" width=\"" + std::to_string(kCellWidth - 2) + "\" height=\"" +
@@ -278,7 +277,8 @@ std::string LengthCell(const ConfigBoundary& b, const std::optional<int64_t>& le
   if (!length) return "<td class=\"num\">-</td>";
   for (const LengthSummary& l : b.lengths) {
     if (l.length != *length) continue;
-    const Interval ci = WilsonInterval(l.passes, l.trials, TwoSidedZFor(b.length_confidence));
+    const Interval ci = ClopperPearsonInterval(static_cast<double>(l.passes),
+                                               static_cast<double>(l.trials), b.length_confidence);
     return "<td class=\"num\">" + FormatThousands(*length) + " <small>(" +
            FormatThousands(l.passes) + "/" + FormatThousands(l.trials) + ", " +
            CiLabel(b.length_confidence) + " " + FormatFraction(ci.lo) + "-" +
@@ -327,8 +327,8 @@ std::string RenderHtml(const CampaignReport& r) {
   }
   s += "Jobs: " + HtmlEscape(ProgressLine(r.progress)) + ".</p>\n";
   s += "<p class=\"meta\">Criterion: " + HtmlEscape(r.criterion.ToString()) +
-       ". Found: the Wilson interval lies at or above the pass rate; lost: below it; undecided: "
-       "it straddles it.</p>\n";
+       ". Found: the exact (Clopper-Pearson) interval lies at or above the pass rate; lost: below "
+       "it; undecided: it straddles it.</p>\n";
   s += "<h3>Outcomes</h3>\n" + OutcomeBar(r.outcomes) + OutcomeTable(r.outcomes);
   if (!r.failures.empty()) s += "<h3>Without an answer</h3>\n" + FailureList(r.failures);
   if (r.configs.empty()) {
@@ -367,7 +367,7 @@ std::string RenderHtml(const CampaignReport& r) {
        "(engine_error, timeout, truncated, empty: never counted as misses); fN = N jobs failed "
        "(retries used up, no result); pN = N jobs pending. "
        "After the counts, the cell's verdict: + found, x lost, ? undecided. Hover a cell for its "
-       "counts, 95% Wilson interval and verdict.</p>"
+       "counts, verdict and exact interval at the cell level.</p>"
        "<p>Whole campaign: " +
        HtmlEscape(OutcomeList(r.outcomes)) +
        ".</p><p>Written by <code>nw report --format html</code>.</p></div>\n";

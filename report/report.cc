@@ -10,6 +10,7 @@
 #include <string_view>
 #include <utility>
 
+#include "common/clopper_pearson.h"
 #include "report/render_util.h"
 #include "report/stats.h"
 
@@ -100,7 +101,8 @@ std::string LengthVerdictText(const LengthSummary& l) {
 
 std::string CriterionLine(const CampaignReport& r) {
   return "criterion: " + r.criterion.ToString() +
-         " (found: the Wilson interval lies at or above the pass rate; lost: below it; "
+         " (found: the exact Clopper-Pearson interval lies at or above the pass rate; lost: "
+         "below it; "
          "undecided: it straddles it)";
 }
 
@@ -121,9 +123,11 @@ json CiJson(int64_t passes, int64_t trials) {
   return json::array({ci.lo, ci.hi});
 }
 
+// The interval that decided the verdict next to it (exact, at the verdict's level).
 json CiJsonAt(int64_t passes, int64_t trials, double confidence) {
-  const Interval ci = WilsonInterval(passes, trials, TwoSidedZFor(confidence));
-  return {{"level", confidence}, {"lo", ci.lo}, {"hi", ci.hi}};
+  const Interval ci =
+      ClopperPearsonInterval(static_cast<double>(passes), static_cast<double>(trials), confidence);
+  return {{"level", confidence}, {"method", "clopper-pearson"}, {"lo", ci.lo}, {"hi", ci.hi}};
 }
 
 json FailuresJson(const std::vector<FailureReason>& failures) {

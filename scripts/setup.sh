@@ -3,7 +3,7 @@
 # that has them all runs no apt command. Needs root or sudo only when something is missing.
 set -euo pipefail
 pkgs=(build-essential cmake ninja-build pkg-config git clang-format
-      libzmq3-dev cppzmq-dev libsodium-dev libsqlite3-dev sqlite3 libyaml-cpp-dev libboost-dev
+      libzmq3-dev cppzmq-dev libsodium-dev libsqlite3-dev sqlite3 libyaml-cpp-dev libboost-dev  # Beast; Boost.Math: Clopper-Pearson
       nlohmann-json3-dev libcli11-dev googletest libgtest-dev libgmock-dev libpcre2-dev
       chromium   # chromium: tests/report/html_test renders the HTML report headless
       prometheus  # promtool check metrics: tests/dashboard parse /metrics with a real parser

@@ -117,7 +117,7 @@ struct HttpBackendSettings {
 /// search only chooses which of its jobs run, so its jobs are the grid's jobs (same keys).
 struct BoundarySearchSettings {
   int first_trials = 1;           // trials at a length before it is called passing
-  double confidence = 0.95;       // the campaign criterion's confidence (two-sided Wilson level)
+  double confidence = 0.95;       // the campaign criterion's confidence (two-sided level)
   double pass_rate = 0.9;         // the campaign criterion's pass_rate: found / lost threshold
   std::optional<int64_t> budget;  // jobs at most per line (configuration x needle position)
   SourceLocation where;           // the `search` key

@@ -4,8 +4,6 @@
 #include <cmath>
 #include <string>
 
-#include "common/wilson.h"
-
 namespace nw::search {
 
 std::string_view LineStateName(LineState s) {
@@ -28,17 +26,6 @@ std::string_view LineStateName(LineState s) {
   return "unknown";
 }
 
-Result<double> TwoSidedZ(double confidence) {
-  if (!(confidence > 0 && confidence < 1)) {
-    return Status::InvalidArgument("confidence must be between 0 and 1 (exclusive), got " +
-                                   std::to_string(confidence));
-  }
-  return nw::TwoSidedZFor(confidence);
-}
-
-double WilsonLower(int64_t passes, int64_t n, double z) { return WilsonInterval(passes, n, z).lo; }
-double WilsonUpper(int64_t passes, int64_t n, double z) { return WilsonInterval(passes, n, z).hi; }
-
 Result<LineSearch> LineSearch::Create(size_t lengths, const LineSearchOptions& options) {
   if (lengths == 0) return Status::InvalidArgument("boundary search: a line without lengths");
   if (options.first_trials < 1) {
@@ -49,7 +36,10 @@ Result<LineSearch> LineSearch::Create(size_t lengths, const LineSearchOptions& o
                                    std::to_string(options.max_trials) + ") < first_trials (" +
                                    std::to_string(options.first_trials) + ")");
   }
-  if (!(options.z > 0)) return Status::InvalidArgument("boundary search: z must be > 0");
+  if (!(options.confidence > 0 && options.confidence < 1)) {
+    return Status::InvalidArgument("boundary search: confidence must be in (0, 1), got " +
+                                   std::to_string(options.confidence));
+  }
   if (!(options.pass_rate > 0 && options.pass_rate < 1)) {
     return Status::InvalidArgument("boundary search: pass_rate must be in (0, 1)");
   }
@@ -93,11 +83,7 @@ LineSearch::Stats LineSearch::StatsAt(size_t i) const {
 
 nw::Verdict LineSearch::VerdictAt(size_t i) const {
   const Stats s = StatsAt(i);
-  if (s.answers == 0) return nw::Verdict::kNoAnswers;
-  const Interval ci = WilsonInterval(s.passes, s.answers, options_.z);
-  if (ci.lo >= options_.pass_rate) return nw::Verdict::kFound;
-  if (ci.hi < options_.pass_rate) return nw::Verdict::kLost;
-  return nw::Verdict::kUndecided;
+  return nw::Decide(s.passes, s.answers, options_.pass_rate, options_.confidence);
 }
 
 LineSearch::Kind LineSearch::KindAt(size_t i) const {

@@ -3,18 +3,18 @@
 // outcome of each trial it asked for and answers which trials to run next. docs/campaigns.md
 // ("Boundary search") describes the algorithm and the campaign's `search:` key.
 //
-// Lengths are judged with the campaign's criterion (common/verdict.h): a length's Wilson interval
-// (two-sided, z) against `pass_rate` makes it FOUND (lower bound >= pass_rate), LOST (upper bound
-// < pass_rate) or UNDECIDED. For steering, an undecided length with answers leans on its
-// observed rate:
+// Lengths are judged with the campaign's criterion by nw::Decide (common/verdict.h): a length's
+// exact Clopper-Pearson interval (two-sided, at `confidence`) against `pass_rate` makes it FOUND
+// (lower bound >= pass_rate), LOST (upper bound < pass_rate) or UNDECIDED. For steering, an
+// undecided length with answers leans on its observed rate:
 //   failing  when it is lost, or undecided with an observed pass rate below pass_rate and at
 //            least `first_trials` answers (or its pool spent);
 //   passing  when it is found, or undecided with an observed rate >= pass_rate and at least
 //            `first_trials` answers (or its pool spent);
 //   dead     when its whole pool ran and gave no answer (engine errors, timeouts, ...);
 //   open     otherwise (not run yet, or short of answers).
-// With first_trials 1 a single miss is 0/1, whose interval (upper 0.79 at 95 %) is below any
-// pass_rate above 0.79: lost at once; a single pass leans passing.
+// With first_trials 1 a single miss (0/1) leans failing and a single pass leans passing; neither
+// is decided (0/1 at 95 % is [0, 0.975]): the stop rule below asks for more answers.
 // The bracket is hi = the shortest failing length (or one past the grid) and lo = the longest
 // passing length below hi (or one before the grid). While hi - lo > 1 the search runs
 // `first_trials` trials at the middle index (bisection on the grid's index, i.e. geometrically
@@ -85,16 +85,10 @@ struct LineVerdict {
 struct LineSearchOptions {
   int first_trials = 1;           // trials at a length before it is called passing (>= 1)
   int max_trials = 1;             // the pool: trials a length may get at most (>= first_trials)
-  double z = 1.959963984540054;   // Wilson z (two-sided 95 %): the criterion's confidence
+  double confidence = 0.95;       // the criterion's two-sided level (0 < confidence < 1)
   double pass_rate = 0.9;         // the criterion's threshold (0 < pass_rate < 1)
   std::optional<int64_t> budget;  // trials this line may issue at most (>= 1)
 };
-
-/// z of a two-sided Wilson interval at `confidence` (0 < confidence < 1): 0.95 -> 1.96.
-Result<double> TwoSidedZ(double confidence);
-/// The Wilson score interval's bounds (n = 0: [0, 1]).
-double WilsonLower(int64_t passes, int64_t n, double z);
-double WilsonUpper(int64_t passes, int64_t n, double z);
 
 class LineSearch {
  public:

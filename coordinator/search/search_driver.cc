@@ -46,7 +46,7 @@ Result<SearchDriver> SearchDriver::Create(const BoundarySearchSettings& settings
   LineSearchOptions o;
   o.first_trials = settings.first_trials;
   o.max_trials = trials;
-  NW_ASSIGN_OR_RETURN(o.z, TwoSidedZ(settings.confidence));
+  o.confidence = settings.confidence;
   o.pass_rate = settings.pass_rate;
   o.budget = settings.budget;
 

@@ -1,4 +1,4 @@
--- 0009_coordinator_searches: the boundary searches of campaigns submitted to the coordinator
+-- 0010_coordinator_searches: the boundary searches of campaigns submitted to the coordinator
 -- daemon (`nw submit` of a campaign with `search:`). A row holds what the daemon cannot rebuild
 -- on its own after a restart: the search's settings and the campaign's whole grid (the JobSpecs
 -- the search may ask for, as the submitter expanded them). What the search has decided so far is

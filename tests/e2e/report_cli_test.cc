@@ -76,18 +76,18 @@ TEST_F(ReportCliTest, ReportHtml) {
   ASSERT_EQ(r.exit_code, 0) << r.out;
   EXPECT_EQ(r.out.rfind("<!DOCTYPE html>", 0), 0u);
   EXPECT_NE(r.out.find("<svg class=\"heatmap\""), std::string::npos);
-  // base's own criterion (pass rate 0.75): 20/20 at 98.33 % (0.95 over 3 lengths) has lower
-  // bound 0.78, found.
+  // base's own criterion (pass rate 0.75): 20/20 at 98.33 % (0.95 over 3 lengths) has exact
+  // lower bound 0.0083^(1/20) = 0.79, found.
   EXPECT_NE(r.out.find("found at every position up to 2,000 tokens (pass 20/20, 98.33% CI "
-                       "0.78-1.00); lost from 4,000"),
+                       "0.79-1.00); lost from 4,000"),
             std::string::npos)
       << r.out;
   EXPECT_NE(r.out.find("Criterion: pass rate &gt;= 0.75 at 95% confidence"), std::string::npos);
   // The default criterion (0.9) cannot call 20/20 found; the strict boundary used to.
   CommandResult w = Sh(Nw("report worse"));
   ASSERT_EQ(w.exit_code, 0) << w.out;
-  EXPECT_NE(w.out.find("undecided at 1,000 (pass 20/20, 98.33% CI 0.78-1.00); lost from 2,000 "
-                       "(pass 0/20, 98.33% CI 0.00-0.22)"),
+  EXPECT_NE(w.out.find("undecided at 1,000 (pass 20/20, 98.33% CI 0.79-1.00); lost from 2,000 "
+                       "(pass 0/20, 98.33% CI 0.00-0.21)"),
             std::string::npos)
       << w.out;
   EXPECT_EQ(Sh(Nw("report base --format pdf")).exit_code, 2);

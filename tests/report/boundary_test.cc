@@ -152,19 +152,19 @@ TEST(Verdicts, NineOfTenIsUndecidedNotLost) {
   for (const CellDecision& d : b.cell_verdicts) EXPECT_EQ(d.verdict, Verdict::kUndecided);
   const std::string s = DescribeBoundary(b);
   EXPECT_EQ(s.rfind("undecided at every tested length (256-4,096 tokens; 256, 512, 1,024 (each "
-                    "pass 10/10, 99% CI 0.60-1.00), 2,048 (pass 9/10, 99% CI 0.49-0.99), 4,096 "
-                    "(pass 10/10, 99% CI 0.60-1.00))",
+                    "pass 10/10, 99% CI 0.59-1.00), 2,048 (pass 9/10, 99% CI 0.46-1.00), 4,096 "
+                    "(pass 10/10, 99% CI 0.59-1.00))",
                     0),
             0u)
       << s;
-  EXPECT_NE(s.find("2,048 (pass 9/10, 99% CI 0.49-0.99)"), std::string::npos) << s;
+  EXPECT_NE(s.find("2,048 (pass 9/10, 99% CI 0.46-1.00)"), std::string::npos) << s;
   EXPECT_EQ(s.find("lost"), std::string::npos) << s;
-  // The nearest undecided length is 256 at rate 1: n / (n + z^2) >= 0.9 with z = 2.5758 needs
-  // n >= 9 z^2 = 59.7, so 60 answers in all, 50 more.
+  // The nearest undecided length is 256 at rate 1: the exact lower bound 0.005^(1/n) >= 0.9
+  // needs n >= ln 0.005 / ln 0.9 = 50.3, so 51 answers in all, 41 more.
   EXPECT_EQ(b.nearest_undecided, 256);
-  EXPECT_EQ(b.decide_trials, 60);
-  EXPECT_NE(s.find("about 50 more answers at 256 (observed rate 1) would decide it if the rate "
-                   "held (60 in all: the smallest n whose 99% CI at that rate clears 0.9)"),
+  EXPECT_EQ(b.decide_trials, 51);
+  EXPECT_NE(s.find("about 41 more answers at 256 (observed rate 1) would decide it if the rate "
+                   "held (51 in all: the smallest n whose 99% CI at that rate clears 0.9)"),
             std::string::npos)
       << s;
 }
@@ -181,7 +181,7 @@ TEST(Verdicts, SharpBoundaryIsFoundThenLost) {
   // The strict boundary called 2,000 failing for its one miss in 200.
   EXPECT_EQ(b.l_fail, 2000);
   EXPECT_EQ(DescribeBoundary(b),
-            "found at every position up to 2,000 tokens (pass 199/200, 98.33% CI 0.96-1.00); "
+            "found at every position up to 2,000 tokens (pass 199/200, 98.33% CI 0.97-1.00); "
             "lost from 4,000 (pass 3/200, 98.33% CI 0.00-0.05)");
 }
 
@@ -194,8 +194,8 @@ TEST(Verdicts, UndecidedLengthIsNamedWithTheTrialsToDecideIt) {
   // 45/50 is exactly the threshold: more answers at that rate never decide it.
   EXPECT_FALSE(b.decide_trials);
   EXPECT_EQ(DescribeBoundary(b),
-            "found at every position up to 1,000 tokens (pass 200/200, 98.33% CI 0.97-1.00); "
-            "undecided at 2,000 (pass 45/50, 98.33% CI 0.75-0.96); lost from 4,000 (pass 0/100, "
+            "found at every position up to 1,000 tokens (pass 200/200, 98.33% CI 0.98-1.00); "
+            "undecided at 2,000 (pass 45/50, 98.33% CI 0.75-0.97); lost from 4,000 (pass 0/100, "
             "98.33% CI 0.00-0.05); more answers at 2,000 (observed rate 0.9) would not decide it: "
             "its rate is the threshold 0.9");
 }
@@ -209,7 +209,7 @@ TEST(Verdicts, NonMonotoneVerdictsAreNamed) {
   EXPECT_EQ(b.found_after_lost, std::vector<int64_t>{4000});
   EXPECT_EQ(DescribeBoundary(b),
             "found at every position up to 1,000 tokens (pass 100/100, 98.33% CI 0.95-1.00); "
-            "lost at 2,000 (pass 10/100, 98.33% CI 0.05-0.19); not monotone: found again at "
+            "lost at 2,000 (pass 10/100, 98.33% CI 0.04-0.19); not monotone: found again at "
             "4,000 (pass 100/100, 98.33% CI 0.95-1.00)");
 }
 
@@ -232,7 +232,7 @@ TEST(Verdicts, OneBadPositionMakesItsLengthLost) {
   EXPECT_EQ(DescribeBoundary(b),
             "found at every position up to 1,000 tokens (pass 500/500, 97.5% CI 0.99-1.00); lost "
             "from 2,000 (pass 460/500, 97.5% CI 0.89-0.94; lost at position 50%: pass 60/100, "
-            "99.5% CI 0.46-0.73)");
+            "99.5% CI 0.45-0.73)");
 }
 
 TEST(Verdicts, TheCriterionIsTheCampaigns) {
@@ -244,14 +244,14 @@ TEST(Verdicts, TheCriterionIsTheCampaigns) {
   EXPECT_EQ(b[0].found_up_to, 2000);
   EXPECT_EQ(DescribeBoundary(b[0]),
             "found at every position at every tested length (up to 2,000 tokens; pass 10/10, "
-            "97.5% CI 0.67-1.00)");
+            "97.5% CI 0.65-1.00)");
   // Infrastructure failures never count: only answers are judged, and the note says what is
   // missing.
   auto e = ExtractBoundaries({Cell(1000, 0, 10, 10, 3), Cell(2000, 0, 0, 0, 2, 1)},
                              Criterion{0.5, 0.95});
   ASSERT_EQ(e.size(), 1u);
   EXPECT_EQ(DescribeBoundary(e[0]),
-            "found at every position up to 1,000 tokens (pass 10/10, 95% CI 0.72-1.00); no "
+            "found at every position up to 1,000 tokens (pass 10/10, 95% CI 0.69-1.00); no "
             "answers at 2,000; 5 without an answer, 1 pending");
 }
 

@@ -72,10 +72,10 @@ constexpr const char* kExpectedText = R"txt(campaign snapshot (snapshot.yaml)
 jobs: 34 total, 33 done, 0 failed, 0 leased, 1 queued
 outcomes: pass 26, miss 5, truncated 1, empty 0, engine_error 1, timeout 0
 without an answer: 1 engine_error: resource_exhausted: simulated
-criterion: pass rate >= 0.9 at 95% confidence (found: the Wilson interval lies at or above the pass rate; lost: below it; undecided: it straddles it)
+criterion: pass rate >= 0.9 at 95% confidence (found: the exact Clopper-Pearson interval lies at or above the pass rate; lost: below it; undecided: it straddles it)
 
 topk=16 precision=fp32 backend=cpu task=niah-single haystack=noise
-  undecided at 1,000, 1,850 (each pass 7/7, 98.33% CI 0.55-1.00); lost from 4,509 (pass 3/6, 98.33% CI 0.15-0.85); about 45 more answers at 1,000 (observed rate 1) would decide it if the rate held (52 in all: the smallest n whose 98.33% CI at that rate clears 0.9); 1 without an answer, 1 pending
+  undecided at every tested length (1,000-4,509 tokens; 1,000, 1,850 (each pass 7/7, 98.33% CI 0.50-1.00), 4,509 (pass 3/6, 98.33% CI 0.08-0.92)); about 39 more answers at 1,000 (observed rate 1) would decide it if the rate held (46 in all: the smallest n whose 98.33% CI at that rate clears 0.9); 1 without an answer, 1 pending
   verdict levels: lengths 98.33% CI, cells 99.58% CI (the criterion's confidence split over 3 lengths and 12 cells with answers, Bonferroni)
   outcomes: pass 17, miss 3, truncated 0, empty 0, engine_error 1, timeout 0
   without an answer: 1 engine_error: resource_exhausted: simulated
@@ -83,22 +83,22 @@ topk=16 precision=fp32 backend=cpu task=niah-single haystack=noise
     length    0%   50%        100%  end-512  length verdict
      1,000  2/2?  2/2?        2/2?     1/1?  undecided
      1,850  2/2?  2/2?        2/2?     1/1?  undecided
-     4,509  1/2?  0/2x  1/1 e1 p1?     1/1?  lost
+     4,509  1/2?  0/2?  1/1 e1 p1?     1/1?  undecided
   indexer probes (needle in the top-k at the last prompt position; its rank over the question and answer positions):
     layer 0: 3/5 answers (60%), median rank 3, best 1
     layer 2: 1/5 answers (20%), median rank 6.5, best 4
 
 topk=16 precision=fp32 backend=cpu-paged task=niah-single haystack=noise
-  lost at 1,000 (pass 0/1, 97.5% CI 0.00-0.83); undecided at 4,509 (pass 1/2, 97.5% CI 0.08-0.92); about 1 more answer at 4,509 (observed rate 0.5) would decide it if the rate held (3 in all: the smallest n whose 97.5% CI at that rate clears 0.9); 1 without an answer
+  undecided at every tested length (1,000-4,509 tokens; 1,000 (pass 0/1, 97.5% CI 0.00-0.99), 4,509 (pass 1/2, 97.5% CI 0.01-0.99)); about 1 more answer at 1,000 (observed rate 0) would decide it if the rate held (2 in all: the smallest n whose 97.5% CI at that rate clears 0.9); 1 without an answer
   verdict levels: lengths 97.5% CI, cells 97.5% CI (the criterion's confidence split over 2 lengths and 2 cells with answers, Bonferroni)
   outcomes: pass 1, miss 2, truncated 1, empty 0, engine_error 0, timeout 0
   heatmap (passes/answers and verdict; rows: context length, columns: needle position):
     length       0%  length verdict
-     1,000  0/1 e1x  lost
+     1,000  0/1 e1?  undecided
      4,509     1/2?  undecided
 
 topk=64 precision=fp32 backend=cpu task=niah-single haystack=noise
-  undecided at every tested length (1,000-4,509 tokens; 1,000, 4,509 (each pass 4/4, 97.5% CI 0.44-1.00)); about 42 more answers at 1,000 (observed rate 1) would decide it if the rate held (46 in all: the smallest n whose 97.5% CI at that rate clears 0.9)
+  undecided at every tested length (1,000-4,509 tokens; 1,000, 4,509 (each pass 4/4, 97.5% CI 0.33-1.00)); about 38 more answers at 1,000 (observed rate 1) would decide it if the rate held (42 in all: the smallest n whose 97.5% CI at that rate clears 0.9)
   verdict levels: lengths 97.5% CI, cells 98.75% CI (the criterion's confidence split over 2 lengths and 4 cells with answers, Bonferroni)
   outcomes: pass 8, miss 0, truncated 0, empty 0, engine_error 0, timeout 0
   heatmap (passes/answers and verdict; rows: context length, columns: needle position):
@@ -120,7 +120,7 @@ TEST_F(ReportTest, ColourOnlyWhenAsked) {
   const std::string colour = RenderText(report_, TextOptions{.color = true});
   // The colour is the pass rate's; the mark after the counts is the cell's verdict.
   EXPECT_NE(colour.find("\x1b[32m2/2?\x1b[0m"), std::string::npos);  // all passed: green
-  EXPECT_NE(colour.find("\x1b[31m0/2x\x1b[0m"), std::string::npos);  // none passed: red
+  EXPECT_NE(colour.find("\x1b[31m0/2?\x1b[0m"), std::string::npos);  // none passed: red
   EXPECT_NE(colour.find("\x1b[33m1/2?\x1b[0m"), std::string::npos);  // some passed: yellow
   EXPECT_NE(colour.find("\x1b[1m" + ConfigLabel() + "\x1b[0m"), std::string::npos);
   // Padding is computed on the visible text, so stripping the codes gives the plain report.
@@ -143,17 +143,20 @@ TEST_F(ReportTest, MarkdownHasTheSameData) {
             std::string::npos)
       << md;
   // Verdicts at pass rate 0.9: 7/7 cannot show 0.9 (the strict boundary said "found up to
-  // 1,850"); 3/6 at 4,509 is lost.
+  // 1,850"), and 3/6 at 4,509 cannot show it is below (exact upper bound 0.92 at 98.33 %; the
+  // Wilson interval called it lost).
   EXPECT_NE(md.find("| `" + ConfigLabel() +
-                    "` | undecided at 1,000, 1,850 (each pass 7/7, 98.33% CI 0.55-1.00); lost "
-                    "from 4,509 (pass 3/6, 98.33% CI 0.15-0.85); about 45 more answers at 1,000"),
+                    "` | undecided at every tested length (1,000-4,509 tokens; 1,000, 1,850 (each "
+                    "pass 7/7, 98.33% CI 0.50-1.00), 4,509 (pass 3/6, 98.33% CI 0.08-0.92)); "
+                    "about 39 more answers at 1,000"),
             std::string::npos)
       << md;
   EXPECT_NE(md.find("| length \\ position | 0% | 50% | 100% | end-512 | length verdict |\n"
                     "|---:|---:|---:|---:|---:|---|"),
             std::string::npos)
       << md;
-  EXPECT_NE(md.find("| 4,509 | 1/2? | 0/2x | 1/1 e1 p1? | 1/1? | lost |"), std::string::npos) << md;
+  EXPECT_NE(md.find("| 4,509 | 1/2? | 0/2? | 1/1 e1 p1? | 1/1? | undecided |"), std::string::npos)
+      << md;
   EXPECT_NE(md.find("| 26 | 5 | 1 | 0 | 1 | 0 |\n\nWithout an answer:\n\n- 1 engine_error: "
                     "resource_exhausted: simulated\n\ncriterion: pass rate >= 0.9 at 95% "
                     "confidence"),
@@ -161,7 +164,9 @@ TEST_F(ReportTest, MarkdownHasTheSameData) {
       << md;
   EXPECT_NE(md.find("| 0 | 3/5 (60%) | 3 | 1 |"), std::string::npos) << md;
   EXPECT_NE(md.find("| 2 | 1/5 (20%) | 6.5 | 4 |"), std::string::npos) << md;
-  EXPECT_NE(md.find("lost at 1,000 (pass 0/1, 97.5% CI 0.00-0.83); undecided at 4,509"),
+  // One miss is not a loss (the Wilson interval called 0/1 lost: 0.00-0.83).
+  EXPECT_NE(md.find("(1,000-4,509 tokens; 1,000 (pass 0/1, 97.5% CI 0.00-0.99), 4,509 (pass 1/2, "
+                    "97.5% CI 0.01-0.99))"),
             std::string::npos)
       << md;
 }
@@ -177,19 +182,22 @@ TEST_F(ReportTest, JsonHasTheSameData) {
   const nlohmann::json& c = j["configs"][0];
   EXPECT_EQ(c["config"], ConfigLabel());
   EXPECT_EQ(c["summary"],
-            "undecided at 1,000, 1,850 (each pass 7/7, 98.33% CI 0.55-1.00); lost from 4,509 "
-            "(pass 3/6, 98.33% CI 0.15-0.85); about 45 more answers at 1,000 (observed rate 1) "
-            "would decide it if the rate held (52 in all: the smallest n whose 98.33% CI at that "
-            "rate clears 0.9); 1 without an answer, 1 pending");
+            "undecided at every tested length (1,000-4,509 tokens; 1,000, 1,850 (each pass 7/7, "
+            "98.33% CI 0.50-1.00), 4,509 (pass 3/6, 98.33% CI 0.08-0.92)); about 39 more answers "
+            "at 1,000 (observed rate 1) would decide it if the rate held (46 in all: the smallest "
+            "n whose 98.33% CI at that rate clears 0.9); 1 without an answer, 1 pending");
   EXPECT_EQ(j["criterion"]["pass_rate"], 0.9);
   EXPECT_EQ(j["criterion"]["confidence"], 0.95);
   EXPECT_EQ(c["verdicts"]["found_up_to"], nullptr);
-  EXPECT_EQ(c["verdicts"]["lost_from"], 4509);
-  EXPECT_EQ(c["verdicts"]["undecided"], nlohmann::json::array({1000, 1850}));
+  EXPECT_EQ(c["verdicts"]["lost_from"], nullptr);
+  EXPECT_EQ(c["verdicts"]["undecided"], nlohmann::json::array({1000, 1850, 4509}));
   EXPECT_EQ(c["verdicts"]["nearest_undecided"]["length"], 1000);
-  EXPECT_EQ(c["verdicts"]["nearest_undecided"]["answers_to_decide"], 52);
-  EXPECT_EQ(c["lengths"][2]["verdict"], "lost");
-  EXPECT_EQ(c["cells"][9]["verdict"], "lost");  // 4,509 at 50%: 0/2
+  EXPECT_EQ(c["verdicts"]["nearest_undecided"]["answers_to_decide"], 46);
+  EXPECT_EQ(c["lengths"][2]["verdict"], "undecided");
+  // The interval next to a verdict is the exact one that decided it: 3/6 at 98.33 %.
+  EXPECT_EQ(c["lengths"][2]["ci"]["method"], "clopper-pearson");
+  EXPECT_NEAR(c["lengths"][2]["ci"]["hi"].get<double>(), 0.9206, 1e-4);
+  EXPECT_EQ(c["cells"][9]["verdict"], "undecided");  // 4,509 at 50%: 0/2 (upper 0.954 at 99.58%)
   EXPECT_EQ(c["cells"][0]["verdict"], "undecided");
   EXPECT_EQ(c["boundary"]["l_pass"], 1850);
   EXPECT_EQ(c["boundary"]["l_fail"], 4509);
@@ -237,8 +245,9 @@ TEST(ReportEmpty, ACampaignWithoutResults) {
             "campaign empty\n"
             "jobs: 3 total, 0 done, 0 failed, 0 leased, 3 queued\n"
             "outcomes: pass 0, miss 0, truncated 0, empty 0, engine_error 0, timeout 0\n"
-            "criterion: pass rate >= 0.9 at 95% confidence (found: the Wilson interval lies at or "
-            "above the pass rate; lost: below it; undecided: it straddles it)\n"
+            "criterion: pass rate >= 0.9 at 95% confidence (found: the exact Clopper-Pearson "
+            "interval lies at or above the pass rate; lost: below it; undecided: it straddles "
+            "it)\n"
             "\nno results yet\n");
   EXPECT_NE(RenderMarkdown(r).find("No results yet."), std::string::npos);
   EXPECT_TRUE(RenderJson(r)["configs"].empty());

@@ -2,12 +2,14 @@
 // seeds each, judged with ExtractBoundaries at the default criterion (0.9 / 95 %). Checks that a
 // decidable headline boundary is right in >= 95 % of runs and that a length whose true rate is at
 // least threshold + 0.05 is called lost in <= 5 % of runs. NW_SIM_TABLE=1 prints the table that
-// docs/reports.md quotes.
+// docs/reports.md quotes, and the test checks that the doc quotes it exactly.
 #include <gtest/gtest.h>
 
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <functional>
+#include <iterator>
 #include <optional>
 #include <random>
 #include <string>
@@ -108,18 +110,18 @@ TEST(VerdictSimulation, KnownRatesThousandSeedsEach) {
        [](size_t li, size_t) { return li == 2 ? 0.20 : 0.99; }, 512, 1024},
   };
   const bool print = std::getenv("NW_SIM_TABLE") != nullptr;
-  if (print) {
-    std::printf(
-        "| scenario | decided headline runs | right of decided | runs with a false lost | runs "
-        "with a false found | runs named not monotone |\n|---|---:|---:|---:|---:|---:|\n");
-  }
+  std::string table =
+      "| scenario | decided headline runs | right of decided | runs with a false lost | runs "
+      "with a false found | runs named not monotone |\n|---|---:|---:|---:|---:|---:|\n";
+  std::vector<Tally> tallies;
   for (const Scenario& s : scenarios) {
     SCOPED_TRACE(s.name);
     const Tally t = Simulate(s);
-    if (print) {
-      std::printf("| %s | %d | %d | %d | %d | %d |\n", s.name.c_str(), t.decided, t.right,
-                  t.false_lost_runs, t.false_found_runs, t.nonmonotone_named);
-    }
+    tallies.push_back(t);
+    char row[512];
+    std::snprintf(row, sizeof(row), "| %s | %d | %d | %d | %d | %d |\n", s.name.c_str(), t.decided,
+                  t.right, t.false_lost_runs, t.false_found_runs, t.nonmonotone_named);
+    table += row;
     // A length with true rate >= threshold + 0.05 is called lost in <= 5 % of runs.
     EXPECT_LE(t.false_lost_runs, kSeeds / 20);
     EXPECT_LE(t.false_found_runs, kSeeds / 20);
@@ -127,10 +129,18 @@ TEST(VerdictSimulation, KnownRatesThousandSeedsEach) {
       EXPECT_GE(t.right * 100, t.decided * 95);
     }
   }
+  if (print) std::printf("%s", table.c_str());
   // The scenarios with a boundary must be decidable most of the time at 200 answers a length.
-  EXPECT_GE(Simulate(scenarios[0]).decided, 900);
+  EXPECT_GE(tallies[0].decided, 900);
   // The non-monotone pattern is named.
-  EXPECT_GE(Simulate(scenarios[4]).nonmonotone_named, 900);
+  EXPECT_GE(tallies[4].nonmonotone_named, 900);
+  // docs/reports.md ("Checked by simulation") quotes exactly this table.
+  std::ifstream doc(std::string(NW_SOURCE_DIR) + "/docs/reports.md");
+  ASSERT_TRUE(doc.good());
+  const std::string text((std::istreambuf_iterator<char>(doc)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find(table), std::string::npos)
+      << "docs/reports.md does not quote the simulation table; it is now:\n"
+      << table;
 }
 
 }  // namespace
