@@ -270,7 +270,7 @@ TEST_F(SearchDaemonTest, TheDaemonFindsTheBoundaryAndJobsOfNwRun) {
   auto ref_db = Open("run.db");
   const int64_t ref_id = RunEmbeddedSearch(*ref_db);
   const auto ref_keys = JobKeys(*ref_db, ref_id);
-  ASSERT_EQ(ref_keys.size(), 54u);  // search_run_test: 9 jobs per line, 6 lines
+  ASSERT_EQ(ref_keys.size(), 78u);  // search_run_test: 13 jobs per line (exact verdicts), 6 lines
 
   auto db = Open("daemon.db");
   StartServer(*db);
@@ -284,11 +284,11 @@ TEST_F(SearchDaemonTest, TheDaemonFindsTheBoundaryAndJobsOfNwRun) {
   ASSERT_TRUE(st.ok());
   ASSERT_TRUE(st->search.has_value());
   EXPECT_EQ(st->search->grid_jobs, 288);
-  EXPECT_EQ(st->search->asked_jobs, 54);
+  EXPECT_EQ(st->search->asked_jobs, 78);
   EXPECT_EQ(st->search->lines, 6);
   EXPECT_EQ(st->search->lines_finished, 6);
-  EXPECT_EQ(st->total, 54);
-  EXPECT_EQ(st->done, 54);
+  EXPECT_EQ(st->total, 78);
+  EXPECT_EQ(st->done, 78);
   StopServer();
 
   EXPECT_EQ(JobKeys(*db, reply->campaign_id), ref_keys);
@@ -310,20 +310,20 @@ TEST_F(SearchDaemonTest, ARestartedDaemonResumesTheSearchFromTheStoredResults) {
       << Log();
   auto before = Progress();
   ASSERT_TRUE(before.ok() && before->search.has_value());
-  EXPECT_LT(before->search->asked_jobs, 54);
+  EXPECT_LT(before->search->asked_jobs, 78);
   EXPECT_EQ(before->search->lines_finished, 0);
   StopServer();  // leases stay recorded; the workers reconnect to the next daemon
   const std::set<std::string> asked_before = JobKeys(*db, reply->campaign_id);
-  EXPECT_LT(asked_before.size(), 54u);
+  EXPECT_LT(asked_before.size(), 78u);
 
   StartServer(*db);
   gate_.Release();
   ASSERT_TRUE(WaitFor([](const CampaignStatus& c) { return c.state == "finished"; })) << Log();
   auto after = Progress();
   ASSERT_TRUE(after.ok() && after->search.has_value());
-  EXPECT_EQ(after->search->asked_jobs, 54);
+  EXPECT_EQ(after->search->asked_jobs, 78);
   EXPECT_EQ(after->search->lines_finished, 6);
-  EXPECT_EQ(after->done, 54);
+  EXPECT_EQ(after->done, 78);
   StopServer();
   const auto keys = JobKeys(*db, reply->campaign_id);
   for (const auto& k : asked_before) EXPECT_TRUE(keys.count(k)) << k;
