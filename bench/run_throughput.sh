@@ -24,9 +24,17 @@ timeout "${NW_TIMEOUT:-300}" "$B" "${common[@]}" --export "$P" --json "$OUT/need
   tee "$OUT/throughput.log"
 timeout "${NW_TIMEOUT:-300}" "$B" "${common[@]}" --slots "${SLOTS:-8}" \
   --json "$OUT/needlework-slots.json" 2>&1 | tee -a "$OUT/throughput.log"
+# The bf16 profile (weights, activations, KV and index q/k in bf16; the indexer on tensor cores),
+# against the baselines' bf16 columns. BF16=0 skips it.
+extra=()
+if [ "${BF16:-1}" = 1 ]; then
+  timeout "${NW_TIMEOUT:-300}" "$B" "${common[@]}" --slots "${SLOTS:-8}" --precision bf16 \
+    --json "$OUT/needlework-bf16-slots.json" 2>&1 | tee -a "$OUT/throughput.log"
+  extra=("$OUT/needlework-bf16-slots.json")
+fi
 python3 bench/torch_baselines.py --prompts "$P" --model models/tiny-v4 --out "$OUT/torch.json" \
   --max-length "${TORCH_MAX:-32768}" --time-cap "${CAP:-40}" 2>&1 | grep -v "^\[transformers\]" |
   tee -a "$OUT/throughput.log"
 python3 bench/throughput_table.py "$OUT/torch.json" "$OUT/needlework.json" \
-  "$OUT/needlework-slots.json" | tee "$OUT/table.md"
+  "$OUT/needlework-slots.json" "${extra[@]}" | tee "$OUT/table.md"
 if [ "${MIXED:-1}" = 1 ]; then OUT=$OUT SLOTS=${SLOTS:-8} bash bench/run_gpu_busy.sh; fi

@@ -32,7 +32,8 @@ def main() -> None:
     head = ["prompt tokens"]
     for run in runs:
         r0 = run["rows"][0]
-        head.append(f"needlework `{r0['backend']}`, {r0.get('slots', 1)} slot(s)")
+        prec = r0.get("precision", "fp32")
+        head.append(f"needlework `{r0['backend']}` {prec}, {r0.get('slots', 1)} slot(s)")
     head += [f"`{i}`" for i in impls] + ["vs best HF", "vs best v4.py"]
     print("| " + " | ".join(head) + " |")
     print("|" + "---:|" * len(head))

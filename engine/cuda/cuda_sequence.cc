@@ -160,6 +160,17 @@ Status IndexFormat(NumFormat f, float* x, int64_t rows, int64_t cols, cudaStream
   return LaunchFakeQuant(q, stream);
 }
 
+// True when every index q and k value of the profile is exactly a bf16 value (bf16, and e4m3 or
+// e2m1 codes times a power-of-two scale): the indexer then runs on tensor cores with exact
+// products (kernels/cuda/indexer.h kBf16), only the fp32 summation order differing from the CPU.
+// fp32 keeps the exact SIMT path (the CPU's bits); NVFP4 rows carry an arbitrary fp32 factor.
+bool BF16ExactIndexFormat(NumFormat f) {
+  return f == NumFormat::kBf16 || f == NumFormat::kFp8 || f == NumFormat::kMxfp4;
+}
+bool IndexerOnTensorCores(const PrecisionProfile& p) {
+  return BF16ExactIndexFormat(p.index_q) && BF16ExactIndexFormat(p.index_k);
+}
+
 }  // namespace
 
 struct CudaSequence::Impl {
@@ -193,9 +204,10 @@ struct CudaSequence::Impl {
   int64_t cap = 0;
   DeviceBuffer<int32_t> tokens, positions, ent_pos, visible, zeros, win_idx, win_len, comp_idx,
       comp_len, sel, experts, offsets, list_token, slot_pos, tile_expert, tile_row0, tile_rows,
-      iota;
+      iota, dispatch_scratch;
   DevTensor X, Xn, mix, coeffs, u, xn, y, qr, qh, kvbuf, o, oa, ckv, cscore, ikv, iscore, iq, iw,
       ent, scores, glog, rweights, lweights, g1, g3, Y, sh1, sh3, S, hmix, hu, hn, logits;
+  DeviceBuffer<uint16_t> iq16, ikeys16;  // bf16 copies for the tensor-core indexer
   DeviceBuffer<int32_t> pr_rank;
   DeviceBuffer<uint8_t> pr_hit;
   DevTensor pr_score, pr_kth, pr_next;
@@ -403,6 +415,7 @@ Status CudaSequence::Impl::EnsureScratch(int64_t n) {
   NW_RETURN_IF_ERROR(Grow(tile_row0, max_tiles, stream));
   NW_RETURN_IF_ERROR(Grow(tile_rows, max_tiles, stream));
   NW_RETURN_IF_ERROR(Grow(iota, slots, stream));
+  NW_RETURN_IF_ERROR(Grow(dispatch_scratch, MoeDispatchScratchInts(slots, E), stream));
   NW_RETURN_IF_ERROR(Grow(X, n * hc * D, stream));
   NW_RETURN_IF_ERROR(Grow(Xn, n * hc * D, stream));
   NW_RETURN_IF_ERROR(Grow(mix, n * mixw, stream));
@@ -553,6 +566,29 @@ Status CudaSequence::Impl::Select(int l, int64_t n, int64_t s) {
   const int64_t qb = std::max<int64_t>(1, std::min<int64_t>(n, kMaxScoreFloats / cols));
   NW_RETURN_IF_ERROR(Grow(scores, qb * cols, stream));
   NW_RETURN_IF_ERROR(L.ikeys.Reserve(max_visible, stream));
+  const bool mma = IndexerOnTensorCores(spec.precision);
+  if (mma) {
+    // The chunk's queries and the keys it can reach (the mapped pages of a paged pool), as bf16:
+    // exact, the values are bf16 values already.
+    const int64_t key_rows =
+        L.ikeys.paged() ? int64_t{*L.ikeys.next_page} * kPageSize : max_visible;
+    NW_RETURN_IF_ERROR(Grow(iq16, n * hI * cI, stream));
+    NW_RETURN_IF_ERROR(Grow(ikeys16, std::max<int64_t>(key_rows, 1) * cI, stream));
+    PackBf16Params pq;
+    pq.x = iq.data();
+    pq.y = iq16.data();
+    pq.rows = n * hI;
+    pq.cols = static_cast<int>(cI);
+    pq.x_stride = pq.y_stride = cI;
+    NW_RETURN_IF_ERROR(LaunchPackBf16(pq, stream));
+    if (key_rows > 0) {
+      PackBf16Params pk = pq;
+      pk.x = L.ikeys.base();
+      pk.y = ikeys16.data();
+      pk.rows = key_rows;
+      NW_RETURN_IF_ERROR(LaunchPackBf16(pk, stream));
+    }
+  }
   for (int64_t t0 = 0; t0 < n; t0 += qb) {
     const int64_t t1 = std::min(n, t0 + qb), mq = t1 - t0;
     const int64_t block_vis = key_end[static_cast<size_t>(t1 - 1)];  // the block's largest
@@ -561,14 +597,21 @@ Status CudaSequence::Impl::Select(int l, int64_t n, int64_t s) {
           sel.data() + t0 * topk, 0xFF, static_cast<size_t>(mq * topk) * sizeof(int32_t), stream));
     } else {
       IndexerLogitsParams ip;
-      ip.q = iq.data() + t0 * hI * cI;
       ip.w = iw.data() + t0 * hI;
-      ip.k = L.ikeys.base();
-      ip.k_format = IndexerKeyFormat::kFp32;
+      if (mma) {
+        ip.q = iq16.data() + t0 * hI * cI;
+        ip.k = ikeys16.data();
+        ip.k_format = IndexerKeyFormat::kBf16;
+        ip.key_rows = static_cast<int64_t>(ikeys16.size()) / cI;
+      } else {
+        ip.q = iq.data() + t0 * hI * cI;
+        ip.k = L.ikeys.base();
+        ip.k_format = IndexerKeyFormat::kFp32;
+        ip.key_rows = L.ikeys.rows();
+      }
       ip.m = mq;
       ip.n_heads = static_cast<int>(hI);
       ip.head_dim = static_cast<int>(cI);
-      ip.key_rows = L.ikeys.rows();
       if (L.ikeys.paged()) {
         ip.block_table = L.ikeys.table();
         ip.block_table_stride = static_cast<int64_t>(L.ikeys.pages_dev.size());
@@ -823,6 +866,7 @@ Status CudaSequence::Impl::Moe(int l, int64_t n) {
   dp.tile_expert = tile_expert.data();
   dp.tile_row0 = tile_row0.data();
   dp.tile_rows = tile_rows.data();
+  dp.chunk_counts = dispatch_scratch.data();
   dp.tokens = n;
   dp.n_experts = static_cast<int>(E);
   dp.k = static_cast<int>(k);

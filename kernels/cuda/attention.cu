@@ -1,7 +1,7 @@
 // Sparse attention: launcher and the SIMT fp32 path (see attention.h). A block takes one query
-// and 8 heads; 32-entry tiles of gathered (dequantized) KV rows go through shared memory: one
-// thread per (head, entry) dot product, one warp per head for the online softmax, one thread per
-// (dims) column for the weighted sum.
+// and 8 heads (4 for models with at most 4); 32-entry tiles of gathered (dequantized) KV rows go
+// through shared memory: one thread per (head, entry) dot product, one warp per head for the online
+// softmax, one thread per (dims) column for the weighted sum.
 #include <algorithm>
 #include <string>
 
@@ -12,11 +12,10 @@
 namespace nw::cuda {
 namespace {
 
-constexpr int kThreads = 256;
-constexpr int kHeads = 8;     // heads per block (one warp each in the softmax)
+// Heads per block (one warp each in the softmax): 8, or 4 when the model has at most 4 (no warp
+// then works on an absent head). The arithmetic of a (query, head) is the same in both.
 constexpr int kEntries = 32;  // entries per tile (one lane each)
 constexpr int kMaxDim = 512;
-constexpr int kDimsPerThread = kMaxDim / kThreads;
 
 template <KvFormat kFormat>
 __device__ __forceinline__ float KvValue(const KvSet& s, const SparseAttentionParams& p,
@@ -30,8 +29,10 @@ __device__ __forceinline__ float KvValue(const KvSet& s, const SparseAttentionPa
   }
 }
 
-template <KvFormat kFormat>
-__global__ void __launch_bounds__(kThreads) SparseAttentionKernel(SparseAttentionParams p) {
+template <KvFormat kFormat, int kHeads>
+__global__ void __launch_bounds__(kHeads * 32) SparseAttentionKernel(SparseAttentionParams p) {
+  constexpr int kThreads = kHeads * 32;
+  constexpr int kDimsPerThread = kMaxDim / kThreads;
   extern __shared__ float4 smem4[];
   const int d = p.head_dim, ld = d + 1;
   float* sq = reinterpret_cast<float*>(smem4);  // [kHeads, d]
@@ -143,6 +144,34 @@ Status CheckSet(const KvSet& s, KvFormat f, const char* name) {
   return Status::Ok();
 }
 
+template <KvFormat kFormat, int kHeads>
+Status LaunchSimtAs(const SparseAttentionParams& p, size_t smem, cudaStream_t stream) {
+  void (*kernel)(SparseAttentionParams) = SparseAttentionKernel<kFormat, kHeads>;
+  NW_RETURN_IF_ERROR(AllowDynamicSharedMemory(reinterpret_cast<const void*>(kernel), smem,
+                                              "SparseAttentionKernel"));
+  const dim3 grid(static_cast<unsigned>(p.m),
+                  static_cast<unsigned>((p.n_heads + kHeads - 1) / kHeads));
+  kernel<<<grid, kHeads * 32, smem, stream>>>(p);
+  return NW_CUDA_LAUNCH_STATUS("SparseAttentionKernel");
+}
+
+template <int kHeads>
+Status LaunchSimt(const SparseAttentionParams& p, cudaStream_t stream) {
+  const int d = p.head_dim;
+  const size_t smem = (static_cast<size_t>(kHeads) * d + static_cast<size_t>(kEntries) * (d + 1) +
+                       kHeads * kEntries + kHeads) *
+                      sizeof(float);
+  switch (p.kv_format) {
+    case KvFormat::kFp32:
+      return LaunchSimtAs<KvFormat::kFp32, kHeads>(p, smem, stream);
+    case KvFormat::kBf16:
+      return LaunchSimtAs<KvFormat::kBf16, kHeads>(p, smem, stream);
+    case KvFormat::kV4Fp8:
+      return LaunchSimtAs<KvFormat::kV4Fp8, kHeads>(p, smem, stream);
+  }
+  return Status::InvalidArgument("SparseAttention: unknown KV format");
+}
+
 }  // namespace
 
 Status LaunchSparseAttention(const SparseAttentionParams& p, cudaStream_t stream) {
@@ -176,33 +205,8 @@ Status LaunchSparseAttention(const SparseAttentionParams& p, cudaStream_t stream
   if (p.head_dim > kMaxDim) {
     return Status::InvalidArgument("SparseAttention: head_dim above 512");
   }
-  const int d = p.head_dim;
-  const size_t smem = (static_cast<size_t>(kHeads) * d + static_cast<size_t>(kEntries) * (d + 1) +
-                       kHeads * kEntries + kHeads) *
-                      sizeof(float);
-  const dim3 grid(static_cast<unsigned>(p.m),
-                  static_cast<unsigned>((p.n_heads + kHeads - 1) / kHeads));
-  switch (p.kv_format) {
-    case KvFormat::kFp32:
-      NW_RETURN_IF_ERROR(AllowDynamicSharedMemory(
-          reinterpret_cast<const void*>(&SparseAttentionKernel<KvFormat::kFp32>), smem,
-          "SparseAttentionKernel"));
-      SparseAttentionKernel<KvFormat::kFp32><<<grid, kThreads, smem, stream>>>(p);
-      break;
-    case KvFormat::kBf16:
-      NW_RETURN_IF_ERROR(AllowDynamicSharedMemory(
-          reinterpret_cast<const void*>(&SparseAttentionKernel<KvFormat::kBf16>), smem,
-          "SparseAttentionKernel"));
-      SparseAttentionKernel<KvFormat::kBf16><<<grid, kThreads, smem, stream>>>(p);
-      break;
-    case KvFormat::kV4Fp8:
-      NW_RETURN_IF_ERROR(AllowDynamicSharedMemory(
-          reinterpret_cast<const void*>(&SparseAttentionKernel<KvFormat::kV4Fp8>), smem,
-          "SparseAttentionKernel"));
-      SparseAttentionKernel<KvFormat::kV4Fp8><<<grid, kThreads, smem, stream>>>(p);
-      break;
-  }
-  return NW_CUDA_LAUNCH_STATUS("SparseAttentionKernel");
+  if (p.n_heads <= 4) return LaunchSimt<4>(p, stream);
+  return LaunchSimt<8>(p, stream);
 }
 
 }  // namespace nw::cuda

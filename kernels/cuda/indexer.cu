@@ -1,6 +1,7 @@
 // Indexer logits: launcher and the exact fp32 path (see indexer.h). The exact kernel gives one
-// thread a key: the key's values sit in registers and every query head is dotted against them in
-// the CPU's association order, the query's heads coming from shared memory as broadcasts.
+// thread a key (for up to 8 queries of a block): the key's values sit in registers and every query
+// head is dotted against them in the CPU's association order, the query's heads coming from shared
+// memory as broadcasts.
 #include <algorithm>
 #include <string>
 
@@ -38,48 +39,103 @@ __device__ __forceinline__ float Dot8(const float* q, const float (&k)[kDim]) {
                AddRn(AddRn(s[4], s[5]), AddRn(s[6], s[7])));
 }
 
-template <int kDim>
+// kQ consecutive queries per block: a thread's key, loaded into registers once, is dotted with
+// every query of the group (keys are read from L2 once per kQ queries instead of once per query).
+// The group shares the key mapping when its queries have the same ks (contiguous) or block-table
+// row (paged), as a ragged prefill's do; otherwise each query maps its own rows. The arithmetic of
+// a (query, key) pair is the same whatever kQ is.
+template <int kDim, int kQ>
 __global__ void __launch_bounds__(kExactThreads) IndexerExactKernel(IndexerLogitsParams p) {
   extern __shared__ float4 smem4[];
-  float* sq = reinterpret_cast<float*>(smem4);  // [n_heads, kDim]
-  float* sw = sq + p.n_heads * kDim;            // [n_heads]
-  const int64_t i = blockIdx.x;
-  const detail::IndexerKeys keys = detail::QueryKeys(p, i);
-  detail::FillTail(p, i, keys.len);
+  const int hk = p.n_heads * kDim;
+  float* sq = reinterpret_cast<float*>(smem4);  // [kQ, n_heads, kDim]
+  float* sw = sq + kQ * hk;                     // [kQ, n_heads]
+  const int64_t i0 = static_cast<int64_t>(blockIdx.x) * kQ;
+  const int nq = static_cast<int>(min(static_cast<int64_t>(kQ), p.m - i0));
+  __shared__ detail::IndexerKeys keys[kQ];
+  __shared__ int64_t s_len_max;
+  __shared__ bool s_shared_rows;
+  for (int g = 0; g < nq; ++g) detail::FillTail(p, i0 + g, detail::QueryKeys(p, i0 + g).len);
+  if (threadIdx.x == 0) {
+    int64_t m = 0;
+    bool same = true;
+    for (int g = 0; g < nq; ++g) {
+      keys[g] = detail::QueryKeys(p, i0 + g);
+      m = max(m, keys[g].len);
+      same = same && keys[g].base == keys[0].base && keys[g].table == keys[0].table;
+    }
+    s_len_max = m;
+    s_shared_rows = same;
+  }
+  __syncthreads();
+  const int64_t len_max = s_len_max;
+  const bool shared_rows = s_shared_rows;
   const int64_t tile = kExactThreads;
-  if (static_cast<int64_t>(blockIdx.y) * tile >= keys.len) return;
-  const float* q = static_cast<const float*>(p.q) + i * p.n_heads * kDim;
-  for (int t = threadIdx.x; t < p.n_heads * kDim; t += kExactThreads) sq[t] = q[t];
-  for (int t = threadIdx.x; t < p.n_heads; t += kExactThreads) sw[t] = p.w[i * p.n_heads + t];
+  if (static_cast<int64_t>(blockIdx.y) * tile >= len_max) return;
+  const float* q = static_cast<const float*>(p.q) + i0 * hk;
+  for (int t = threadIdx.x; t < nq * hk; t += kExactThreads) sq[t] = q[t];
+  for (int t = threadIdx.x; t < nq * p.n_heads; t += kExactThreads) sw[t] = p.w[i0 * p.n_heads + t];
   __syncthreads();
   const float* k = static_cast<const float*>(p.k);
-  float* out = p.out + i * p.out_stride;
-  for (int64_t j0 = static_cast<int64_t>(blockIdx.y) * tile; j0 < keys.len;
+  for (int64_t j0 = static_cast<int64_t>(blockIdx.y) * tile; j0 < len_max;
        j0 += static_cast<int64_t>(gridDim.y) * tile) {
     const int64_t j = j0 + threadIdx.x;
-    if (j >= keys.len) break;
-    const int64_t row = detail::KeyRow(p, keys, j);
-    if (row < 0) {
-      out[j] = quant::QuietNan();
-      continue;
-    }
+    if (j >= len_max) break;
     float kr[kDim];
-    const float4* src = reinterpret_cast<const float4*>(k + row * kDim);
+    int64_t loaded = -2;  // the row in kr (-2: none yet)
 #pragma unroll
-    for (int c = 0; c < kDim / 4; ++c) {
-      const float4 v = src[c];
-      kr[4 * c] = v.x;
-      kr[4 * c + 1] = v.y;
-      kr[4 * c + 2] = v.z;
-      kr[4 * c + 3] = v.w;
+    for (int g = 0; g < kQ; ++g) {
+      if (g >= nq) break;
+      if (j >= keys[g].len) continue;
+      float* out = p.out + (i0 + g) * p.out_stride;
+      const int64_t row = detail::KeyRow(p, keys[shared_rows ? 0 : g], j);
+      if (row < 0) {
+        out[j] = quant::QuietNan();
+        continue;
+      }
+      if (row != loaded) {
+        const float4* src = reinterpret_cast<const float4*>(k + row * kDim);
+#pragma unroll
+        for (int c = 0; c < kDim / 4; ++c) {
+          const float4 v = src[c];
+          kr[4 * c] = v.x;
+          kr[4 * c + 1] = v.y;
+          kr[4 * c + 2] = v.z;
+          kr[4 * c + 3] = v.w;
+        }
+        loaded = row;
+      }
+      const float* qg = sq + g * hk;
+      const float* wg = sw + g * p.n_heads;
+      float s = 0.0f;
+      for (int h = 0; h < p.n_heads; ++h) {
+        const float d = Dot8<kDim>(qg + h * kDim, kr);
+        s = AddRn(s, MulRn(wg[h], d < 0.0f ? 0.0f : d));  // w * std::max(d, 0)
+      }
+      out[j] = s;
     }
-    float s = 0.0f;
-    for (int h = 0; h < p.n_heads; ++h) {
-      const float d = Dot8<kDim>(sq + h * kDim, kr);
-      s = AddRn(s, MulRn(sw[h], d < 0.0f ? 0.0f : d));  // w * std::max(d, 0)
-    }
-    out[j] = s;
   }
+}
+
+template <int kDim, int kQ>
+Status LaunchExact(const IndexerLogitsParams& p, unsigned splits, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>((p.m + kQ - 1) / kQ), splits);
+  const size_t smem = static_cast<size_t>(kQ) * (p.n_heads * kDim + p.n_heads) * sizeof(float);
+  void (*kernel)(IndexerLogitsParams) = IndexerExactKernel<kDim, kQ>;
+  NW_RETURN_IF_ERROR(
+      AllowDynamicSharedMemory(reinterpret_cast<const void*>(kernel), smem, "IndexerExactKernel"));
+  kernel<<<grid, kExactThreads, smem, stream>>>(p);
+  return NW_CUDA_LAUNCH_STATUS("IndexerExactKernel");
+}
+
+template <int kDim>
+Status LaunchExactFor(const IndexerLogitsParams& p, unsigned splits, cudaStream_t stream) {
+  // As many queries per block as fit 48 KiB of shared memory, at most 8.
+  const int64_t per_query = static_cast<int64_t>(p.n_heads) * (kDim + 1) * 4;
+  if (8 * per_query <= 48 * 1024) return LaunchExact<kDim, 8>(p, splits, stream);
+  if (4 * per_query <= 48 * 1024) return LaunchExact<kDim, 4>(p, splits, stream);
+  if (2 * per_query <= 48 * 1024) return LaunchExact<kDim, 2>(p, splits, stream);
+  return LaunchExact<kDim, 1>(p, splits, stream);
 }
 
 }  // namespace
@@ -133,14 +189,8 @@ Status LaunchIndexerLogits(const IndexerLogitsParams& params, cudaStream_t strea
   }
   const unsigned splits = static_cast<unsigned>(
       std::clamp<int64_t>((max_len + kExactThreads - 1) / kExactThreads, 1, 65535));
-  const dim3 grid(static_cast<unsigned>(p.m), splits);
-  const size_t smem = (static_cast<size_t>(p.n_heads) * p.head_dim + p.n_heads) * sizeof(float);
-  if (p.head_dim == 128) {
-    IndexerExactKernel<128><<<grid, kExactThreads, smem, stream>>>(p);
-  } else {
-    IndexerExactKernel<64><<<grid, kExactThreads, smem, stream>>>(p);
-  }
-  return NW_CUDA_LAUNCH_STATUS("IndexerExactKernel");
+  if (p.head_dim == 128) return LaunchExactFor<128>(p, splits, stream);
+  return LaunchExactFor<64>(p, splits, stream);
 }
 
 }  // namespace nw::cuda

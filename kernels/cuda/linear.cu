@@ -1,5 +1,6 @@
-// Exact fp32 linear layers; see linear.h. A block computes a 32 x 64 tile of y with 256 threads,
-// each owning 2 rows x 4 outputs and `lanes` partial sums per output, in registers.
+// Exact fp32 linear layers; see linear.h. A block computes a 32 x 64 tile of y with 256 threads.
+// 4 lanes: LinearSplitLanesKernel (each thread one lane class of kR rows x kO outputs); 8 lanes:
+// LinearKernel<8> (each thread 2 rows x 4 outputs and all 8 partial sums, in registers).
 #include <algorithm>
 #include <string>
 
@@ -126,6 +127,163 @@ __global__ void __launch_bounds__(kThreads) LinearKernel(LinearParams p) {
   }
 }
 
+// The 4-lane kernel with the lanes spread over threads: thread (row group rg, output group og,
+// lane class l) owns kR rows x kO outputs and accumulates only the k = l (mod 4) products, so a
+// thread holds kR x kO partial sums instead of 4 times that and reads its rows and weights of a
+// product step from shared memory as 8- or 16-byte loads. A block is 8 row groups x 8 output
+// groups x 4 lane classes (256 threads): a tile of 8 kR rows x 8 kO outputs (32 x 64, or 16 x 32
+// when the large tile would leave the GPU's multiprocessors idle). The four lane classes of an
+// output are adjacent threads; they combine as (s0 + s1) + (s2 + s3) by two shuffles (IEEE
+// addition is commutative, so all four hold the same bits), and each writes a share of the rows.
+template <int kN>
+struct Vec;
+template <>
+struct Vec<2> {
+  using T = float2;
+  __device__ static void Load(const float* s, float* r) {
+    const float2 v = *reinterpret_cast<const float2*>(s);
+    r[0] = v.x;
+    r[1] = v.y;
+  }
+};
+template <>
+struct Vec<4> {
+  using T = float4;
+  __device__ static void Load(const float* s, float* r) {
+    const float4 v = *reinterpret_cast<const float4*>(s);
+    r[0] = v.x;
+    r[1] = v.y;
+    r[2] = v.z;
+    r[3] = v.w;
+  }
+};
+template <int kN>
+__device__ __forceinline__ void LoadSmem(const float* s, float* r) {
+  if constexpr (kN <= 4) {
+    Vec<kN>::Load(s, r);
+  } else {
+    Vec<4>::Load(s, r);
+    Vec<4>::Load(s + 4, r + 4);
+  }
+}
+
+template <int kR, int kO>
+__global__ void __launch_bounds__(kThreads) LinearSplitLanesKernel(LinearParams p) {
+  constexpr int kRows = 8 * kR, kOuts = 8 * kO;
+  constexpr int kXs = kRows + 2 * kR;  // floats per k row of xs (spreads the banks over l, rg)
+  constexpr int kWs = kOuts + 8;       // floats per k row of ws
+  __shared__ __align__(16) float xs[kTk][kXs];
+  __shared__ __align__(16) float ws[kTk][kWs];
+  __shared__ int32_t xrow[kRows];
+  const int tid = threadIdx.x;
+  const int l = tid & 3;          // lane class
+  const int rg = (tid >> 2) & 7;  // rows rg*kR ..
+  const int og = tid >> 5;        // outputs og*kO .. (one group per warp)
+  const int64_t o0 = static_cast<int64_t>(blockIdx.y) * kOuts;
+
+  const float* x = p.x;
+  const float* w = p.w;
+  float* y = p.y;
+  int64_t row0 = 0, nrows = 0;
+  if (p.row_index != nullptr) {
+    const int64_t tile = blockIdx.x;
+    if (tile >= p.max_tiles) return;
+    const int32_t e = p.tile_expert[tile];
+    if (e < 0) return;
+    w += static_cast<int64_t>(e) * p.out * p.in;
+    row0 = p.tile_row0[tile];
+    nrows = p.tile_rows[tile];
+  } else {
+    const int64_t b = blockIdx.z;
+    x += b * p.x_batch_stride;
+    w += b * p.w_batch_stride;
+    y += b * p.y_batch_stride;
+    row0 = static_cast<int64_t>(blockIdx.x) * kRows;
+    nrows = std::min<int64_t>(kRows, p.rows - row0);
+  }
+  if (nrows <= 0) return;
+  if (tid < kRows) {
+    const int64_t r = row0 + tid;
+    xrow[tid] =
+        tid < nrows ? (p.row_index != nullptr ? p.row_index[r] : static_cast<int32_t>(r)) : -1;
+  }
+  __syncthreads();
+
+  float acc[kR][kO];
+#pragma unroll
+  for (int i = 0; i < kR; ++i)
+#pragma unroll
+    for (int j = 0; j < kO; ++j) acc[i][j] = 0.0f;
+
+  const int64_t main_end = p.in - p.in % 4;
+  for (int64_t k0 = 0; k0 < main_end; k0 += kTk) {
+    // Stage x and w transposed: xs[k][row], ws[k][out]; zeros past main_end and the edges.
+    for (int idx = tid; idx < kRows * kTk; idx += kThreads) {
+      const int r = idx / kTk, k = idx % kTk;
+      const int32_t xr = xrow[r];
+      const int64_t kk = k0 + k;
+      xs[k][r] = (xr >= 0 && kk < main_end) ? x[static_cast<int64_t>(xr) * p.x_stride + kk] : 0.0f;
+    }
+    for (int idx = tid; idx < kOuts * kTk; idx += kThreads) {
+      const int o = idx / kTk, k = idx % kTk;
+      const int64_t oo = o0 + o, kk = k0 + k;
+      ws[k][o] = (oo < p.out && kk < main_end) ? w[oo * p.in + kk] : 0.0f;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int step = 0; step < kTk / 4; ++step) {
+      const int k = step * 4 + l;
+      float xr[kR], wr[kO];
+      LoadSmem<kR>(&xs[k][rg * kR], xr);
+      LoadSmem<kO>(&ws[k][og * kO], wr);
+#pragma unroll
+      for (int i = 0; i < kR; ++i)
+#pragma unroll
+        for (int j = 0; j < kO; ++j)
+          acc[i][j] = detail::AddRn(acc[i][j], detail::MulRn(xr[i], wr[j]));
+    }
+    __syncthreads();
+  }
+
+  // The tail (in % 4 values) goes into lane 0 in order, as on the CPU.
+  if (l == 0 && main_end < p.in) {
+#pragma unroll
+    for (int i = 0; i < kR; ++i) {
+      const int32_t xr = xrow[rg * kR + i];
+      if (xr < 0) continue;
+#pragma unroll
+      for (int j = 0; j < kO; ++j) {
+        const int64_t o = o0 + og * kO + j;
+        if (o >= p.out) continue;
+        for (int64_t k = main_end; k < p.in; ++k) {
+          acc[i][j] = detail::AddRn(
+              acc[i][j],
+              detail::MulRn(x[static_cast<int64_t>(xr) * p.x_stride + k], w[o * p.in + k]));
+        }
+      }
+    }
+  }
+  // (s0 + s1) + (s2 + s3) across the four lane classes.
+#pragma unroll
+  for (int i = 0; i < kR; ++i)
+#pragma unroll
+    for (int j = 0; j < kO; ++j) {
+      const float pair = detail::AddRn(acc[i][j], __shfl_xor_sync(0xFFFFFFFFu, acc[i][j], 1));
+      acc[i][j] = detail::AddRn(pair, __shfl_xor_sync(0xFFFFFFFFu, pair, 2));
+    }
+    // Lane class l writes the thread's (row i, output j) with (i * kO + j) % 4 == l.
+#pragma unroll
+  for (int i = 0; i < kR; ++i) {
+    const int r = rg * kR + i;
+    if (xrow[r] < 0) continue;
+#pragma unroll
+    for (int j = 0; j < kO; ++j) {
+      const int64_t o = o0 + og * kO + j;
+      if ((i * kO + j) % 4 == l && o < p.out) y[(row0 + r) * p.y_stride + o] = acc[i][j];
+    }
+  }
+}
+
 }  // namespace
 
 Status LaunchLinear(const LinearParams& params, cudaStream_t stream) {
@@ -161,7 +319,19 @@ Status LaunchLinear(const LinearParams& params, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(gathered ? p.max_tiles : (p.rows + kTm - 1) / kTm),
                   static_cast<unsigned>((p.out + kTn - 1) / kTn), static_cast<unsigned>(p.batches));
   if (p.lanes == 4) {
-    LinearKernel<4><<<grid, kThreads, 0, stream>>>(p);
+    // The 32 x 64 tile unless it would give fewer than two blocks per multiprocessor.
+    const int64_t large_blocks = static_cast<int64_t>(grid.x) * grid.y * grid.z;
+    if (large_blocks >= 2LL * MultiprocessorCount()) {
+      LinearSplitLanesKernel<4, 8><<<grid, kThreads, 0, stream>>>(p);
+    } else {
+      const dim3 small(static_cast<unsigned>(gathered ? p.max_tiles : (p.rows + 15) / 16),
+                       static_cast<unsigned>((p.out + 31) / 32), static_cast<unsigned>(p.batches));
+      if (gathered) {  // the gathered tiles hold up to 32 rows: keep their rows, narrow outputs
+        LinearSplitLanesKernel<4, 4><<<small, kThreads, 0, stream>>>(p);
+      } else {
+        LinearSplitLanesKernel<2, 4><<<small, kThreads, 0, stream>>>(p);
+      }
+    }
   } else {
     LinearKernel<8><<<grid, kThreads, 0, stream>>>(p);
   }

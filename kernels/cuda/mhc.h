@@ -4,7 +4,7 @@
 // values agree with the CPU to within its own expf rounding, about 1 ulp, and are usually equal).
 // The mixing linear (fn . vec(X)) runs before, through LaunchLinear (linear.h, 4 lanes).
 //
-// Pre (hc_pre, one block per token):
+// Pre (hc_pre, one warp per token; the Sinkhorn across its lanes when n * n <= 32):
 //   mix  = raw_mix * rsqrt(mean(vec(X)^2) + norm_eps)
 //   pre  = sigmoid(mix[j] * scale[0] + base[j]) + hc_eps           j < n
 //   post = 2 * sigmoid(mix[n + j] * scale[1] + base[n + j])

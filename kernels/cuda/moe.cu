@@ -9,6 +9,8 @@ namespace nw::cuda {
 namespace {
 
 constexpr int kThreads = 256;
+constexpr int kMaxDispatchExperts =
+    12 * 1024;  // the count/cursor arrays in 48 KiB of shared memory
 
 __device__ __forceinline__ float ExpF(float x) {
   return static_cast<float>(exp(static_cast<double>(x)));
@@ -101,45 +103,103 @@ __global__ void __launch_bounds__(kThreads) MoeRouteKernel(MoeRouteParams p) {
   }
 }
 
-// One block: thread e collects the slots of expert e (experts beyond the block loop); then a
-// serial prefix over experts and the tile list.
-__global__ void __launch_bounds__(kThreads) MoeDispatchKernel(MoeDispatchParams p) {
-  const int64_t slots = p.tokens * p.k;
-  for (int e = threadIdx.x; e < p.n_experts; e += kThreads) {
-    int32_t c = 0;
-    for (int64_t s = 0; s < slots; ++s) c += p.experts[s] == e ? 1 : 0;
-    p.offsets[e + 1] = c;
+// Dispatch in three passes over chunks of kMoeDispatchChunk slots, one warp per chunk:
+//   count  per chunk and expert, the slots routed there (warp match groups equal experts);
+//   scan   one block: per expert the exclusive prefix over chunks (in place), the offsets and
+//          the tile list;
+//   place  per chunk, each slot's list index = offsets[e] + earlier chunks' count + the slots of
+//          e before it in this chunk (rank within its match group, then the group's leader moves
+//          the chunk's cursor): ascending slot order within each expert, no atomics.
+__device__ __forceinline__ int DispatchExpert(const MoeDispatchParams& p, int64_t s, int64_t end) {
+  if (s >= end) return -1;
+  const int e = p.experts[s];
+  return e >= 0 && e < p.n_experts ? e : -1;
+}
+
+__global__ void __launch_bounds__(32) MoeDispatchCountKernel(MoeDispatchParams p) {
+  extern __shared__ int32_t count[];
+  const int lane = threadIdx.x;
+  const int64_t c = blockIdx.x;
+  for (int e = lane; e < p.n_experts; e += 32) count[e] = 0;
+  __syncwarp();
+  const int64_t s0 = c * kMoeDispatchChunk;
+  const int64_t s1 = min(p.tokens * p.k, s0 + kMoeDispatchChunk);
+  for (int64_t b = s0; b < s1; b += 32) {
+    const int e = DispatchExpert(p, b + lane, s1);
+    const unsigned peers = __match_any_sync(0xFFFFFFFFu, e);
+    if (e >= 0 && (peers & ((1u << lane) - 1u)) == 0) count[e] += __popc(peers);
+    __syncwarp();
+  }
+  for (int e = lane; e < p.n_experts; e += 32) {
+    p.chunk_counts[c * p.n_experts + e] = count[e];
+  }
+}
+
+__global__ void __launch_bounds__(1024) MoeDispatchScanKernel(MoeDispatchParams p, int64_t chunks) {
+  __shared__ int64_t total_tiles;
+  const int E = p.n_experts;
+  int32_t* totals = p.chunk_counts + chunks * E;  // per expert: count, then first tile
+  for (int e = threadIdx.x; e < E; e += blockDim.x) {
+    int32_t run = 0;
+    for (int64_t c = 0; c < chunks; ++c) {
+      const int32_t v = p.chunk_counts[c * E + e];
+      p.chunk_counts[c * E + e] = run;
+      run += v;
+    }
+    totals[e] = run;
   }
   __syncthreads();
   if (threadIdx.x == 0) {
     p.offsets[0] = 0;
-    for (int e = 0; e < p.n_experts; ++e) p.offsets[e + 1] += p.offsets[e];
     int64_t tile = 0;
-    for (int e = 0; e < p.n_experts; ++e) {
-      for (int32_t r = p.offsets[e]; r < p.offsets[e + 1]; r += p.tile_rows_max) {
-        if (tile < p.max_tiles) {
-          p.tile_expert[tile] = e;
-          p.tile_row0[tile] = r;
-          p.tile_rows[tile] = min(p.tile_rows_max, p.offsets[e + 1] - r);
-        }
-        ++tile;
-      }
+    for (int e = 0; e < E; ++e) {
+      const int32_t n = totals[e];
+      p.offsets[e + 1] = p.offsets[e] + n;
+      totals[e] = static_cast<int32_t>(tile);
+      tile += (n + p.tile_rows_max - 1) / p.tile_rows_max;
     }
-    for (; tile < p.max_tiles; ++tile) {
-      p.tile_expert[tile] = -1;
-      p.tile_row0[tile] = 0;
-      p.tile_rows[tile] = 0;
-    }
+    total_tiles = tile;
   }
   __syncthreads();
-  for (int e = threadIdx.x; e < p.n_experts; e += kThreads) {
-    int32_t at = p.offsets[e];
-    for (int64_t s = 0; s < slots; ++s) {
-      if (p.experts[s] != e) continue;
+  for (int e = threadIdx.x; e < E; e += blockDim.x) {
+    int64_t tile = totals[e];
+    for (int32_t r = p.offsets[e]; r < p.offsets[e + 1]; r += p.tile_rows_max, ++tile) {
+      if (tile >= p.max_tiles) break;
+      p.tile_expert[tile] = e;
+      p.tile_row0[tile] = r;
+      p.tile_rows[tile] = min(p.tile_rows_max, p.offsets[e + 1] - r);
+    }
+  }
+  for (int64_t tile = total_tiles + threadIdx.x; tile < p.max_tiles; tile += blockDim.x) {
+    p.tile_expert[tile] = -1;
+    p.tile_row0[tile] = 0;
+    p.tile_rows[tile] = 0;
+  }
+}
+
+__global__ void __launch_bounds__(32) MoeDispatchPlaceKernel(MoeDispatchParams p) {
+  extern __shared__ int32_t cursor[];
+  const int lane = threadIdx.x;
+  const int64_t c = blockIdx.x;
+  for (int e = lane; e < p.n_experts; e += 32) {
+    cursor[e] = p.offsets[e] + p.chunk_counts[c * p.n_experts + e];
+  }
+  __syncwarp();
+  const int64_t s0 = c * kMoeDispatchChunk;
+  const int64_t s1 = min(p.tokens * p.k, s0 + kMoeDispatchChunk);
+  for (int64_t b = s0; b < s1; b += 32) {
+    const int64_t s = b + lane;
+    const int e = DispatchExpert(p, s, s1);
+    const unsigned peers = __match_any_sync(0xFFFFFFFFu, e);
+    const int rank = __popc(peers & ((1u << lane) - 1u));
+    if (e >= 0) {
+      const int32_t at = cursor[e] + rank;
       p.list_token[at] = static_cast<int32_t>(s / p.k);
       p.position[s] = at;
-      ++at;
     }
+    __syncwarp();
+    if (e >= 0 && rank == 0) cursor[e] += __popc(peers);
+    __syncwarp();
   }
 }
 
@@ -205,11 +265,23 @@ Status LaunchMoeDispatch(const MoeDispatchParams& p, cudaStream_t stream) {
   if (p.tokens == 0) return Status::Ok();
   if (p.experts == nullptr || p.offsets == nullptr || p.list_token == nullptr ||
       p.position == nullptr || p.tile_expert == nullptr || p.tile_row0 == nullptr ||
-      p.tile_rows == nullptr) {
+      p.tile_rows == nullptr || p.chunk_counts == nullptr) {
     return Status::InvalidArgument("MoeDispatch: null pointer");
   }
-  MoeDispatchKernel<<<1, kThreads, 0, stream>>>(p);
-  return NW_CUDA_LAUNCH_STATUS("MoeDispatchKernel");
+  if (p.n_experts > kMaxDispatchExperts) {
+    return Status::InvalidArgument("MoeDispatch: at most " + std::to_string(kMaxDispatchExperts) +
+                                   " experts");
+  }
+  const int64_t chunks = (p.tokens * p.k + kMoeDispatchChunk - 1) / kMoeDispatchChunk;
+  if (chunks > 0x7FFFFFFF) return Status::InvalidArgument("MoeDispatch: too many slots");
+  const size_t smem = static_cast<size_t>(p.n_experts) * sizeof(int32_t);
+  const unsigned grid = static_cast<unsigned>(chunks);
+  MoeDispatchCountKernel<<<grid, 32, smem, stream>>>(p);
+  NW_RETURN_IF_ERROR(NW_CUDA_LAUNCH_STATUS("MoeDispatchCountKernel"));
+  MoeDispatchScanKernel<<<1, 1024, 0, stream>>>(p, chunks);
+  NW_RETURN_IF_ERROR(NW_CUDA_LAUNCH_STATUS("MoeDispatchScanKernel"));
+  MoeDispatchPlaceKernel<<<grid, 32, smem, stream>>>(p);
+  return NW_CUDA_LAUNCH_STATUS("MoeDispatchPlaceKernel");
 }
 
 Status LaunchSwiGlu(const SwiGluParams& p, cudaStream_t stream) {

@@ -46,6 +46,14 @@ Status LaunchMoeRoute(const MoeRouteParams& p, cudaStream_t stream);
 /// e in ascending s; list_token[i] = list[i] / k; position[s] = the list index of slot s. Tiles
 /// of at most tile_rows rows per expert are listed in (tile_expert, tile_row0, tile_rows); unused
 /// tiles up to max_tiles get expert -1. max_tiles must be >= tokens * k / tile_rows + experts.
+/// Runs in parallel over chunks of kMoeDispatchChunk slots (one warp each: count, a scan over
+/// chunks and experts, then a stable placement with warp match), so its cost grows with the
+/// slots over the GPU, not on one thread; `chunk_counts` is its scratch
+/// (MoeDispatchScratchInts(tokens * k, experts) int32 values).
+inline constexpr int64_t kMoeDispatchChunk = 1024;
+inline int64_t MoeDispatchScratchInts(int64_t slots, int64_t experts) {
+  return ((slots + kMoeDispatchChunk - 1) / kMoeDispatchChunk) * experts + experts;
+}
 struct MoeDispatchParams {
   const int32_t* experts = nullptr;  // [tokens, k]
   int32_t* offsets = nullptr;        // [experts + 1]
@@ -54,6 +62,7 @@ struct MoeDispatchParams {
   int32_t* tile_expert = nullptr;    // [max_tiles]
   int32_t* tile_row0 = nullptr;      // [max_tiles]
   int32_t* tile_rows = nullptr;      // [max_tiles]
+  int32_t* chunk_counts = nullptr;   // scratch, MoeDispatchScratchInts(tokens * k, n_experts)
   int64_t tokens = 0;
   int n_experts = 0;
   int k = 0;

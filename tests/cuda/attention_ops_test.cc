@@ -193,6 +193,7 @@ TEST(CudaAttention, SimtFp32AndBf16Kv) {
   RunAttention({5, 64, 512, 64, 128, 512, KvFormat::kFp32, false}, seed++);  // V4-Flash
   RunAttention({6, 7, 96, 32, 31, 33, KvFormat::kBf16, false}, seed++);      // odd shapes
   RunAttention({3, 1, 4, 0, 1, 1, KvFormat::kFp32, false}, seed++);
+  RunAttention({6, 3, 512, 32, 31, 33, KvFormat::kBf16, false}, seed++);  // 4-head blocks, 512
 }
 
 TEST(CudaAttention, SimtV4Fp8Kv) {

@@ -39,6 +39,9 @@ struct IndexerCase {
   int n_heads;
   int head_dim;
   std::vector<int64_t> lens;  // visible keys per query
+  // Every query reads a prefix of the same keys (ks = 0 / one block-table row), as a sequence's
+  // prefill queries do; otherwise each query has its own keys.
+  bool shared_keys = false;
 };
 
 /// Everything one case needs on the host: fake-quantized q/k (what the CPU sees) and the device
@@ -70,11 +73,28 @@ void RunIndexer(const IndexerCase& c, uint64_t seed) {
   int64_t key_rows = 0;
   const int64_t max_pages = (max_len + page - 1) / page + 1;
   std::vector<int32_t> table;
-  if (!c.paged) {
+  if (!c.paged && c.shared_keys) {
+    key_rows = max_len;
+    for (int64_t i = 0; i < m; ++i) {
+      ks[static_cast<size_t>(i)] = 0;
+      ke[static_cast<size_t>(i)] = static_cast<int32_t>(c.lens[static_cast<size_t>(i)]);
+    }
+  } else if (!c.paged) {
     for (int64_t i = 0; i < m; ++i) {
       ks[static_cast<size_t>(i)] = static_cast<int32_t>(key_rows);
       key_rows += c.lens[static_cast<size_t>(i)];
       ke[static_cast<size_t>(i)] = static_cast<int32_t>(key_rows);
+    }
+  } else if (c.shared_keys) {
+    const int64_t pages = (max_len + page - 1) / page;
+    key_rows = (pages + 1) * page;
+    table.assign(static_cast<size_t>(m * max_pages), -1);
+    for (int64_t pg = 0; pg < pages; ++pg) {
+      table[static_cast<size_t>(pg)] = static_cast<int32_t>(pages - pg);  // reversed, page 0 free
+    }
+    for (int64_t i = 0; i < m; ++i) {
+      qrow[static_cast<size_t>(i)] = 0;
+      lengths[static_cast<size_t>(i)] = static_cast<int32_t>(c.lens[static_cast<size_t>(i)]);
     }
   } else {
     int64_t pages = 0;
@@ -252,6 +272,12 @@ TEST(CudaIndexer, Fp32ExactContiguousAndPaged) {
     RunIndexer({Mode::kFp32, paged, 64, 128, kEdgeLens}, seed++);
     RunIndexer({Mode::kFp32, paged, 8, 64, {1, 0, 97, 64, 200}}, seed++);
     RunIndexer({Mode::kFp32, paged, 7, 128, {31, 1025}}, seed++);
+    // A causal prefill's queries over one key prefix: 8-query groups (kDim 64, 8 heads), the
+    // last group partial, lengths growing by one every four queries.
+    std::vector<int64_t> causal;
+    for (int64_t t = 0; t < 203; ++t) causal.push_back((t + 1) / 4 + 60);
+    RunIndexer({Mode::kFp32, paged, 8, 64, causal, true}, seed++);
+    RunIndexer({Mode::kFp32, paged, 16, 128, {5, 300, 7, 129, 64}, true}, seed++);
   }
 }
 

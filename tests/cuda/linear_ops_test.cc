@@ -3,6 +3,7 @@
 // gathered per-expert products, over odd shapes (tile edges, `in` not a multiple of the lanes).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -43,8 +44,11 @@ TEST(CudaLinear, DenseBitExactWithCpuLinear) {
   struct Case {
     int64_t rows, in, out;
   };
-  for (const Case c : {Case{1, 256, 1024}, Case{33, 1024, 24}, Case{64, 130, 65}, Case{5, 7, 3},
-                       Case{97, 512, 129}}) {
+  // Small grids take the 16 x 32 tile; the last two the 32 x 64 tile (at least two blocks per
+  // multiprocessor), with ragged rows, outputs and a k tail.
+  for (const Case c :
+       {Case{1, 256, 1024}, Case{33, 1024, 24}, Case{64, 130, 65}, Case{5, 7, 3},
+        Case{97, 512, 129}, Case{2048, 1024, 24}, Case{4099, 258, 257}, Case{8192, 256, 128}}) {
     Rng rng(static_cast<uint64_t>(c.rows * 1000 + c.in));
     const std::vector<float> x = rng.Vec(static_cast<size_t>(c.rows * c.in));
     const std::vector<float> w = rng.Vec(static_cast<size_t>(c.out * c.in));
@@ -139,6 +143,63 @@ TEST(CudaLinear, GatheredPerExpertBitExact) {
   NW_ASSERT_OK(LaunchLinear(p, nullptr));
   NW_ASSERT_SYNC();
   ExpectBitEqual(Down(*dy), want, "gathered");
+}
+
+TEST(CudaLinear, GatheredManyTilesBitExact) {
+  NW_REQUIRE_GPU();
+  // 3,001 rows each routed to two of four experts (as MoE dispatch lists them): enough tiles for
+  // the 32 x 64 tile, partial tiles at each expert's end, and a k tail (in % 4 == 2).
+  const int64_t x_rows = 3001, in = 258, out = 129, E = 4;
+  Rng rng(13);
+  const std::vector<float> x = rng.Vec(static_cast<size_t>(x_rows * in));
+  const std::vector<float> w = rng.Vec(static_cast<size_t>(E * out * in));
+  std::vector<std::vector<int32_t>> lists(E);
+  for (int64_t r = 0; r < x_rows; ++r) {
+    const int64_t a = rng.Int(0, E - 1), b = (a + rng.Int(1, E - 1)) % E;
+    lists[static_cast<size_t>(a)].push_back(static_cast<int32_t>(r));
+    lists[static_cast<size_t>(b)].push_back(static_cast<int32_t>(r));
+  }
+  std::vector<int32_t> list, tile_expert, tile_row0, tile_rows, expert_of;
+  for (int64_t e = 0; e < E; ++e) {
+    const auto& l = lists[static_cast<size_t>(e)];
+    for (size_t r = 0; r < l.size(); r += kLinearTileRows) {
+      tile_expert.push_back(static_cast<int32_t>(e));
+      tile_row0.push_back(static_cast<int32_t>(list.size() + r));
+      tile_rows.push_back(static_cast<int32_t>(std::min<size_t>(kLinearTileRows, l.size() - r)));
+    }
+    for (int32_t r : l) {
+      list.push_back(r);
+      expert_of.push_back(static_cast<int32_t>(e));
+    }
+  }
+  tile_expert.push_back(-1);
+  tile_row0.push_back(0);
+  tile_rows.push_back(0);
+  std::vector<float> want(list.size() * static_cast<size_t>(out));
+  for (size_t r = 0; r < list.size(); ++r) {
+    cpu::Linear(x.data() + list[r] * in, 1, in, w.data() + expert_of[r] * out * in, out,
+                want.data() + r * static_cast<size_t>(out));
+  }
+  auto dx = Up(x), dw = Up(w);
+  auto dl = Up(list), de = Up(tile_expert), d0 = Up(tile_row0), dn = Up(tile_rows);
+  auto dy = DeviceBuffer<float>::Allocate(want.size());
+  ASSERT_TRUE(dy.ok());
+  LinearParams p;
+  p.x = dx.data();
+  p.w = dw.data();
+  p.y = dy->data();
+  p.rows = static_cast<int64_t>(list.size());
+  p.in = in;
+  p.out = out;
+  p.row_index = dl.data();
+  p.tile_expert = de.data();
+  p.tile_row0 = d0.data();
+  p.tile_rows = dn.data();
+  p.max_tiles = static_cast<int64_t>(tile_expert.size());
+  p.x_rows = x_rows;
+  NW_ASSERT_OK(LaunchLinear(p, nullptr));
+  NW_ASSERT_SYNC();
+  ExpectBitEqual(Down(*dy), want, "gathered, many tiles");
 }
 
 TEST(CudaLinear, RejectsBadParams) {
