@@ -91,7 +91,7 @@ class DeviceBuffer {
   /// Allocates `count` elements (uninitialised); count 0 gives an empty buffer.
   static Result<DeviceBuffer> Allocate(size_t count) {
     DeviceBuffer b;
-    if (count == 0) return b;
+    if (count == 0) return Result<DeviceBuffer>(std::move(b));
     void* p = nullptr;
     const cudaError_t err = cudaMalloc(&p, count * sizeof(T));
     if (err != cudaSuccess) {
@@ -101,13 +101,13 @@ class DeviceBuffer {
     }
     b.ptr_ = static_cast<T*>(p);
     b.count_ = count;
-    return b;
+    return Result<DeviceBuffer>(std::move(b));  // spelled out: nvcc's front end does not move
   }
 
   /// Allocates `count` elements (uninitialised) in stream order on `stream` (see above).
   static Result<DeviceBuffer> AllocateOn(size_t count, cudaStream_t stream) {
     DeviceBuffer b;
-    if (count == 0) return b;
+    if (count == 0) return Result<DeviceBuffer>(std::move(b));
     void* p = nullptr;
     const cudaError_t err = cudaMallocAsync(&p, count * sizeof(T), stream);
     if (err != cudaSuccess) {
@@ -119,7 +119,7 @@ class DeviceBuffer {
     b.count_ = count;
     b.stream_ = stream;
     b.ordered_ = true;
-    return b;
+    return Result<DeviceBuffer>(std::move(b));
   }
 
   T* data() { return ptr_; }

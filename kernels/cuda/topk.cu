@@ -77,15 +77,27 @@ __device__ void BitonicSortDescending(unsigned long long* items, int size) {
   }
 }
 
-__global__ void __launch_bounds__(kThreads) TopKKernel(TopKParams p, int64_t cache_len) {
+// Segments: with seg_count > 1 block-row q is segment q % seg_count (entries [s * seg_len,
+// (s + 1) * seg_len)) of row q / seg_count, and its top-k (indices within the segment) goes to
+// seg_out[q * k ..]; with seg_count == 1 rows are rows and results go to p.out.
+struct Segments {
+  int64_t count = 1;
+  int64_t len = 0;
+  int32_t* out = nullptr;
+};
+
+__global__ void __launch_bounds__(kThreads)
+    TopKKernel(TopKParams p, int64_t cache_len, Segments seg) {
   __shared__ TopKShared s;
   extern __shared__ uint32_t cache[];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  for (int64_t r = blockIdx.x; r < p.rows; r += gridDim.x) {
-    const float* row = p.scores + r * p.stride;
-    int32_t* out = p.out + r * p.out_stride;
+  for (int64_t q = blockIdx.x; q < p.rows * seg.count; q += gridDim.x) {
+    const int64_t r = q / seg.count, off = (q % seg.count) * seg.len;
+    const float* row = p.scores + r * p.stride + off;
+    int32_t* out = seg.count > 1 ? seg.out + q * p.k : p.out + r * p.out_stride;
     int64_t len = p.n;
     if (p.lengths != nullptr) len = min(max(static_cast<int64_t>(p.lengths[r]), int64_t{0}), p.n);
+    if (seg.count > 1) len = min(max(len - off, int64_t{0}), seg.len);
     const int take = static_cast<int>(min(static_cast<int64_t>(p.k), len));
     const bool cached = len <= cache_len;
     if (cached) {
@@ -167,6 +179,70 @@ __global__ void __launch_bounds__(kThreads) TopKKernel(TopKParams p, int64_t cac
   }
 }
 
+// Split rows, between the two top-k passes: per segment, its candidates as row indices in
+// ascending order (-1 last), their scores, and per row the number of valid candidates (every
+// segment but a row's last contributes k, as seg_len >= k). Ascending index order makes the
+// second pass's lower-position tie-break the lower-index one.
+__global__ void __launch_bounds__(kThreads)
+    TopKCandidatesKernel(TopKParams p, Segments seg, int32_t* cand_index, float* cand_score,
+                         int32_t* cand_len) {
+  __shared__ uint32_t items[kMaxTopK];
+  const int64_t q = blockIdx.x;
+  const int64_t r = q / seg.count, sg = q % seg.count, off = sg * seg.len;
+  int size = 1;
+  while (size < p.k) size <<= 1;
+  for (int j = threadIdx.x; j < size; j += kThreads) {
+    const int32_t local = j < p.k ? seg.out[q * p.k + j] : -1;
+    items[j] = local < 0 ? 0xFFFFFFFFu : static_cast<uint32_t>(off + local);
+  }
+  __syncthreads();
+  // Ascending bitonic sort (-1 as 0xFFFFFFFF goes last).
+  for (int block = 2; block <= size; block <<= 1) {
+    for (int stride = block / 2; stride > 0; stride >>= 1) {
+      for (int t = threadIdx.x; t < size / 2; t += kThreads) {
+        const int i = (t / stride) * 2 * stride + (t % stride);
+        const int j = i + stride;
+        const bool asc = (i & block) == 0;
+        const uint32_t a = items[i], b = items[j];
+        if (asc ? a > b : a < b) {
+          items[i] = b;
+          items[j] = a;
+        }
+      }
+      __syncthreads();
+    }
+  }
+  const float* row = p.scores + r * p.stride;
+  const int64_t width = seg.count * p.k;
+  for (int j = threadIdx.x; j < p.k; j += kThreads) {
+    const uint32_t g = items[j];
+    const int64_t at = r * width + sg * p.k + j;
+    cand_index[at] = g == 0xFFFFFFFFu ? -1 : static_cast<int32_t>(g);
+    cand_score[at] = g == 0xFFFFFFFFu ? 0.0f : row[g];
+  }
+  if (sg == 0 && threadIdx.x == 0) {
+    int64_t len = p.n;
+    if (p.lengths != nullptr) len = min(max(static_cast<int64_t>(p.lengths[r]), int64_t{0}), p.n);
+    const int64_t segs = (len + seg.len - 1) / seg.len;
+    cand_len[r] = segs == 0
+                      ? 0
+                      : static_cast<int32_t>((segs - 1) * p.k + min(static_cast<int64_t>(p.k),
+                                                                    len - (segs - 1) * seg.len));
+  }
+}
+
+// The second pass's positions back to row indices.
+__global__ void TopKMapKernel(TopKParams p, int64_t width, const int32_t* pos,
+                              const int32_t* cand_index) {
+  const int64_t total = p.rows * p.k;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t r = i / p.k, j = i % p.k;
+    const int32_t at = pos[i];
+    p.out[r * p.out_stride + j] = at < 0 ? -1 : cand_index[r * width + at];
+  }
+}
+
 }  // namespace
 
 Status LaunchTopK(const TopKParams& params, cudaStream_t stream) {
@@ -189,10 +265,54 @@ Status LaunchTopK(const TopKParams& params, cudaStream_t stream) {
   const size_t smem = static_cast<size_t>(cache_len) * sizeof(uint32_t);
   NW_RETURN_IF_ERROR(
       AllowDynamicSharedMemory(reinterpret_cast<const void*>(&TopKKernel), smem, "TopKKernel"));
-  const unsigned blocks =
-      static_cast<unsigned>(std::clamp<int64_t>(p.rows, 1, 8LL * MultiprocessorCount()));
-  TopKKernel<<<blocks, kThreads, smem, stream>>>(p, cache_len);
-  return NW_CUDA_LAUNCH_STATUS("TopKKernel");
+  const int64_t cap = 8LL * MultiprocessorCount();
+  if (p.n <= kTopKCachedLen) {
+    TopKKernel<<<static_cast<unsigned>(std::clamp<int64_t>(p.rows, 1, cap)), kThreads, smem,
+                 stream>>>(p, cache_len, Segments{});
+    return NW_CUDA_LAUNCH_STATUS("TopKKernel");
+  }
+  // Rows longer than the shared-memory cache: top-k of each kTopKSegment-entry segment (one
+  // block each, cached), then top-k over the rows' candidates (k per segment).
+  Segments seg;
+  seg.count = (p.n + kTopKSegment - 1) / kTopKSegment;
+  seg.len = kTopKSegment;
+  const int64_t width = seg.count * p.k;
+  if (p.rows * seg.count > 0x7FFFFFFF || width > 0x7FFFFFFF) {
+    return Status::InvalidArgument("TopK: too many segments");
+  }
+  NW_ASSIGN_OR_RETURN(
+      auto seg_out, DeviceBuffer<int32_t>::AllocateOn(static_cast<size_t>(p.rows * width), stream));
+  NW_ASSIGN_OR_RETURN(auto cand_index, DeviceBuffer<int32_t>::AllocateOn(
+                                           static_cast<size_t>(p.rows * width), stream));
+  NW_ASSIGN_OR_RETURN(auto cand_score,
+                      DeviceBuffer<float>::AllocateOn(static_cast<size_t>(p.rows * width), stream));
+  NW_ASSIGN_OR_RETURN(auto cand_len,
+                      DeviceBuffer<int32_t>::AllocateOn(static_cast<size_t>(p.rows), stream));
+  NW_ASSIGN_OR_RETURN(auto pos,
+                      DeviceBuffer<int32_t>::AllocateOn(static_cast<size_t>(p.rows * p.k), stream));
+  seg.out = seg_out.data();
+  const size_t seg_smem = static_cast<size_t>(kTopKSegment) * sizeof(uint32_t);
+  TopKKernel<<<static_cast<unsigned>(std::clamp<int64_t>(p.rows * seg.count, 1, cap)), kThreads,
+               seg_smem, stream>>>(p, kTopKSegment, seg);
+  NW_RETURN_IF_ERROR(NW_CUDA_LAUNCH_STATUS("TopKKernel (segments)"));
+  TopKCandidatesKernel<<<static_cast<unsigned>(p.rows * seg.count), kThreads, 0, stream>>>(
+      p, seg, cand_index.data(), cand_score.data(), cand_len.data());
+  NW_RETURN_IF_ERROR(NW_CUDA_LAUNCH_STATUS("TopKCandidatesKernel"));
+  TopKParams second = p;
+  second.scores = cand_score.data();
+  second.lengths = cand_len.data();
+  second.out = pos.data();
+  second.n = width;
+  second.stride = width;
+  second.out_stride = p.k;
+  const int64_t second_cache = std::min(width, kTopKCachedLen);
+  TopKKernel<<<static_cast<unsigned>(std::clamp<int64_t>(p.rows, 1, cap)), kThreads,
+               static_cast<size_t>(second_cache) * sizeof(uint32_t), stream>>>(second, second_cache,
+                                                                               Segments{});
+  NW_RETURN_IF_ERROR(NW_CUDA_LAUNCH_STATUS("TopKKernel (candidates)"));
+  TopKMapKernel<<<static_cast<unsigned>(std::clamp<int64_t>((p.rows * p.k + 255) / 256, 1, cap)),
+                  256, 0, stream>>>(p, width, pos.data(), cand_index.data());
+  return NW_CUDA_LAUNCH_STATUS("TopKMapKernel");
 }
 
 }  // namespace nw::cuda

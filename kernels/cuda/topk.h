@@ -7,8 +7,11 @@
 // order (NaN -> 0); a 3-pass radix select (11 + 11 + 10 bits, shared-memory histograms) finds the
 // key of the k-th entry; one ordered pass keeps every larger key and the lowest-index entries of
 // that key; a bitonic sort of (key, ~index) puts them in rank order. Rows up to kTopKCachedLen
-// entries are staged in shared memory once; longer rows (up to 2^31 - 1) are re-read from global
-// memory (L2) on each pass. Bitwise deterministic.
+// entries are staged in shared memory once. Longer rows (up to 2^31 - 1) are split into
+// kTopKSegment-entry segments, one block each (so a single million-entry row spreads over 64
+// multiprocessors instead of one): the top-k of every segment, then the top-k of the row's
+// candidates, laid out in ascending index order so ties still go to the lower index. The split
+// allocates its scratch in stream order from the device's pool. Bitwise deterministic.
 // Thread-safety: launchers are reentrant.
 #pragma once
 
@@ -22,6 +25,7 @@ namespace nw::cuda {
 
 inline constexpr int kMaxTopK = 2048;
 inline constexpr int64_t kTopKCachedLen = 32768;
+inline constexpr int64_t kTopKSegment = 16384;  // >= kMaxTopK
 
 struct TopKParams {
   const float* scores = nullptr;     // [rows, stride]

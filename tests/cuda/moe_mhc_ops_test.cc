@@ -59,12 +59,12 @@ TEST(CudaMoe, DispatchMatchesHostReference) {
   };
   // Across the 1,024-slot chunks: single slot, a partial warp, many chunks, V4-Flash's 256
   // experts x 6, and a skewed routing that leaves experts empty.
-  const Case cases[] = {{1, 1, 1, false},     {7, 2, 4, false},     {3000, 2, 4, false},
+  const Case cases[] = {{1, 1, 1, false},      {7, 2, 4, false},    {3000, 2, 4, false},
                         {2048, 6, 256, false}, {5000, 2, 16, true}, {40000, 2, 4, false}};
   Rng rng(0x5EED0D15);
   for (const Case& c : cases) {
-    SCOPED_TRACE(::testing::Message() << c.tokens << " tokens, k " << c.k << ", " << c.E
-                                      << " experts");
+    SCOPED_TRACE(::testing::Message()
+                 << c.tokens << " tokens, k " << c.k << ", " << c.E << " experts");
     const int64_t slots = c.tokens * c.k;
     std::vector<int32_t> experts(static_cast<size_t>(slots));
     for (int64_t t = 0; t < c.tokens; ++t) {
@@ -107,8 +107,8 @@ TEST(CudaMoe, DispatchMatchesHostReference) {
     EXPECT_TRUE(SameInts(tile_expert.Download(), want.tile_expert));
     EXPECT_TRUE(SameInts(tile_row0.Download(), want.tile_row0));
     EXPECT_TRUE(SameInts(tile_rows.Download(), want.tile_rows));
-    for (auto* g : {&offsets, &list_token, &position, &tile_expert, &tile_row0, &tile_rows,
-                    &scratch}) {
+    for (auto* g :
+         {&offsets, &list_token, &position, &tile_expert, &tile_row0, &tile_rows, &scratch}) {
       EXPECT_TRUE(g->GuardsIntact());
     }
   }
@@ -192,8 +192,7 @@ TEST(CudaMhc, PreMatchesHostReferenceOnTheWarpAndSerialPaths) {
       HostMhcPre(x.data() + t * n * dim, raw.data() + t * mix_rows, base, scale, n, dim, iters,
                  1e-6f, 1e-6f, want_co.data() + t * cw, want_u.data() + t * dim);
     }
-    Guarded<float> dx(x), draw(raw), dbase(base), dscale(scale), du(tokens * dim),
-        dco(tokens * cw);
+    Guarded<float> dx(x), draw(raw), dbase(base), dscale(scale), du(tokens * dim), dco(tokens * cw);
     MhcPreParams p;
     p.x = dx.get();
     p.raw_mix = draw.get();

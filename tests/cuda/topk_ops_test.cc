@@ -1,6 +1,6 @@
 // Per-row top-k against cpu::TopK: exact indices in rank order with -1 padding, on rows with
 // heavy ties, NaN, infinities, signed zeros, ragged lengths (0 included), k > len, the shared-
-// memory/global boundary and rows of a million entries.
+// memory/global boundary, rows split into segments and rows of a million entries.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -138,9 +138,15 @@ TEST(CudaTopK, SmallAndTileEdges) {
 TEST(CudaTopK, CacheBoundaryAndLongRows) {
   NW_REQUIRE_GPU();
   uint64_t seed = 50;
+  // Past kTopKCachedLen rows are split into kTopKSegment-entry segments: segment edges, a last
+  // segment shorter than k, k = 1 and kMaxTopK, ragged rows ending inside any segment.
   for (const TopKCase& c : std::vector<TopKCase>{{8, kTopKCachedLen, 512, false},
                                                  {8, kTopKCachedLen + 1, 512, false},
-                                                 {6, 100003, 2048, true}}) {
+                                                 {6, 100003, 2048, true},
+                                                 {3, 3 * kTopKSegment + 5, 2048, true},
+                                                 {24, 2 * kTopKSegment + 1, 64, true},
+                                                 {2, 70000, 1, false},
+                                                 {1, 300001, 64, true}}) {
     RunTopK(c, seed++);
   }
 }
