@@ -278,11 +278,26 @@ int Run(const RunArgs& a, const Globals& g) {
     return 2;
   }
   std::stop_callback end_waits(stop.get_token(), [stop_requested] { *stop_requested = true; });
-  ProgressLine progress(stderr, !g.quiet);
+  ProgressLine progress(stderr, !g.quiet, clock);
   RunOptions ro;
   ro.transport = a.ipc ? EmbeddedTransport::kIpc : EmbeddedTransport::kInproc;
   ro.stop = stop.get_token();
   ro.metrics = &metrics;
+  // GPU busy: each GPU slot's worker samples its GPU with NVML (executors [0, gpus x slots) are
+  // the GPU ones, GPU by GPU); where NVML is unavailable the value stays unknown, said once.
+  const int gpu_slots = a.gpu_slots;
+  bool busy_absent_said = g.quiet;
+  ro.gpu_busy_source = [gpus, gpu_slots,
+                        &busy_absent_said](size_t first) -> std::unique_ptr<GpuUtilizationSource> {
+    if (first >= static_cast<size_t>(gpus) * static_cast<size_t>(gpu_slots)) return nullptr;
+    auto source = OpenGpuUtilization(static_cast<int>(first) / gpu_slots);
+    if (source.ok()) return std::move(*source);
+    if (!busy_absent_said) {
+      std::cerr << "nw run: GPU busy not measured: " << source.status().message() << "\n";
+      busy_absent_said = true;
+    }
+    return nullptr;
+  };
   ro.on_progress = [&progress, &cost](const ServerProgress& p) {
     progress.Update(p.done, p.failed, p.total, p.leased, p.workers, false, &cost);
   };
@@ -311,6 +326,11 @@ int Run(const RunArgs& a, const Globals& g) {
     return 1;
   }
   progress.Update(summary->done, summary->failed, summary->total, 0, 0, /*final=*/true, &cost);
+  if (!g.quiet) {
+    std::vector<std::pair<std::string, double>> busy;
+    for (const RunSummary::GpuBusy& b : summary->gpu_busy) busy.emplace_back(b.gpu, b.busy);
+    std::cerr << GpuBusyLines(busy);
+  }
   if (driver && !g.quiet) std::cerr << SearchSummary(*driver);
 
   if (!a.no_report) {

@@ -1,20 +1,34 @@
 // nw status [CAMPAIGN]: progress of every campaign (or one) in the database, read-only.
 // nw status [CAMPAIGN] --coordinator tcp://HOST:PORT: the same, asked of a coordinator daemon,
 // with each campaign's priority and state and the workers connected now.
+#include <algorithm>
 #include <iomanip>
 #include <iostream>
 
 #include "cli/commands.h"
+#include "cli/progress.h"
+#include "common/clock.h"
 #include "coordinator/control_client.h"
 #include "db/store.h"
 #include "engine/engine.h"
 #include "protocol/messages.h"
+#include "report/stats.h"
 #include "slurm/slurm_env.h"
 
 namespace nw::cli {
 namespace {
 
+// A GPU worker's last report: "GPU busy 91.3% over 10s, 4s ago".
+std::string GpuBusyText(const WorkerRecord& w, int64_t now_ms) {
+  return "GPU busy " + report::FormatBusy(*w.gpu_busy) + " over " +
+         FormatDuration(static_cast<double>(w.gpu_busy_ms) / 1000.0) + ", " +
+         FormatDuration(static_cast<double>(std::max<int64_t>(0, now_ms - w.gpu_busy_at_ms)) /
+                        1000.0) +
+         " ago";
+}
+
 Status ShowStatus(const Globals& g, const std::string& only) {
+  const int64_t now_ms = SystemClock().WallMs();
   if (!std::filesystem::exists(g.db_path)) {
     return Status::NotFound("no database at " + g.db_path + " (run a campaign first, or --db)");
   }
@@ -45,6 +59,7 @@ Status ShowStatus(const Globals& g, const std::string& only) {
       std::string job, node;
       SlurmPlacement(w.capabilities, &job, &node);
       if (!job.empty()) std::cout << "  slurm job " << LogSafe(job) << " on " << LogSafe(node);
+      if (w.gpu_busy) std::cout << "  " << GpuBusyText(w, now_ms);
       std::cout << "\n";
     }
   }

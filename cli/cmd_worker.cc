@@ -50,9 +50,11 @@
 #include "engine/backend_catalog.h"
 #include "engine/checkpoint/model_files.h"
 #include "engine/engine.h"
+#include "report/stats.h"
 #include "slurm/slurm_env.h"
 #include "worker/engine_executor.h"
 #include "worker/gpu_plan.h"
+#include "worker/gpu_utilization.h"
 #include "worker/worker.h"
 
 extern char** environ;
@@ -402,6 +404,8 @@ int RunWorker(const WorkerArgs& a, const Globals& g) {
   extra["engine_versions"] = json::array({std::string(kEngineVersion)});
 
   std::vector<std::unique_ptr<JobExecutor>> executors;
+  std::unique_ptr<GpuUtilizationSource> gpu_busy;  // a GPU worker's NVML samples, where available
+  std::string gpu_busy_absent;                     // why not, said once below
   if (!a.test_executor.empty()) {
     auto sleep_ms = ParseTestExecutor(a.test_executor);
     if (!sleep_ms.ok()) {
@@ -451,9 +455,17 @@ int RunWorker(const WorkerArgs& a, const Globals& g) {
       eo.backends = backends;
       executors.push_back(std::make_unique<EngineExecutor>(eo));
     }
-    if (gpu)
+    if (gpu) {
       extra["device"] = extra.contains("gpu") ? extra["gpu"].value("name", std::string("cuda"))
                                               : std::string("cuda");
+      // CUDA's device 0 is this worker's GPU (above); NVML finds it by its PCI bus id.
+      auto source = OpenGpuUtilization(0);
+      if (source.ok()) {
+        gpu_busy = std::move(*source);
+      } else {
+        gpu_busy_absent = source.status().message();
+      }
+    }
   }
   wo.extra_capabilities = extra;
 
@@ -468,10 +480,18 @@ int RunWorker(const WorkerArgs& a, const Globals& g) {
   };
   SystemClock clock;
   zmq::context_t context;
-  Worker worker(context, clock, wo, std::move(executors));
+  const std::string gpu_busy_name = gpu_busy ? gpu_busy->Name() : std::string();
+  Worker worker(context, clock, wo, std::move(executors), std::move(gpu_busy));
   if (!g.quiet) {
     std::cerr << "worker " << wo.worker_id << ": " << a.slots << " slots, coordinator "
               << wo.endpoint << (a.test_executor.empty() ? "" : " (TEST DOUBLE executor)") << "\n";
+    if (!gpu_busy_name.empty()) {
+      std::cerr << "worker " << wo.worker_id << ": GPU busy measured with " << gpu_busy_name
+                << "\n";
+    } else if (!gpu_busy_absent.empty()) {
+      std::cerr << "worker " << wo.worker_id
+                << ": GPU busy not measured (reported as unknown): " << gpu_busy_absent << "\n";
+    }
   }
   DrainDeadline deadline;
   const auto drain_ms = std::chrono::milliseconds(wo.drain_grace_ms);
@@ -499,7 +519,9 @@ int RunWorker(const WorkerArgs& a, const Globals& g) {
                   : s.drained ? "drained"
                               : "stopped")
               << " after " << s.jobs_executed << " jobs (" << s.acks << " acknowledged, "
-              << s.handed_back << " handed back, " << s.reconnects << " reconnects)\n";
+              << s.handed_back << " handed back, " << s.reconnects << " reconnects)";
+    if (s.gpu_busy) std::cerr << ", GPU busy " << report::FormatBusy(*s.gpu_busy) << " of the time";
+    std::cerr << "\n";
   }
   return 0;
 }

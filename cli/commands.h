@@ -33,5 +33,6 @@ void RegisterKeygen(CLI::App& app, Globals& g);
 void RegisterControl(CLI::App& app, Globals& g);  // cancel, pause, resume
 void RegisterDiff(CLI::App& app, Globals& g);
 void RegisterSlurm(CLI::App& app, Globals& g);  // slurm submit-workers
+void RegisterGpuBusy(CLI::App& app, Globals& g);
 
 }  // namespace nw::cli

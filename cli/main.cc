@@ -35,6 +35,7 @@ int main(int argc, char** argv) {
   nw::cli::RegisterControl(app, g);
   nw::cli::RegisterSlurm(app, g);
   nw::cli::RegisterDiff(app, g);
+  nw::cli::RegisterGpuBusy(app, g);
   // The global options work before or after any subcommand (fallthrough), so every
   // subcommand's --help lists them too.
   const std::string colours =

@@ -99,7 +99,11 @@ Result<RunSummary> RunEmbedded(Store& store, int64_t campaign_id,
     wo.heartbeat_liveness = options.scheduler.heartbeat_liveness;
     wo.max_frame_bytes = options.max_frame_bytes;
     wo.log = log;
-    workers.push_back(std::make_unique<Worker>(context, clock, std::move(wo), std::move(group)));
+    wo.gpu_busy_report_ms = options.gpu_busy_report_ms;
+    std::unique_ptr<GpuUtilizationSource> busy_source =
+        options.gpu_busy_source ? options.gpu_busy_source(first - count) : nullptr;
+    workers.push_back(std::make_unique<Worker>(context, clock, std::move(wo), std::move(group),
+                                               std::move(busy_source)));
   }
 
   ServerOptions so;
@@ -136,6 +140,13 @@ Result<RunSummary> RunEmbedded(Store& store, int64_t campaign_id,
     std::filesystem::remove(ipc_file, ec);
   }
   if (!summary.ok()) return summary.status().WithContext("embedded run");
+  for (size_t i = 0; i < workers.size(); ++i) {
+    const WorkerStats stats = workers[i]->Stats();
+    if (stats.gpu_busy) {
+      summary->gpu_busy.push_back({options.worker_prefix + "-" + std::to_string(i),
+                                   workers[i]->GpuBusySourceName(), *stats.gpu_busy});
+    }
+  }
   if (summary->stopped && !options.stop.stop_requested()) {
     for (const auto& st : worker_status) {
       if (!st.ok()) return st.WithContext("embedded run: every worker exited; first error");

@@ -21,6 +21,7 @@
 #include "coordinator/server.h"
 #include "db/store.h"
 #include "worker/executor.h"
+#include "worker/gpu_utilization.h"
 
 namespace nw {
 
@@ -46,6 +47,11 @@ struct RunOptions {
       on_committed;
   std::stop_token stop;            // request_stop() ends the run early (summary.stopped)
   LiveMetrics* metrics = nullptr;  // borrowed, may be null: ServerOptions::metrics
+  /// GPU busy: called once per worker with the index (in `executors`) of its first executor;
+  /// the source it returns (null: none) measures that worker's GPU (worker/worker.h). The
+  /// summary's gpu_busy then has the busy fraction of each worker whose samples covered its run.
+  std::function<std::unique_ptr<GpuUtilizationSource>(size_t first_executor)> gpu_busy_source;
+  int64_t gpu_busy_report_ms = 10'000;  // WorkerOptions::gpu_busy_report_ms
 };
 
 /// Runs the campaign's queued jobs (and jobs leased by a crashed earlier run) on `executors`

@@ -271,6 +271,7 @@ void Server::Loop::PublishMetrics() {
         lw.gpu_memory_bytes = m->get<int64_t>() * 1024 * 1024;
       }
     }
+    if (auto rec = records.find(w.id); rec != records.end()) lw.gpu_busy = rec->second.gpu_busy;
     workers.push_back(std::move(lw));
   }
   std::map<std::string, int64_t> events = {

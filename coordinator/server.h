@@ -89,6 +89,14 @@ struct RunSummary {
                                         // outside their key's role, registrations over the cap
   int64_t implausible_results = 0;      // results that failed CheckResultBounds
   bool stopped = false;                 // Stop() ended the run before the campaign finished
+  /// RunEmbedded only (compose/embedded_run.h): per worker that measured its GPU (NVML), the
+  /// GPU's busy fraction over the worker's whole run; empty otherwise (Server leaves it empty).
+  struct GpuBusy {
+    std::string worker_id;
+    std::string gpu;  // what was measured: the source's name ("NVML GPU 0000:19:00.0")
+    double busy = 0;
+  };
+  std::vector<GpuBusy> gpu_busy;
 };
 
 struct ServerOptions {

@@ -181,8 +181,18 @@ Status Server::Loop::OnWorkerMessage(const std::string& identity, zmq::multipart
   auto it = worker_of.find(identity);
   if (it == worker_of.end() || !scheduler.OnHeartbeat(it->second).ok()) {
     Unknown(identity, cmd);
+    return Status::Ok();
   }
-  return Status::Ok();
+  const auto& hb = std::get<HeartbeatMsg>(*msg);
+  if (!hb.gpu_busy) return Status::Ok();
+  // A GPU worker's busy fraction over its last interval: kept with its record (the dashboard
+  // reads it there) and written to table workers (`nw status`), once per report.
+  auto rec = records.find(it->second);
+  if (rec == records.end()) return Status::Ok();
+  rec->second.gpu_busy = hb.gpu_busy;
+  rec->second.gpu_busy_ms = hb.gpu_busy_ms;
+  rec->second.gpu_busy_at_ms = Wall();
+  return UpsertWorker(it->second, "active");
 }
 
 bool Server::Loop::MayWork(const std::string& key) const {

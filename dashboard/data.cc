@@ -185,7 +185,8 @@ Result<json> DashboardData::Workers(int64_t now_wall_ms) {
         gpu = {
             {"name", w.gpu_name},
             {"memory_total_bytes", w.gpu_memory_bytes ? json(*w.gpu_memory_bytes) : json(nullptr)},
-            {"busy_slot_fraction", BusyFraction(w)}};
+            {"busy_slot_fraction", BusyFraction(w)},
+            {"busy_fraction", w.gpu_busy ? json(*w.gpu_busy) : json(nullptr)}};
       }
       live.push_back(
           {{"id", w.id},

@@ -49,6 +49,9 @@ struct LiveWorker {
   int64_t heartbeat_age_ms = 0;  // since it was last heard from (any message), when published
   std::string gpu_name;          // the "gpu" capability, where the worker reported one
   std::optional<int64_t> gpu_memory_bytes;  // total memory of its GPU (nvidia-smi), where known
+  /// The GPU's busy fraction (NVML) over the last interval the worker reported (HEARTBEAT);
+  /// nullopt until it reports one (CPU workers never do).
+  std::optional<double> gpu_busy;
 };
 
 struct LiveMetricsSnapshot {

@@ -165,13 +165,20 @@ std::string RenderPrometheus(const std::vector<CampaignMetrics>& campaigns,
             1000.0;
     w.Sample("nw_worker_heartbeat_age_seconds", L("worker", x.id), age);
   }
-  w.Family("nw_gpu_busy_fraction", "gauge",
-           "Of a GPU worker's slots, the fraction busy with a lease (lease occupancy, at most 1; "
-           "the GPU's own utilisation is not reported by workers)");
+  w.Family("nw_gpu_slot_occupancy_fraction", "gauge",
+           "Of a GPU worker's slots, the fraction holding a lease (at most 1; not the GPU's "
+           "utilisation: see nw_gpu_busy_fraction)");
   for (const LiveWorker& x : live->workers) {
     if (x.gpu_name.empty() && !x.gpu_memory_bytes) continue;
-    w.Sample("nw_gpu_busy_fraction", L("worker", x.id) + "," + L("gpu", x.gpu_name),
+    w.Sample("nw_gpu_slot_occupancy_fraction", L("worker", x.id) + "," + L("gpu", x.gpu_name),
              BusyFraction(x));
+  }
+  w.Family("nw_gpu_busy_fraction", "gauge",
+           "The GPU's busy fraction (NVML utilization samples: the share of time a kernel ran) "
+           "over the last interval its worker reported; only for workers that measure it");
+  for (const LiveWorker& x : live->workers) {
+    if (!x.gpu_busy) continue;
+    w.Sample("nw_gpu_busy_fraction", L("worker", x.id) + "," + L("gpu", x.gpu_name), *x.gpu_busy);
   }
   w.Family("nw_gpu_memory_total_bytes", "gauge",
            "Total memory of a worker's GPU as nvidia-smi reported it at registration (memory in "

@@ -124,6 +124,13 @@ struct HeatmapCell {
   int64_t failed = 0;   // jobs that gave up (retries used up) without any result
 };
 
+/// The GPU busy fraction of a campaign's jobs that measured it (view v_gpu_busy).
+struct GpuBusySummary {
+  int64_t results = 0;  // latest results with a gpu_busy
+  double total_ms = 0;  // their run time
+  double gpu_busy = 0;  // weighted by run time
+};
+
 /// One row of v_boundary: where retrieval breaks for one configuration (see 0002_views.sql).
 struct BoundaryRow {
   std::string config;
@@ -182,6 +189,11 @@ struct WorkerRecord {
   int64_t first_seen_ms = 0;
   int64_t last_seen_ms = 0;
   std::string state;  // active | lost | gone
+  /// The GPU's busy fraction over the last interval the worker reported (HEARTBEAT), that
+  /// interval's length and when it arrived (wall ms); nullopt for workers that never reported.
+  std::optional<double> gpu_busy;
+  int64_t gpu_busy_ms = 0;
+  int64_t gpu_busy_at_ms = 0;
 };
 
 /// One job of a campaign (or of a frozen baseline) with its configuration label (v_job_config)
@@ -346,6 +358,9 @@ class Store {
   Result<std::vector<OutcomeCount>> OutcomeCounts(int64_t campaign_id);
   /// v_job_failures for the campaign grouped by (config, kind, reason), most jobs first.
   Result<std::vector<FailureReason>> FailureReasons(int64_t campaign_id);
+  /// v_gpu_busy: the GPU busy fraction over the campaign's latest results that carry one
+  /// (weighted by their run time); nullopt when none does.
+  Result<std::optional<GpuBusySummary>> CampaignGpuBusy(int64_t campaign_id);
   /// Per backend, over every answered result in the database: mean wall milliseconds per
   /// prompt token (total_ms / prompt_tokens) and how many jobs that mean is over. `nw plan`
   /// estimates cost from it.

@@ -130,9 +130,10 @@ Status Store::Impl::CommitOne(const JobResult& r, int64_t now_ms) {
             "INSERT INTO results (job_key, attempt, outcome, generated_text, expected,"
             " needle_token_offset, prompt_hash, prompt_tokens, generated_tokens, prefill_ms,"
             " decode_ms, total_ms, worker_id, device, engine_version, error_code, error_message,"
-            " retryable, created_ms, ttft_ms, tpot_ms, itl_p50_ms, itl_p95_ms, stream_events)"
+            " retryable, created_ms, ttft_ms, tpot_ms, itl_p50_ms, itl_p95_ms, stream_events,"
+            " gpu_busy)"
             " SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17,"
-            " ?18, ?19, ?20, ?21, ?22, ?23, ?24"
+            " ?18, ?19, ?20, ?21, ?22, ?23, ?24, ?25"
             " WHERE EXISTS (SELECT 1 FROM jobs WHERE key = ?1 AND state <> 'done')"
             " ON CONFLICT (job_key, attempt) DO NOTHING",
             "inserting into table results");
@@ -163,6 +164,11 @@ Status Store::Impl::CommitOne(const JobResult& r, int64_t now_ms) {
           .Bind(24, r.stream->events);
     } else {
       for (int i = 20; i <= 24; ++i) q.BindNull(i);
+    }
+    if (r.gpu_busy) {
+      q.Bind(25, *r.gpu_busy);
+    } else {
+      q.BindNull(25);
     }
     NW_RETURN_IF_ERROR(q.Run());
     if (q.Changes() == 0) return NotCommitted(r, now_ms);

@@ -104,7 +104,8 @@ inline constexpr const char* kResultColumns =
     "r.id, r.job_key, r.attempt, r.outcome, r.generated_text, r.expected, r.needle_token_offset,"
     " r.prompt_hash, r.prompt_tokens, r.generated_tokens, r.prefill_ms, r.decode_ms, r.total_ms,"
     " r.worker_id, r.device, r.engine_version, r.error_code, r.error_message, r.retryable,"
-    " r.created_ms, r.ttft_ms, r.tpot_ms, r.itl_p50_ms, r.itl_p95_ms, r.stream_events";
+    " r.created_ms, r.ttft_ms, r.tpot_ms, r.itl_p50_ms, r.itl_p95_ms, r.stream_events,"
+    " r.gpu_busy";
 
 // kJobColumns of the current row, from column 0 (Corruption naming the file and key).
 Result<JobRecord> ReadJob(const Db& db, const Query& q);

@@ -82,6 +82,7 @@ Result<std::pair<int64_t, JobResult>> ReadResultAt(const Db& db, const Query& q,
             r.engine_version, r.error_code, r.error_message, r.retryable);
   if (created_ms != nullptr) cols.Into(*created_ms);
   r.stream = ReadStreamTiming(q, first + 20);
+  r.gpu_busy = q.OptReal(first + 25);  // migration 0011
   return std::make_pair(id, std::move(r));
 }
 

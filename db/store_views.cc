@@ -118,6 +118,18 @@ Result<std::vector<FailureReason>> Store::FailureReasons(int64_t campaign_id) {
   });
 }
 
+Result<std::optional<GpuBusySummary>> Store::CampaignGpuBusy(int64_t campaign_id) {
+  NW_RETURN_IF_ERROR(impl_->CheckCampaign(campaign_id));
+  Query q(*impl_->db, "SELECT results, total_ms, gpu_busy FROM v_gpu_busy WHERE campaign_id = ?",
+          "reading view v_gpu_busy for campaign " + std::to_string(campaign_id));
+  q.Bind(1, campaign_id);
+  return ReadOptionalRow(q, [](const Query& r) {
+    GpuBusySummary g;
+    Columns(r).Into(g.results, g.total_ms, g.gpu_busy);
+    return g;
+  });
+}
+
 Result<std::vector<BackendTiming>> Store::TimingHistory() {
   Query q(*impl_->db,
           "SELECT backend, SUM(total_ms) / SUM(prompt_tokens), COUNT(*) FROM v_results"

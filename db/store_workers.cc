@@ -33,10 +33,14 @@ Status Store::UpsertWorker(const WorkerRecord& w) {
   return impl_->Write("upserting worker '" + w.id + "'", [&]() -> Status {
     Query q(*impl_->db,
             "INSERT INTO workers (id, host, device, capabilities_json, first_seen_ms,"
-            " last_seen_ms, state) VALUES (?, ?, ?, ?, ?, ?, ?)"
+            " last_seen_ms, state, gpu_busy, gpu_busy_ms, gpu_busy_at_ms)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
             " ON CONFLICT (id) DO UPDATE SET host = excluded.host, device = excluded.device,"
             " capabilities_json = excluded.capabilities_json,"
-            " last_seen_ms = excluded.last_seen_ms, state = excluded.state",
+            " last_seen_ms = excluded.last_seen_ms, state = excluded.state,"
+            " gpu_busy = COALESCE(excluded.gpu_busy, workers.gpu_busy),"
+            " gpu_busy_ms = COALESCE(excluded.gpu_busy_ms, workers.gpu_busy_ms),"
+            " gpu_busy_at_ms = COALESCE(excluded.gpu_busy_at_ms, workers.gpu_busy_at_ms)",
             "upserting into table workers");
     q.Bind(1, w.id)
         .Bind(2, w.host)
@@ -45,6 +49,13 @@ Status Store::UpsertWorker(const WorkerRecord& w) {
         .Bind(5, w.first_seen_ms)
         .Bind(6, w.last_seen_ms)
         .Bind(7, state);
+    // A worker's last GPU busy report stays until it sends a newer one (a record without one,
+    // e.g. from its registration, keeps the stored one).
+    if (w.gpu_busy) {
+      q.Bind(8, *w.gpu_busy).Bind(9, w.gpu_busy_ms).Bind(10, w.gpu_busy_at_ms);
+    } else {
+      q.BindNull(8).BindNull(9).BindNull(10);
+    }
     NW_RETURN_IF_ERROR(q.Run());
     // Workers that left are history: only the newest kMaxInactiveWorkerRows are kept (checked
     // every kWorkerPruneEvery departures, so at most that many more), so peers registering ever
@@ -61,12 +72,15 @@ Status Store::UpsertWorker(const WorkerRecord& w) {
 
 Result<std::vector<WorkerRecord>> Store::ListWorkers() {
   Query q(*impl_->db,
-          "SELECT id, host, device, capabilities_json, first_seen_ms, last_seen_ms, state"
-          " FROM workers ORDER BY id",
+          "SELECT id, host, device, capabilities_json, first_seen_ms, last_seen_ms, state,"
+          " gpu_busy, gpu_busy_ms, gpu_busy_at_ms FROM workers ORDER BY id",
           "listing table workers");
   return ReadRows(q, [&](const Query& r) -> Result<WorkerRecord> {
     WorkerRecord w;
     Columns(r).Into(w.id, w.host, w.device).Skip(1).Into(w.first_seen_ms, w.last_seen_ms, w.state);
+    w.gpu_busy = r.OptReal(7);
+    w.gpu_busy_ms = r.OptInt(8).value_or(0);
+    w.gpu_busy_at_ms = r.OptInt(9).value_or(0);
     try {
       w.capabilities = json::parse(r.Text(3));
     } catch (const json::exception& e) {

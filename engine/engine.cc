@@ -94,6 +94,15 @@ Status UseCudaDevice(int index) {
 #endif
 }
 
+Result<std::string> CudaDevicePciBusId(int index) {
+#ifdef NW_HAVE_CUDA_BACKEND
+  return cuda::PciBusId(index);
+#else
+  (void)index;
+  return Status::Unsupported("this build has no CUDA backend (-DNW_CUDA=ON)");
+#endif
+}
+
 std::vector<std::string> AvailableBackends() {
   std::vector<std::string> names;
   for (const BackendInfo& b : BackendCatalog()) {

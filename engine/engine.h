@@ -112,6 +112,9 @@ int CudaDeviceCount();
 /// Makes `index` the calling thread's CUDA device: cuda* engines created and run on this thread
 /// afterwards use it. Unsupported without the CUDA backend; InvalidArgument for a bad index.
 Status UseCudaDevice(int index);
+/// The PCI bus id of CUDA device `index` as cudaDeviceGetPCIBusId writes it ("0000:19:00.0"),
+/// which names the same GPU to NVML. Unsupported without the CUDA backend.
+Result<std::string> CudaDevicePciBusId(int index);
 
 /// Ok when this build and machine can run backend `name`; InvalidArgument (listing the catalog)
 /// for a name the catalog lacks; Unsupported saying why not for a catalog backend that cannot run

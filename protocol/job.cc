@@ -358,6 +358,7 @@ json JobResult::ToJson() const {
          {"retryable", retryable},
          {"probes", probes_j}};
   if (stream) j["stream"] = stream->ToJson();
+  if (gpu_busy) j["gpu_busy"] = *gpu_busy;
   return j;
 }
 
@@ -428,6 +429,9 @@ Status CheckResultBounds(const JobResult& r, const JobSpec* spec, const ModelPro
     if (r.stream->events < 0 || r.stream->events > kMaxResultTokens) {
       return bad("stream.events", "must be a count");
     }
+  }
+  if (r.gpu_busy && (!std::isfinite(*r.gpu_busy) || *r.gpu_busy < 0 || *r.gpu_busy > 1)) {
+    return bad("gpu_busy", "must be a fraction in [0, 1]");
   }
   if (r.probes.size() > kMaxProbes) {
     return bad("probes", std::to_string(r.probes.size()) + " probes, over the limit of " +
@@ -520,6 +524,10 @@ Result<JobResult> JobResult::FromJson(const json& j) {
   }
   if (auto s = j.find("stream"); s != j.end() && !s->is_null()) {
     NW_ASSIGN_OR_RETURN(r.stream, StreamTiming::FromJson(*s));
+  }
+  if (auto g = j.find("gpu_busy"); g != j.end() && !g->is_null()) {
+    if (!g->is_number()) return Status::InvalidArgument("result.gpu_busy: must be a number");
+    r.gpu_busy = g->get<double>();
   }
   return r;
 }

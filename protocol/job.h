@@ -168,8 +168,13 @@ struct JobResult {
   bool retryable = false;  // an engine_error that may succeed elsewhere (OOM, I/O)
   std::vector<ProbeSummary> probes;
   std::optional<StreamTiming> stream;  // streamed http answers only
+  /// GPU workers that measure it (NVML): the mean of the GPU's utilization samples taken while
+  /// the job ran, 0..1 (worker/gpu_busy_sampler.h); absent where not measured (CPU workers, no
+  /// NVML, a job shorter than the driver's sample period). The GPU's, not the job's alone: other
+  /// slots on the same GPU count too.
+  std::optional<double> gpu_busy;
 
-  /// "stream" is present only when set.
+  /// "stream" and "gpu_busy" are present only when set.
   nlohmann::json ToJson() const;
   static Result<JobResult> FromJson(const nlohmann::json& j);
 };

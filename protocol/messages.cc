@@ -1,6 +1,7 @@
 #include "protocol/messages.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <limits>
 #include <utility>
@@ -123,6 +124,23 @@ Result<Message> DecodeAck(const json& p) {
   return Message(std::move(m));
 }
 
+// Optional gpu_busy (a number in [0, 1]) with gpu_busy_ms (an integer >= 0); `{}` is a plain
+// heartbeat.
+Result<Message> DecodeHeartbeat(const json& p) {
+  HeartbeatMsg m;
+  auto g = p.find("gpu_busy");
+  if (g == p.end()) return Message(m);
+  if (!g->is_number() || !std::isfinite(g->get<double>()) || g->get<double>() < 0 ||
+      g->get<double>() > 1) {
+    return Status::InvalidArgument("HEARTBEAT.gpu_busy: must be a number in [0, 1]");
+  }
+  m.gpu_busy = g->get<double>();
+  Reader r(p, "HEARTBEAT");
+  NW_RETURN_IF_ERROR(
+      r.Integer("gpu_busy_ms", &m.gpu_busy_ms, 0, std::numeric_limits<int64_t>::max()));
+  return Message(m);
+}
+
 Result<Message> DecodeDisconnect(const json& p) {
   Reader r(p, "DISCONNECT");
   DisconnectMsg m;
@@ -162,7 +180,10 @@ json PayloadOf(const Message& m) {
                   {"status", AckStatusName(a.status)},
                   {"reason", a.reason}};
     }
-    json operator()(const HeartbeatMsg&) const { return json::object(); }
+    json operator()(const HeartbeatMsg& h) const {
+      if (!h.gpu_busy) return json::object();
+      return json{{"gpu_busy", *h.gpu_busy}, {"gpu_busy_ms", h.gpu_busy_ms}};
+    }
     json operator()(const DisconnectMsg& d) const {
       return json{{"reason", d.reason}, {"reconnect", d.reconnect}};
     }
@@ -247,7 +268,7 @@ Result<Message> Decode(const zmq::multipart_t& frames, const CodecLimits& limits
       case Command::kAck:
         return DecodeAck(payload);
       case Command::kHeartbeat:
-        return Message(HeartbeatMsg{});
+        return DecodeHeartbeat(payload);
       case Command::kDisconnect:
         return DecodeDisconnect(payload);
     }

@@ -104,7 +104,14 @@ struct AckMsg {
   std::string reason;  // why, for rejected/failed; may be empty
 };
 
-struct HeartbeatMsg {};
+/// HEARTBEAT. A GPU worker that measures its GPU (NVML) adds, every so often, the GPU's busy
+/// fraction over the interval since its last report: gpu_busy (0..1) over gpu_busy_ms
+/// milliseconds. Optional fields (docs/protocol.md): `{}` otherwise, as every heartbeat of the
+/// coordinator.
+struct HeartbeatMsg {
+  std::optional<double> gpu_busy;
+  int64_t gpu_busy_ms = 0;  // the interval gpu_busy covers (with gpu_busy only)
+};
 
 /// DISCONNECT. From a worker: it leaves (its leases are requeued at once). From the coordinator:
 /// reconnect == false means "exit" (campaign finished, coordinator stopping); reconnect == true

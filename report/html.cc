@@ -325,7 +325,9 @@ std::string RenderHtml(const CampaignReport& r) {
   if (!r.campaign.source_path.empty()) {
     s += "Source: <code>" + HtmlEscape(r.campaign.source_path) + "</code>. ";
   }
-  s += "Jobs: " + HtmlEscape(ProgressLine(r.progress)) + ".</p>\n";
+  s += "Jobs: " + HtmlEscape(ProgressLine(r.progress)) + ".";
+  if (r.gpu_busy) s += " " + HtmlEscape(GpuBusyLine(*r.gpu_busy)) + ".";
+  s += "</p>\n";
   s += "<p class=\"meta\">Criterion: " + HtmlEscape(r.criterion.ToString()) +
        ". Found: the exact (Clopper-Pearson) interval lies at or above the pass rate; lost: below "
        "it; undecided: it straddles it.</p>\n";

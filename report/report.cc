@@ -276,10 +276,17 @@ Result<CampaignReport> LoadCampaignReport(Store& store, const std::string& campa
     NW_ASSIGN_OR_RETURN(std::vector<LayerProbeStats> probes, store.ProbeStats(campaign->id));
     NW_ASSIGN_OR_RETURN(std::vector<FailureReason> failures, store.FailureReasons(campaign->id));
     report = BuildCampaignReport(*campaign, progress, cells, outcomes, probes, criterion, failures);
+    NW_ASSIGN_OR_RETURN(report.gpu_busy, store.CampaignGpuBusy(campaign->id));
     return Status::Ok();
   });
   if (!st.ok()) return st;
   return report;
+}
+
+std::string GpuBusyLine(const GpuBusySummary& g) {
+  return "GPU busy: " + FormatBusy(g.gpu_busy) + " while the " + FormatThousands(g.results) +
+         (g.results == 1 ? " job" : " jobs") +
+         " measured on a GPU ran (NVML, weighted by run time)";
 }
 
 bool ColorAllowed(bool is_terminal, const char* no_color, const char* term) {
@@ -307,6 +314,7 @@ std::string RenderText(const CampaignReport& r, const TextOptions& options) {
   for (const std::string& line : DescribeFailures(r.failures)) {
     out += "without an answer: " + line + "\n";
   }
+  if (r.gpu_busy) out += GpuBusyLine(*r.gpu_busy) + "\n";
   out += CriterionLine(r) + "\n";
   if (r.configs.empty()) {
     out += "\nno results yet\n";
@@ -373,7 +381,9 @@ std::string RenderMarkdown(const CampaignReport& r) {
   std::string out;
   out += "# Campaign `" + r.campaign.name + "`\n\n";
   if (!r.campaign.source_path.empty()) out += "Source: `" + r.campaign.source_path + "`. ";
-  out += "Jobs: " + ProgressLine(r.progress) + ".\n\n";
+  out += "Jobs: " + ProgressLine(r.progress) + ".";
+  if (r.gpu_busy) out += " " + GpuBusyLine(*r.gpu_busy) + ".";
+  out += "\n\n";
   out += "| pass | miss | truncated | empty | engine_error | timeout |\n";
   out += "|---:|---:|---:|---:|---:|---:|\n|";
   for (int64_t n : r.outcomes) out += " " + FormatThousands(n) + " |";
@@ -449,6 +459,11 @@ json RenderJson(const CampaignReport& r) {
   j["outcomes"] = OutcomesJson(r.outcomes);
   j["failures"] = FailuresJson(r.failures);
   j["criterion"] = {{"pass_rate", r.criterion.pass_rate}, {"confidence", r.criterion.confidence}};
+  if (r.gpu_busy) {
+    j["gpu_busy"] = {{"fraction", r.gpu_busy->gpu_busy},
+                     {"results", r.gpu_busy->results},
+                     {"run_ms", r.gpu_busy->total_ms}};
+  }
   json configs = json::array();
   for (const ConfigReport& c : r.configs) {
     const ConfigBoundary& b = c.boundary;

@@ -10,6 +10,7 @@
 #include <array>
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -41,7 +42,13 @@ struct CampaignReport {
   /// Why jobs ended without an answer, over every configuration, by (kind, reason), most jobs
   /// first (config left empty): failed jobs (retries used up), engine errors and timeouts.
   std::vector<FailureReason> failures;
+  /// The GPU's busy fraction over the jobs whose GPU worker measured it (NVML; v_gpu_busy);
+  /// nullopt when none did (CPU campaigns, no NVML): then the renderers leave it out.
+  std::optional<GpuBusySummary> gpu_busy;
 };
+
+/// "GPU busy: 91.3% while the 236 jobs measured on a GPU ran (NVML, weighted by run time)".
+std::string GpuBusyLine(const GpuBusySummary& g);
 
 /// Assembles a report from what the Store returns (pure: tests build inputs by hand).
 CampaignReport BuildCampaignReport(const CampaignRecord& campaign, const CampaignProgress& progress,

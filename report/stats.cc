@@ -45,6 +45,8 @@ std::string FormatFraction(double v) {
   return buf;
 }
 
+std::string FormatBusy(double fraction) { return FormatNumber(100.0 * fraction, 1) + "%"; }
+
 std::string FormatPercent(int64_t passes, int64_t n) {
   if (n <= 0) return "-";
   return FormatNumber(100.0 * static_cast<double>(passes) / static_cast<double>(n), 0) + "%";

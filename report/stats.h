@@ -25,6 +25,8 @@ std::string FormatNumber(double v, int decimals = 1);
 std::string FormatFraction(double v);
 /// passes / n as a whole percentage ("95%"); "-" when n is 0.
 std::string FormatPercent(int64_t passes, int64_t n);
+/// A busy fraction 0..1 as a percentage with one decimal ("91.3%", "0%").
+std::string FormatBusy(double fraction);
 
 /// Orders strings with embedded numbers by value ("topk=8" before "topk=16").
 bool NaturalLess(const std::string& a, const std::string& b);

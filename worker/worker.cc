@@ -15,6 +15,8 @@
 #include <thread>
 #include <utility>
 
+#include "worker/gpu_busy_sampler.h"
+
 namespace nw {
 namespace {
 
@@ -39,8 +41,9 @@ constexpr char kSignal = 'n';  // "look in the mailbox"
 
 // Runs the executor on jobs from `box` until told to stop. Owns its PAIR end; uses `executor`
 // only from this thread.
+// `sampler` (may be null): the GPU's busy fraction over each job goes into its result.
 void SlotMain(zmq::context_t& context, const std::string& endpoint, JobExecutor& executor,
-              const std::string& worker_id, SlotMailbox& box) {
+              const std::string& worker_id, GpuBusySampler* sampler, SlotMailbox& box) {
   try {
     zmq::socket_t pair(context, zmq::socket_type::pair);
     pair.set(zmq::sockopt::linger, 0);
@@ -57,6 +60,7 @@ void SlotMain(zmq::context_t& context, const std::string& endpoint, JobExecutor&
         job.swap(box.job);
       }
       if (!job) continue;
+      const uint64_t busy_from = sampler != nullptr ? sampler->Mark() : 0;
       JobResult r;
       try {
         r = executor.Execute(job->spec, job->job_key, job->attempt);
@@ -77,6 +81,8 @@ void SlotMain(zmq::context_t& context, const std::string& endpoint, JobExecutor&
       r.job_key = job->job_key;
       r.attempt = job->attempt;
       r.worker_id = worker_id;  // the registered id is the provenance that counts
+      r.gpu_busy.reset();       // measured here or not at all
+      if (sampler != nullptr) r.gpu_busy = sampler->BusyBetween(busy_from, sampler->Mark());
       {
         std::lock_guard<std::mutex> l(box.mu);
         box.result = std::move(r);
@@ -153,6 +159,13 @@ struct Worker::Loop {
   bool heard = false;         // a valid message from the coordinator on this connection
   int64_t idle_since_ms = 0;  // since when nothing was held here (while connected)
   std::string endpoint;       // options.endpoint, or endpoint_source's latest answer
+  // GPU busy (worker.h): the sampler (null without a source), where this Run() began in its
+  // samples, and the last heartbeat report.
+  std::unique_ptr<GpuBusySampler> sampler;
+  uint64_t run_busy_from = 0;
+  uint64_t report_busy_from = 0;
+  int64_t next_busy_report_ms = 0;
+  int64_t last_busy_report_ms = 0;
 
   explicit Loop(Worker& worker) : w(worker), limits{worker.options_.max_frame_bytes} {}
 
@@ -171,6 +184,11 @@ struct Worker::Loop {
     }
     for (auto& s : slots) {
       if (s.thread.joinable()) s.thread.join();
+    }
+    // The slots used the sampler: it stops (joining its thread) only after them.
+    if (sampler) {
+      w.counters_.gpu_busy = sampler->BusyBetween(run_busy_from, sampler->Mark()).value_or(-1);
+      sampler->Stop();
     }
   }
 
@@ -201,7 +219,7 @@ struct Worker::Loop {
     for (size_t i = 0; i < slots.size(); ++i) {
       slots[i].thread =
           std::thread(SlotMain, std::ref(w.context_), slots[i].endpoint, std::ref(*w.executors_[i]),
-                      w.options_.worker_id, std::ref(*slots[i].box));
+                      w.options_.worker_id, sampler.get(), std::ref(*slots[i].box));
     }
   }
 
@@ -417,10 +435,42 @@ struct Worker::Loop {
            std::to_string(unacked.size()) + " results unacknowledged";
   }
 
+  // A HEARTBEAT, with the GPU's busy fraction since the last report when one is due and known.
+  HeartbeatMsg Heartbeat(int64_t now) {
+    HeartbeatMsg hb;
+    if (!sampler) return hb;
+    if (auto error = sampler->TakeFirstError()) {
+      w.Log("worker " + w.options_.worker_id + ": GPU busy not measured while " + sampler->Name() +
+            " fails: " + *error);
+    }
+    if (now < next_busy_report_ms) return hb;
+    const uint64_t to = sampler->Mark();
+    hb.gpu_busy = sampler->BusyBetween(report_busy_from, to);
+    hb.gpu_busy_ms = now - last_busy_report_ms;
+    if (hb.gpu_busy) {
+      report_busy_from = to;
+      last_busy_report_ms = now;
+    }
+    next_busy_report_ms = now + std::max<int64_t>(1, w.options_.gpu_busy_report_ms);
+    return hb;
+  }
+
+  void StartSampler() {
+    if (!w.gpu_busy_source_) return;
+    sampler = std::make_unique<GpuBusySampler>(
+        *w.gpu_busy_source_,
+        std::chrono::milliseconds(std::max<int64_t>(1, w.options_.gpu_busy_poll_ms)));
+    run_busy_from = report_busy_from = sampler->Mark();
+    last_busy_report_ms = Now();
+    next_busy_report_ms = last_busy_report_ms + std::max<int64_t>(1, w.options_.gpu_busy_report_ms);
+    sampler->Start();
+  }
+
   Status Run() {
     endpoint = w.options_.endpoint;
     backoff_ms = w.options_.reconnect_initial_ms;
     capabilities = w.capabilities_;
+    StartSampler();
     StartSlots();
     Connect();
     std::vector<zmq_pollitem_t> items;
@@ -480,7 +530,7 @@ struct Worker::Loop {
           continue;
         }
         if (now >= next_heartbeat_ms) {
-          Send(HeartbeatMsg{});
+          Send(Heartbeat(now));
           next_heartbeat_ms = now + w.options_.heartbeat_interval_ms;
         }
         for (auto& [ref, p] : unacked) {
@@ -521,11 +571,13 @@ json WithSession(json caps) {
 }  // namespace
 
 Worker::Worker(zmq::context_t& context, const Clock& clock, WorkerOptions options,
-               std::vector<std::unique_ptr<JobExecutor>> executors)
+               std::vector<std::unique_ptr<JobExecutor>> executors,
+               std::unique_ptr<GpuUtilizationSource> gpu_busy)
     : context_(context),
       clock_(clock),
       options_(std::move(options)),
       executors_(std::move(executors)),
+      gpu_busy_source_(std::move(gpu_busy)),
       capabilities_(WithSession(MergedCapabilities(executors_, options_.extra_capabilities))) {}
 
 Worker::~Worker() = default;
@@ -549,10 +601,15 @@ WorkerStats Worker::Stats() const {
   s.handed_back = counters_.handed_back.load();
   s.idle_exit = counters_.idle_exit.load();
   s.drained = counters_.drained.load();
+  if (const double busy = counters_.gpu_busy.load(); busy >= 0) s.gpu_busy = busy;
   return s;
 }
 
 json Worker::Capabilities() const { return capabilities_; }
+
+std::string Worker::GpuBusySourceName() const {
+  return gpu_busy_source_ ? gpu_busy_source_->Name() : std::string();
+}
 
 json Worker::MergedCapabilities(const std::vector<std::unique_ptr<JobExecutor>>& executors,
                                 const json& extra) {

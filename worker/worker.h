@@ -22,12 +22,20 @@
 // drain_grace_ms, then sends DISCONNECT (the coordinator re-queues whatever is still running) and
 // Run() returns. Idle exit (idle_exit_ms): a registered worker that has had nothing to do for that
 // long leaves the same way, so a batch job gives its devices back when the work is done.
+//
+// GPU busy (a GPU worker given a GpuUtilizationSource, e.g. NVML's): Run() starts a
+// GpuBusySampler (its own polling thread, stopped and joined before Run() returns), each slot
+// marks the samples around every job and puts the GPU's busy fraction over the job in its
+// result (JobResult::gpu_busy), and every gpu_busy_report_ms a HEARTBEAT carries the busy
+// fraction since the last report. Without a source, or where the samples say nothing, the
+// values are absent, never 0; a source's first error is logged once.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -37,6 +45,7 @@
 #include "common/status.h"
 #include "protocol/messages.h"
 #include "worker/executor.h"
+#include "worker/gpu_utilization.h"
 
 namespace nw {
 
@@ -68,6 +77,10 @@ struct WorkerOptions {
   std::string curve_server_key;
   std::string curve_public_key;
   std::string curve_secret_key;
+  /// GPU busy (with a GpuUtilizationSource): a HEARTBEAT carries the GPU's busy fraction since
+  /// the last report this often, and the sampler reads the source at least this often.
+  int64_t gpu_busy_report_ms = 10'000;
+  int64_t gpu_busy_poll_ms = 1000;
   /// Called from the Run() thread only (malformed messages, reconnects, rejected results).
   std::function<void(std::string_view)> log;
 };
@@ -83,14 +96,19 @@ struct WorkerStats {
   int64_t handed_back = 0;    // attempts given back unfinished by Drain() (queued or running)
   bool idle_exit = false;     // Run() returned because of idle_exit_ms
   bool drained = false;       // Run() returned after a Drain()
+  /// The GPU's busy fraction over the last Run() (with a GpuUtilizationSource whose samples
+  /// covered it); nullopt otherwise.
+  std::optional<double> gpu_busy;
 };
 
 class Worker {
  public:
   /// One slot per executor; the slots share the advertised capabilities (the intersection of
-  /// the executors' backends).
+  /// the executors' backends). `gpu_busy`: the utilization source of this worker's GPU (null:
+  /// GPU busy is not measured).
   Worker(zmq::context_t& context, const Clock& clock, WorkerOptions options,
-         std::vector<std::unique_ptr<JobExecutor>> executors);
+         std::vector<std::unique_ptr<JobExecutor>> executors,
+         std::unique_ptr<GpuUtilizationSource> gpu_busy = nullptr);
   ~Worker();
   Worker(const Worker&) = delete;
   Worker& operator=(const Worker&) = delete;
@@ -108,6 +126,8 @@ class Worker {
   /// narrowed to what every executor supports, and options.extra_capabilities merged in),
   /// computed once at construction.
   nlohmann::json Capabilities() const;
+  /// The GPU utilization source's name; empty without one.
+  std::string GpuBusySourceName() const;
 
  private:
   struct Loop;
@@ -119,13 +139,15 @@ class Worker {
   const Clock& clock_;
   WorkerOptions options_;
   std::vector<std::unique_ptr<JobExecutor>> executors_;
-  const nlohmann::json capabilities_;  // computed once, at construction
+  std::unique_ptr<GpuUtilizationSource> gpu_busy_source_;  // may be null
+  const nlohmann::json capabilities_;                      // computed once, at construction
   std::atomic<bool> stop_{false};
   std::atomic<bool> drain_{false};
   struct Counters {
     std::atomic<int64_t> jobs_received{0}, jobs_executed{0}, results_sent{0}, acks{0},
         reconnects{0}, malformed{0}, handed_back{0};
     std::atomic<bool> idle_exit{false}, drained{false};
+    std::atomic<double> gpu_busy{-1};  // < 0: not measured
   };
   Counters counters_;
 };

@@ -167,6 +167,17 @@ Status UseDevice(int index) {
   return Status::Ok();
 }
 
+Result<std::string> PciBusId(int index) {
+  const int n = DeviceCount();
+  if (index < 0 || index >= n) {
+    return Status::InvalidArgument("CUDA device " + std::to_string(index) + " is not one of the " +
+                                   std::to_string(n) + " visible here");
+  }
+  char id[32] = {};  // "0000:19:00.0" and the NUL: 13 bytes; the runtime asks for at least 13
+  NW_CUDA_RETURN_IF_ERROR(cudaDeviceGetPCIBusId(id, sizeof(id), index));
+  return std::string(id);
+}
+
 Result<std::unique_ptr<Backend>> CreateCudaBackend(const BackendInfo& info,
                                                    const ModelConfig& config,
                                                    std::shared_ptr<const ModelWeights> weights) {

@@ -25,6 +25,10 @@ int DeviceCount();
 /// thread live on it). InvalidArgument for an index outside [0, DeviceCount()).
 Status UseDevice(int index);
 
+/// The PCI bus id of device `index` (cudaDeviceGetPCIBusId: "0000:19:00.0"), which names the
+/// same GPU to NVML. InvalidArgument for an index outside [0, DeviceCount()).
+Result<std::string> PciBusId(int index);
+
 /// Creates the backend `info` names (a kCuda catalog entry) for a model whose config has been
 /// validated and whose fp32 weights have been checked against it (both are checked again here,
 /// before anything reaches the GPU). Unsupported without a GPU.
