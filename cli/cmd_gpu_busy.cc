@@ -8,7 +8,7 @@
 #include <thread>
 
 #include "cli/commands.h"
-#include "cli/progress.h"
+#include "engine/engine.h"
 #include "report/stats.h"
 #include "worker/gpu_busy_sampler.h"
 #include "worker/gpu_utilization.h"
@@ -23,10 +23,20 @@ struct GpuBusyArgs {
   std::string library = kNvmlLibrary;
 };
 
+std::string Seconds(double s) { return report::FormatNumber(s, 1) + " s"; }
+
 int MeasureGpuBusy(const GpuBusyArgs& a) {
-  auto source = a.pci_bus_id.empty() && a.library == kNvmlLibrary
-                    ? OpenGpuUtilization(a.gpu)
-                    : OpenNvmlUtilization(a.pci_bus_id, a.library);
+  std::string bus_id = a.pci_bus_id;
+  if (bus_id.empty()) {
+    auto from_cuda = CudaDevicePciBusId(a.gpu);
+    if (!from_cuda.ok()) {
+      std::cerr << "nw gpu-busy: --gpu " << a.gpu << ": " << from_cuda.status().message()
+                << " (name the GPU with --pci-bus-id instead)\n";
+      return 2;
+    }
+    bus_id = *from_cuda;
+  }
+  auto source = OpenNvmlUtilization(bus_id, a.library);
   if (!source.ok()) {
     std::cerr << "nw gpu-busy: " << source.status().message() << "\n";
     return 2;
@@ -42,10 +52,10 @@ int MeasureGpuBusy(const GpuBusyArgs& a) {
   const int64_t samples = sampler.SamplesBetween(from, to);
   std::cout << sampler.Name() << ": ";
   if (!busy) {
-    std::cout << "no utilization sample in " << FormatDuration(a.seconds) << " (unknown)\n";
+    std::cout << "no utilization sample in " << Seconds(a.seconds) << " (unknown)\n";
     return 1;
   }
-  std::cout << "busy " << report::FormatBusy(*busy) << " over " << FormatDuration(a.seconds) << " ("
+  std::cout << "busy " << report::FormatBusy(*busy) << " over " << Seconds(a.seconds) << " ("
             << samples << (samples == 1 ? " sample" : " samples") << ")\n";
   return 0;
 }

@@ -106,6 +106,10 @@ Status ShowRemoteStatus(const RemoteStatusArgs& a, const std::string& only) {
       std::cout << "  slurm job " << LogSafe(w.slurm_job) << " on " << LogSafe(w.node);
     }
     if (w.draining) std::cout << "  draining";
+    if (w.gpu_busy) {
+      std::cout << "  GPU busy " << report::FormatBusy(*w.gpu_busy) << " over "
+                << FormatDuration(static_cast<double>(w.gpu_busy_ms) / 1000.0);
+    }
     std::cout << "\n";
   }
   return Status::Ok();

@@ -406,6 +406,10 @@ Result<StatusReply> Server::Loop::BuildStatus(const std::string& only) {
     if (d != w.capabilities.end() && d->is_string()) ws.device = d->get<std::string>();
     SlurmPlacement(w.capabilities, &ws.slurm_job, &ws.node);
     ws.draining = w.draining;
+    if (auto rec = records.find(w.id); rec != records.end() && rec->second.gpu_busy) {
+      ws.gpu_busy = rec->second.gpu_busy;
+      ws.gpu_busy_ms = rec->second.gpu_busy_ms;
+    }
     out.workers.push_back(std::move(ws));
   }
   return out;

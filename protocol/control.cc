@@ -1,5 +1,6 @@
 #include "protocol/control.h"
 
+#include <cmath>
 #include <cstdio>
 #include <limits>
 #include <utility>
@@ -108,6 +109,10 @@ json ReplyPayload(const ControlReply& r) {
         if (!w.slurm_job.empty()) wj["slurm_job"] = w.slurm_job;
         if (!w.node.empty()) wj["node"] = w.node;
         if (w.draining) wj["draining"] = true;
+        if (w.gpu_busy) {
+          wj["gpu_busy"] = *w.gpu_busy;
+          wj["gpu_busy_ms"] = w.gpu_busy_ms;
+        }
         workers.push_back(std::move(wj));
       }
       return json{{"campaigns", std::move(campaigns)}, {"workers", std::move(workers)}};
@@ -329,6 +334,15 @@ Result<ControlReply> DecodeStatusReply(const json& p) {
     }
     if (wj.contains("node")) NW_RETURN_IF_ERROR(wr.String("node", &w.node, 1, kMaxIdBytes));
     if (wj.contains("draining")) NW_RETURN_IF_ERROR(wr.Bool("draining", &w.draining));
+    if (auto g = wj.find("gpu_busy"); g != wj.end()) {
+      if (!g->is_number() || !std::isfinite(g->get<double>()) || g->get<double>() < 0 ||
+          g->get<double>() > 1) {
+        return Status::InvalidArgument(where + ".gpu_busy: must be a number in [0, 1]");
+      }
+      w.gpu_busy = g->get<double>();
+      NW_RETURN_IF_ERROR(
+          wr.Integer("gpu_busy_ms", &w.gpu_busy_ms, 0, std::numeric_limits<int64_t>::max()));
+    }
     s.workers.push_back(std::move(w));
   }
   return ControlReply(std::move(s));

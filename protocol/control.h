@@ -149,6 +149,10 @@ struct WorkerStatus {
   std::string slurm_job;
   std::string node;
   bool draining = false;
+  // Optional (absent when unknown): a GPU worker's busy fraction over the last interval it
+  // reported (HEARTBEAT gpu_busy, docs/protocol.md), 0..1, and that interval's length.
+  std::optional<double> gpu_busy;
+  int64_t gpu_busy_ms = 0;
 };
 
 struct StatusReply {

@@ -205,7 +205,9 @@ TEST_F(GpuBusyRunTest, HeartbeatsPutTheLastIntervalInTableWorkersAndTheLiveMetri
   ASSERT_TRUE(live_busy.has_value());
   EXPECT_DOUBLE_EQ(*live_busy, 0.5);
   for (const LiveWorker& w : metrics.Take().workers) {
-    if (w.id == "cpu-worker") EXPECT_FALSE(w.gpu_busy.has_value());
+    if (w.id == "cpu-worker") {
+      EXPECT_FALSE(w.gpu_busy.has_value());
+    }
   }
   // The worker's own figure over its run.
   ASSERT_TRUE(gpu->Stats().gpu_busy.has_value());

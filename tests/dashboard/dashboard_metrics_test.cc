@@ -37,10 +37,16 @@ LiveMetricsSnapshot Live() {
   m.CountResult("pass");
   m.CountResult("pass");
   m.CountResult("miss");
-  LiveWorker cpu{"w-cpu", "host-a", "cpu", {"cpu"}, 2, 3, false, 1500, "", std::nullopt};
+  LiveWorker cpu{"w-cpu", "host-a", "cpu", {"cpu"},      2,           3,
+                 false,   1500,     "",    std::nullopt, std::nullopt};
+  // The GPU worker's last reported busy fraction (NVML, HEARTBEAT): 0.875.
   LiveWorker gpu{"w-gpu", "host-b", "NVIDIA H200", {"cuda"},      1,
-                 1,       false,    200,           "NVIDIA H200", int64_t{143771} * 1024 * 1024};
-  m.Publish({cpu, gpu}, {{"retried", 2}, {"workers_lost", 1}}, 10'000);
+                 1,       false,    200,           "NVIDIA H200", int64_t{143771} * 1024 * 1024,
+                 0.875};
+  // A GPU worker that cannot measure its GPU: slot occupancy only.
+  LiveWorker blind{"w-blind", "host-c", "NVIDIA H200", {"cuda"},     2,           1,
+                   false,     100,      "NVIDIA H200", std::nullopt, std::nullopt};
+  m.Publish({cpu, gpu, blind}, {{"retried", 2}, {"workers_lost", 1}}, 10'000);
   return m.Take();
 }
 
@@ -75,15 +81,23 @@ TEST(Prometheus, LiveHistogramsCountersAndWorkers) {
             std::string::npos);
   EXPECT_NE(text.find("nw_results_committed_total{outcome=\"pass\"} 2\n"), std::string::npos);
   EXPECT_NE(text.find("nw_coordinator_events_total{event=\"retried\"} 2\n"), std::string::npos);
-  EXPECT_NE(text.find("nw_workers_connected 2\n"), std::string::npos);
+  EXPECT_NE(text.find("nw_workers_connected 3\n"), std::string::npos);
   EXPECT_NE(text.find("nw_worker_slots{worker=\"w-cpu\",host=\"host-a\",device=\"cpu\"} 2\n"),
             std::string::npos);
   EXPECT_NE(text.find("nw_worker_leases{worker=\"w-cpu\"} 3\n"), std::string::npos);
   // Age when published plus the time since: 1.5 s + 0.5 s.
   EXPECT_NE(text.find("nw_worker_heartbeat_age_seconds{worker=\"w-cpu\"} 2\n"), std::string::npos);
-  // GPU rows only for the GPU worker; busy fraction capped at 1.
-  EXPECT_NE(text.find("nw_gpu_busy_fraction{worker=\"w-gpu\",gpu=\"NVIDIA H200\"} 1\n"),
+  // GPU rows only for the GPU workers; slot occupancy capped at 1; the GPU's busy fraction only
+  // where the worker measured it.
+  EXPECT_NE(text.find("nw_gpu_slot_occupancy_fraction{worker=\"w-gpu\",gpu=\"NVIDIA H200\"} 1\n"),
             std::string::npos);
+  EXPECT_NE(
+      text.find("nw_gpu_slot_occupancy_fraction{worker=\"w-blind\",gpu=\"NVIDIA H200\"} 0.5\n"),
+      std::string::npos);
+  EXPECT_NE(text.find("nw_gpu_busy_fraction{worker=\"w-gpu\",gpu=\"NVIDIA H200\"} 0.875\n"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("nw_gpu_busy_fraction{worker=\"w-blind\""), std::string::npos);
   EXPECT_NE(text.find("nw_gpu_memory_total_bytes{worker=\"w-gpu\",gpu=\"NVIDIA H200\"} "
                       "150754820096\n"),
             std::string::npos);

@@ -69,7 +69,8 @@ class DashboardServerTest : public ::testing::Test {
       w.last_seen_ms = 4000;
       ASSERT_TRUE((*s)->UpsertWorker(w).ok());
     }
-    LiveWorker lw{"w-live", "host-b", "cpu", {"cpu"}, 2, 1, false, 300, "", std::nullopt};
+    LiveWorker lw{"w-live", "host-b", "cpu", {"cpu"},      2,           1,
+                  false,    300,      "",    std::nullopt, std::nullopt};
     live_.Publish({lw}, {{"committed", 5}}, 1000);
     live_.ObserveCommit(0.01);
   }

@@ -54,14 +54,21 @@ class GpuBusyCliTest : public ::testing::Test {
     }
     // The workers' last heartbeat reports (written by the coordinator on a HEARTBEAT with
     // gpu_busy, tests/coordinator/gpu_busy_run_test.cc): one GPU worker, one CPU worker.
-    WorkerRecord gpu{"gpu-worker", "host", "NVIDIA H200", nlohmann::json::object(), 1, 2, "active"};
+    WorkerRecord gpu;
+    gpu.id = "gpu-worker";
+    gpu.device = "NVIDIA H200";
+    gpu.first_seen_ms = 1;
+    gpu.last_seen_ms = 2;
+    gpu.state = "active";
     gpu.gpu_busy = 0.913;
     gpu.gpu_busy_ms = 10'000;
     gpu.gpu_busy_at_ms = 2;
     ASSERT_TRUE(store.UpsertWorker(gpu).ok());
-    ASSERT_TRUE(
-        store.UpsertWorker({"cpu-worker", "host", "cpu", nlohmann::json::object(), 1, 2, "active"})
-            .ok());
+    WorkerRecord cpu = gpu;
+    cpu.id = "cpu-worker";
+    cpu.device = "cpu";
+    cpu.gpu_busy.reset();
+    ASSERT_TRUE(store.UpsertWorker(cpu).ok());
   }
   CommandResult Nw(const std::string& args) {
     return Sh(std::string(NW_BIN) + " --db " + db_ + " " + args);

@@ -122,9 +122,10 @@ TEST(ControlTest, ReplyRoundTrips) {
 
   StatusReply st;
   st.campaigns.push_back({"a", 1, -5, "paused", 10, 4, 1, 5, 0, 3, 2, 0, std::nullopt});
-  st.workers.push_back({"w-1", "box", "cpu", 2, 1, {"cpu", "cpu-paged"}, "", "", false});
+  st.workers.push_back(
+      {"w-1", "box", "cpu", 2, 1, {"cpu", "cpu-paged"}, "", "", false, std::nullopt, 0});
   // A Slurm worker, draining: the optional fields.
-  st.workers.push_back({"w-2", "n7", "cpu", 1, 1, {"cpu"}, "1234_3", "n7", true});
+  st.workers.push_back({"w-2", "n7", "cpu", 1, 1, {"cpu"}, "1234_3", "n7", true, std::nullopt, 0});
   auto st2 = std::get<StatusReply>(RoundTrip(st));
   ASSERT_EQ(st2.campaigns.size(), 1u);
   EXPECT_EQ(st2.campaigns[0].name, "a");

@@ -167,18 +167,31 @@ TEST(NvmlSource, ALibraryWithoutTheEntryPointsIsUnavailable) {
       << s.status().ToString();
 }
 
-// The stand-in library's counters, read through its own dlopen handle (the same library).
-int FakeCounter(const char* name) {
-  void* lib = dlopen(NW_FAKE_NVML, RTLD_NOW | RTLD_LOCAL);
-  if (lib == nullptr) return -1;
-  auto fn = reinterpret_cast<int (*)()>(dlsym(lib, name));
-  const int v = fn != nullptr ? fn() : -1;
-  dlclose(lib);
-  return v;
-}
+// The stand-in library, held open by the test (so its counters outlive the sources' own
+// handles), and its nvmlShutdown counter.
+class FakeNvml {
+ public:
+  FakeNvml() : lib_(dlopen(NW_FAKE_NVML, RTLD_NOW | RTLD_LOCAL)) {
+    EXPECT_NE(lib_, nullptr) << dlerror();
+  }
+  ~FakeNvml() {
+    if (lib_ != nullptr) dlclose(lib_);
+  }
+  FakeNvml(const FakeNvml&) = delete;
+  FakeNvml& operator=(const FakeNvml&) = delete;
+  int Shutdowns() const {
+    auto fn =
+        lib_ != nullptr ? reinterpret_cast<int (*)()>(dlsym(lib_, "fake_nvml_shutdowns")) : nullptr;
+    return fn != nullptr ? fn() : -1;
+  }
+
+ private:
+  void* lib_;
+};
 
 TEST(NvmlSource, ReadsUtilizationSamplesThroughDlopen) {
-  const int shutdowns = FakeCounter("fake_nvml_shutdowns");
+  FakeNvml fake;
+  const int shutdowns = fake.Shutdowns();
   {
     auto s = OpenNvmlUtilization("0000:19:00.0", NW_FAKE_NVML);
     ASSERT_TRUE(s.ok()) << s.status().ToString();
@@ -201,20 +214,21 @@ TEST(NvmlSource, ReadsUtilizationSamplesThroughDlopen) {
     const uint64_t end = sampler.Mark();
     EXPECT_EQ(end, 4000u);
     EXPECT_DOUBLE_EQ(*sampler.BusyBetween(1000, end), 0.5);
-    EXPECT_EQ(FakeCounter("fake_nvml_shutdowns"), shutdowns);
+    EXPECT_EQ(fake.Shutdowns(), shutdowns);
   }
-  EXPECT_EQ(FakeCounter("fake_nvml_shutdowns"), shutdowns + 1);  // RAII: nvmlShutdown once
+  EXPECT_EQ(fake.Shutdowns(), shutdowns + 1);  // RAII: nvmlShutdown once
 }
 
 TEST(NvmlSource, AnUnknownBusIdIsUnavailableAndShutsNvmlDown) {
-  const int shutdowns = FakeCounter("fake_nvml_shutdowns");
+  FakeNvml fake;
+  const int shutdowns = fake.Shutdowns();
   auto s = OpenNvmlUtilization("0000:AA:00.0", NW_FAKE_NVML);
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.status().code(), StatusCode::kUnavailable);
   EXPECT_NE(s.status().message().find("no GPU with PCI bus id '0000:AA:00.0': Not Found"),
             std::string::npos)
       << s.status().ToString();
-  EXPECT_EQ(FakeCounter("fake_nvml_shutdowns"), shutdowns + 1);
+  EXPECT_EQ(fake.Shutdowns(), shutdowns + 1);
 }
 
 // The real thing, for a machine with an NVIDIA GPU and a CUDA build (the lead's H200):
