@@ -6,6 +6,7 @@
 //   nw model init --config models/configs/v4-flash.json --layers 2 --layout real --seed 1 DIR
 #include <fstream>
 #include <iostream>
+#include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
 #include "engine/checkpoint/config.h"

@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <utility>
 
 #include "protocol/json_reader.h"
