@@ -16,7 +16,7 @@
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
-#include "coordinator/campaign_table.h"
+#include "db/campaign_table.h"
 #include "coordinator/model_probe_layers.h"
 #include "coordinator/search/search_driver.h"
 #include "coordinator/server.h"

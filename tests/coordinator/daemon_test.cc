@@ -18,7 +18,7 @@
 #include <thread>
 #include <vector>
 
-#include "coordinator/campaign_table.h"
+#include "db/campaign_table.h"
 #include "coordinator/control_client.h"
 #include "coordinator/curve.h"
 #include "coordinator/server.h"
