@@ -14,8 +14,8 @@
 
 #include "cli/commands.h"
 #include "common/splitmix64.h"
-#include "engine/text/niah.h"
 #include "engine/text/tokenizer.h"
+#include "task/niah.h"
 
 namespace nw::cli {
 namespace {

@@ -11,8 +11,8 @@
 #include "cli/commands.h"
 #include "engine/checkpoint/config.h"
 #include "engine/checkpoint/random_checkpoint.h"
-#include "engine/text/niah.h"
 #include "engine/text/tokenizer.h"
+#include "task/niah.h"
 
 namespace nw::cli {
 namespace {

@@ -10,8 +10,8 @@
 
 #include "common/sha256.h"
 #include "coordinator/campaign/campaign.h"
-#include "engine/text/niah.h"
 #include "engine/text/tokenizer.h"
+#include "task/niah.h"
 #include "tests/campaign/campaign_test_util.h"
 
 namespace nw {

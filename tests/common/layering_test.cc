@@ -1,11 +1,12 @@
 // The layers stay where they belong:
 //  * the bottom layers are free of the infrastructure libraries: no source under kernels/ or
 //    engine/ includes a YAML (yaml-cpp), ZeroMQ (zmq.h, cppzmq), SQLite or Boost header, nor a
-//    header of a layer above them (coordinator/, worker/, db/, protocol/, http/, report/, cli/);
+//    header of a layer above them (coordinator/, worker/, db/, protocol/, task/, http/, report/,
+//    cli/);
 //  * the coordinator neither includes nor links worker/ or the engine (the compose/ roots put
 //    them in one process): of engine/ it may use only the data the campaign expansion needs
 //    (precision profiles, the backend catalog and faults, checkpoint configs and digests, the
-//    tokenizer and NIAH text);
+//    tokenizer, the engine version); the NIAH task's names come from task/;
 //  * the scheduler compiles without ZeroMQ: no header it reaches, transitively, is a ZeroMQ
 //    header, and its library links only the wire types (nw_wire), not the codec (nw_protocol).
 // Link closures come from CMake (tests/CMakeLists.txt, nw_link_closure). The scanners are
@@ -41,7 +42,7 @@ std::vector<Finding> ForbiddenIncludes(const fs::path& root, int* files_read) {
   static const std::regex kInclude(R"(^\s*#\s*include\s*[<"]([^>"]+)[>"])");
   static const std::regex kForbidden(
       R"(^(yaml-cpp/|yaml\.h$|zmq\.h$|zmq\.hpp$|zmq_addon\.hpp$|zmq_utils\.h$|sqlite3\.h$|sqlite3ext\.h$|boost/|)"
-      R"(coordinator/|worker/|db/|protocol/|http/|report/|cli/|diff/|slurm/))");
+      R"(coordinator/|worker/|db/|protocol/|task/|http/|report/|cli/|diff/|slurm/))");
   std::vector<Finding> out;
   for (const auto& entry : fs::recursive_directory_iterator(root)) {
     if (!entry.is_regular_file()) continue;
@@ -157,7 +158,8 @@ TEST(LayeringTest, TheScannerFindsAForbiddenInclude) {
                                         "#include <sqlite3.h>",
                                         "#include <boost/asio.hpp>",
                                         "#include \"db/store.h\"",
-                                        "#include \"coordinator/server.h\""};
+                                        "#include \"coordinator/server.h\"",
+                                        "#include \"task/niah.h\""};
   for (size_t i = 0; i < bad.size(); ++i) {
     const fs::path f = dir / "cpu" / ("bad" + std::to_string(i) + (i % 2 ? ".cu" : ".cc"));
     std::ofstream(f) << "// a source\n" << bad[i] << "\n";

@@ -18,10 +18,10 @@
 #include <thread>
 #include <vector>
 
-#include "db/campaign_table.h"
 #include "coordinator/control_client.h"
 #include "coordinator/curve.h"
 #include "coordinator/server.h"
+#include "db/campaign_table.h"
 #include "worker/worker.h"
 
 namespace nw {

@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "engine/text/byte_level.h"
-#include "engine/text/niah.h"
 #include "engine/text/tokenizer.h"
+#include "task/niah.h"
 
 namespace nw {
 namespace {
