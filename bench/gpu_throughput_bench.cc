@@ -35,8 +35,8 @@
 
 #include "engine/checkpoint/model_files.h"
 #include "engine/engine.h"
-#include "engine/text/niah.h"
 #include "protocol/job.h"
+#include "task/niah.h"
 #include "worker/engine_executor.h"
 
 namespace nw {

@@ -26,9 +26,9 @@
 #include "engine/cpu/batch.h"
 #include "engine/cpu/sequence.h"
 #include "engine/engine.h"
-#include "engine/text/niah.h"
 #include "http/client.h"
 #include "http/server.h"
+#include "task/niah.h"
 
 namespace nw {
 namespace {

@@ -10,11 +10,12 @@
 #include <cmath>
 #include <fstream>
 #include <iostream>
+#include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
 #include "common/splitmix64.h"
-#include "engine/text/niah.h"
 #include "engine/text/tokenizer.h"
+#include "task/niah.h"
 
 namespace nw::cli {
 namespace {

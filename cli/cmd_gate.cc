@@ -8,6 +8,7 @@
 // insufficient cells); 4 bad input (kGateBadInput).
 #include <fstream>
 #include <iostream>
+#include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
 #include "common/clock.h"

@@ -6,12 +6,13 @@
 //   nw model init --config models/configs/v4-flash.json --layers 2 --layout real --seed 1 DIR
 #include <fstream>
 #include <iostream>
+#include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
 #include "engine/checkpoint/config.h"
 #include "engine/checkpoint/random_checkpoint.h"
-#include "engine/text/niah.h"
 #include "engine/text/tokenizer.h"
+#include "task/niah.h"
 
 namespace nw::cli {
 namespace {

@@ -162,7 +162,7 @@ class Server {
   /// next run recovers from the database), a ZeroMQ failure (e.g. the endpoint is in use).
   Result<RunSummary> Run(int64_t campaign_id);
   /// Serves the submitted campaigns (and control requests) until Stop(); returns the summary
-  /// with stopped = true. Errors as Run(), plus the campaign table (coordinator/campaign_table.h).
+  /// with stopped = true. Errors as Run(), plus the campaign table (db/campaign_table.h).
   Result<RunSummary> Serve();
   /// Thread-safe. Run(): leases still running are closed as failed attempts that will be retried
   /// (the jobs go back to queued), and workers are sent DISCONNECT. Serve(): pending results are

@@ -16,10 +16,10 @@
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
-#include "coordinator/campaign_table.h"
 #include "coordinator/model_probe_layers.h"
 #include "coordinator/search/search_driver.h"
 #include "coordinator/server.h"
+#include "db/campaign_table.h"
 #include "db/search_table.h"
 #include "protocol/control.h"
 

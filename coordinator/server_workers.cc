@@ -1,6 +1,7 @@
 // Server::Loop's worker protocol (NWW01, protocol/messages.h): registration (READY, with the
 // id's owner and the worker cap), results (plausibility, fencing, batching for the commit),
 // heartbeats and departures. docs/protocol.md.
+#include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
 

@@ -1,35 +1,19 @@
 #include "dashboard/data.h"
 
 #include <algorithm>
+#include <array>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <utility>
 
 #include "dashboard/prometheus.h"
 #include "report/gate.h"
-#include "report/query.h"
 #include "report/report.h"
 
 namespace nw::dashboard {
 namespace {
 
 using json = nlohmann::json;
-
-// SQL on a fresh read-only connection (report/query.h): bounded in time and rows.
-Result<report::QueryResult> Sql(const std::filesystem::path& db, const std::string& sql,
-                                int64_t max_rows) {
-  report::QueryOptions o;
-  o.timeout_ms = 10'000;
-  o.max_rows = max_rows;
-  return report::RunReadOnlyQuery(db, sql, o);
-}
-
-int64_t IntAt(const report::QueryResult& r, size_t row, size_t col) {
-  if (row >= r.rows.size() || col >= r.rows[row].size()) return 0;
-  const report::SqlValue& v = r.rows[row][col];
-  if (v.type == report::SqlValue::Type::kInteger) return v.integer;
-  if (v.type == report::SqlValue::Type::kReal) return static_cast<int64_t>(v.real);
-  return 0;
-}
 
 json ProgressJson(const CampaignProgress& p) {
   return {{"total", p.total},   {"queued", p.queued}, {"leased", p.leased}, {"done", p.done},
@@ -65,24 +49,16 @@ Result<json> DashboardData::Campaigns(int64_t now_wall_ms) {
   NW_ASSIGN_OR_RETURN(std::vector<CampaignRecord> campaigns, store_->ListCampaigns());
   // The daemon's run state of submitted campaigns (table coordinator_campaigns, migration 0004).
   std::map<int64_t, std::pair<std::string, int64_t>> run_state;
-  NW_ASSIGN_OR_RETURN(
-      report::QueryResult states,
-      Sql(db_file_, "SELECT campaign_id, state, priority FROM coordinator_campaigns", 100'000));
-  for (const auto& row : states.rows) {
-    if (row.size() == 3) run_state[row[0].integer] = {row[1].text, row[2].integer};
+  NW_ASSIGN_OR_RETURN(std::vector<CampaignControl> controls, store_->CampaignControls());
+  for (const CampaignControl& c : controls) {
+    run_state[c.campaign_id] = {std::string(CampaignRunStateName(c.state)), c.priority};
   }
   // Throughput: results committed for each campaign's jobs in the last window.
-  const int64_t since = now_wall_ms - kRateWindowMs;
-  NW_ASSIGN_OR_RETURN(
-      report::QueryResult rates,
-      Sql(db_file_,
-          "SELECT cj.campaign_id, COUNT(*), MIN(r.created_ms), MAX(r.created_ms) FROM results r "
-          "JOIN campaign_jobs cj ON cj.job_key = r.job_key WHERE r.created_ms >= " +
-              std::to_string(since) + " GROUP BY cj.campaign_id",
-          100'000));
+  NW_ASSIGN_OR_RETURN(std::vector<CampaignResultCount> counts,
+                      store_->RecentResultCounts(now_wall_ms - kRateWindowMs));
   std::map<int64_t, std::array<int64_t, 3>> recent;
-  for (size_t i = 0; i < rates.rows.size(); ++i) {
-    recent[IntAt(rates, i, 0)] = {IntAt(rates, i, 1), IntAt(rates, i, 2), IntAt(rates, i, 3)};
+  for (const CampaignResultCount& c : counts) {
+    recent[c.campaign_id] = {c.results, c.first_ms, c.last_ms};
   }
   json out = json::array();
   for (const CampaignRecord& c : campaigns) {
@@ -226,28 +202,22 @@ Result<json> DashboardData::Workers(int64_t now_wall_ms) {
 
 Result<json> DashboardData::Failures(int limit) {
   limit = std::clamp(limit, 1, kMaxFailures);
-  const std::string sql =
-      "SELECT f.at_ms, f.job_key, f.attempt, f.worker_id, f.kind, f.error_code, f.error_message, "
-      "j.state AS job_state, v.config, "
-      "(SELECT group_concat(c.name, ', ') FROM campaign_jobs cj JOIN campaigns c ON c.id = "
-      "cj.campaign_id WHERE cj.job_key = f.job_key) AS campaigns "
-      "FROM (SELECT a.ended_ms AS at_ms, a.job_key, a.attempt, a.worker_id, "
-      "'attempt_' || a.status AS kind, a.error_code, a.error_message FROM attempts a "
-      "WHERE a.status IN ('failed', 'lost') AND a.ended_ms IS NOT NULL "
-      "UNION ALL SELECT r.created_ms, r.job_key, r.attempt, r.worker_id, r.outcome, r.error_code, "
-      "r.error_message FROM results r WHERE r.outcome IN ('engine_error', 'timeout')) f "
-      "JOIN jobs j ON j.key = f.job_key JOIN v_job_config v ON v.key = f.job_key "
-      "ORDER BY f.at_ms DESC LIMIT " +
-      std::to_string(limit);
-  NW_ASSIGN_OR_RETURN(report::QueryResult r, Sql(db_file_, sql, limit));
-  json rows = json::parse(report::FormatQueryJson(r).dump());
-  // Reasons come from workers and engines: cut, so one answer stays bounded.
-  for (json& row : rows) {
-    if (row["error_message"].is_string()) {
-      std::string m = row["error_message"].get<std::string>();
-      if (m.size() > 2000) m = m.substr(0, 2000) + "...";
-      row["error_message"] = m;
-    }
+  NW_ASSIGN_OR_RETURN(std::vector<RecentFailure> failures, store_->RecentFailures(limit));
+  json rows = json::array();
+  for (const RecentFailure& f : failures) {
+    // Reasons come from workers and engines: cut, so one answer stays bounded.
+    std::string message = f.error_message;
+    if (message.size() > 2000) message = message.substr(0, 2000) + "...";
+    rows.push_back({{"at_ms", f.at_ms},
+                    {"job_key", f.job_key},
+                    {"attempt", f.attempt},
+                    {"worker_id", f.worker_id},
+                    {"kind", f.kind},
+                    {"error_code", f.error_code},
+                    {"error_message", message},
+                    {"job_state", f.job_state},
+                    {"config", f.config ? json(*f.config) : json(nullptr)},
+                    {"campaigns", f.campaigns ? json(*f.campaigns) : json(nullptr)}});
   }
   return json{{"failures", rows}, {"limit", limit}};
 }

@@ -25,7 +25,7 @@ namespace nw::db_internal {
 
 /// Reads consecutive columns of the current row, from `first`, each into the type of its field:
 /// std::string (text), int64_t / int (integer), double (real), bool (integer != 0),
-/// std::optional<int64_t> / std::optional<double> (NULL -> nullopt).
+/// std::optional<int64_t> / std::optional<double> / std::optional<std::string> (NULL -> nullopt).
 class Columns {
  public:
   explicit Columns(const Query& q, int first = 0) : q_(q), col_(first) {}
@@ -51,6 +51,10 @@ class Columns {
   void Get(bool& v) { v = q_.Int(col_++) != 0; }
   void Get(std::optional<int64_t>& v) { v = q_.OptInt(col_++); }
   void Get(std::optional<double>& v) { v = q_.OptReal(col_++); }
+  void Get(std::optional<std::string>& v) {
+    v = q_.IsNull(col_) ? std::nullopt : std::optional<std::string>(q_.Text(col_));
+    ++col_;
+  }
 
   const Query& q_;
   int col_;

@@ -3,7 +3,7 @@
 // search's settings and the campaign's whole grid, which the daemon cannot rebuild by itself
 // after a restart. What the searches decided is not stored here: it is replayed from the stored
 // results (coordinator/search/search_driver.h). It lives in the same SQLite file as the Store,
-// on a connection of its own, like coordinator_campaigns (coordinator/campaign_table.h).
+// on a connection of its own, like coordinator_campaigns (db/campaign_table.h).
 // Only the daemon writes it; `nw run` never reads it.
 //
 // Thread-safety: owned by the coordinator's loop thread (one SQLite connection).

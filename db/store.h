@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "db/campaign_control.h"
 #include "protocol/job.h"
 
 namespace nw {
@@ -165,6 +166,30 @@ struct OutcomeCount {
   std::string config;
   Outcome outcome = Outcome::kPass;
   int64_t count = 0;
+};
+
+/// Results committed for one campaign's jobs since a moment (Store::RecentResultCounts).
+struct CampaignResultCount {
+  int64_t campaign_id = 0;
+  int64_t results = 0;
+  int64_t first_ms = 0;  // created_ms of the oldest and newest of them
+  int64_t last_ms = 0;
+};
+
+/// One failure, newest first (Store::RecentFailures): a failed or lost attempt (kind
+/// "attempt_failed", "attempt_lost", at its end) or a result without an answer (kind
+/// "engine_error", "timeout", when committed).
+struct RecentFailure {
+  int64_t at_ms = 0;
+  std::string job_key;
+  int attempt = 0;
+  std::string worker_id;
+  std::string kind;
+  std::string error_code;
+  std::string error_message;
+  std::string job_state;                 // jobs.state now
+  std::optional<std::string> config;     // v_job_config's label
+  std::optional<std::string> campaigns;  // names of the campaigns with the job, ", "-separated
 };
 
 /// One row of v_probe_summary: indexer probes of one layer over a configuration's answers.
@@ -365,6 +390,15 @@ class Store {
   /// prompt token (total_ms / prompt_tokens) and how many jobs that mean is over. `nw plan`
   /// estimates cost from it.
   Result<std::vector<BackendTiming>> TimingHistory();
+  /// The coordinator daemon's campaign table (coordinator_campaigns; CampaignTable writes it),
+  /// by campaign id: empty when no campaign was submitted to a daemon.
+  Result<std::vector<CampaignControl>> CampaignControls();
+  /// Per campaign, the results committed for its jobs at or after `since_ms` (campaigns without
+  /// one are absent), by campaign id.
+  Result<std::vector<CampaignResultCount>> RecentResultCounts(int64_t since_ms);
+  /// The latest `limit` failures (failed or lost attempts and engine_error/timeout results),
+  /// newest first.
+  Result<std::vector<RecentFailure>> RecentFailures(int limit);
   /// v_probe_summary for the campaign, ordered by config and layer.
   Result<std::vector<LayerProbeStats>> ProbeStats(int64_t campaign_id);
   /// Results of a campaign's jobs (latest per job), with their probes, ordered by job key.

@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "db/campaign_control.h"
 #include "db/checkpointer.h"
 #include "db/sqlite.h"
 #include "db/store.h"
@@ -119,6 +120,10 @@ Result<std::vector<int32_t>> ParseIntArray(const Db& db, const std::string& text
                                            const std::string& what);
 // Rows of: kJobColumns, config, kResultColumns (NULLs without a result); probes when asked.
 Result<std::vector<CampaignSample>> ReadSamples(Db& db, Query& q, bool with_probes);
+// Every row of coordinator_campaigns, by campaign id (Corruption naming the file and campaign
+// for an unknown state); shared by CampaignTable and the Store's read-only view
+// (campaign_table.cc).
+Result<std::vector<CampaignControl>> ReadCampaignControls(Db& db);
 
 }  // namespace db_internal
 }  // namespace nw

@@ -1,4 +1,5 @@
 // Store: campaigns and their jobs (adding, listing, requeueing).
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
 #include <string>

@@ -1,4 +1,5 @@
 // The job labels and job states of the Store (db/store.h).
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 

@@ -6,8 +6,8 @@
 
 #include "common/file_io.h"
 #include "coordinator/campaign/campaign.h"
-#include "engine/text/niah.h"
 #include "protocol/job.h"
+#include "task/niah.h"
 
 namespace nw::diff {
 

@@ -24,17 +24,11 @@
 #include "engine/precision.h"
 #include "engine/text/tokenizer.h"
 #include "engine/types.h"
+#include "engine/version.h"  // kEngineVersion
 
 namespace nw {
 
 class Tokenizer;
-
-/// Engine semantic version: bump it whenever outputs of any backend may change. It is part of
-/// every job key, so results from an older engine are never reused for a newer one.
-/// 0.2.0: the shared expert's SwiGLU is clamped unless config.json says
-/// "swiglu_clamp_shared_expert": false (a config without the key runs differently under the same
-/// config digest; docs/engine-reference.md).
-inline constexpr const char* kEngineVersion = "nw-engine-0.2.0";
 
 struct EngineOptions {
   std::string backend = "cpu";  // a catalog name (backend_catalog.h). "cpu": contiguous KV,

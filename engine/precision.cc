@@ -1,5 +1,7 @@
 #include "engine/precision.h"
 
+#include <nlohmann/json.hpp>
+
 namespace nw {
 
 std::string_view NumFormatName(NumFormat f) {

@@ -5,7 +5,7 @@
 // bit-exactly by fake quantization (kernels/quant). Thread-safety: values.
 #pragma once
 
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <string_view>
 #include <vector>

@@ -9,16 +9,17 @@
 #include <limits>
 #include <map>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
 
 #include "common/sha256.h"
-#include "engine/text/niah.h"
 #include "engine/text/tokenizer.h"
 #include "http/client.h"
 #include "http/openai.h"
 #include "http/stream_reader.h"
-#include "worker/scoring.h"
+#include "task/job_prompt.h"
+#include "task/scoring.h"
 
 namespace nw {
 namespace {
@@ -237,13 +238,7 @@ Result<JobResult> HttpExecutor::Run(const JobSpec& spec, const std::string& key,
   NW_ASSIGN_OR_RETURN(std::shared_ptr<const Tokenizer> tokenizer,
                       pool.TokenizerFor(h.tokenizer, h.tokenizer_digest));
 
-  NiahSpec ns;
-  NW_ASSIGN_OR_RETURN(ns.task, ParseNiahTask(spec.task));
-  NW_ASSIGN_OR_RETURN(ns.haystack, ParseNiahHaystack(spec.haystack));
-  ns.context_length = spec.context_length;
-  ns.needle_position = spec.needle_position;
-  ns.seed = spec.HaystackSeed();
-  NW_ASSIGN_OR_RETURN(NiahPrompt prompt, BuildNiahPrompt(*tokenizer, ns));
+  NW_ASSIGN_OR_RETURN(NiahPrompt prompt, BuildJobPrompt(*tokenizer, spec));
   NW_ASSIGN_OR_RETURN(HttpHeaders auth, AuthHeaders(h));
 
   json body{{"model", h.model},

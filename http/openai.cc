@@ -7,6 +7,7 @@
 #include <cmath>
 #include <iterator>
 #include <limits>
+#include <nlohmann/json.hpp>
 
 namespace nw {
 namespace {

@@ -20,7 +20,7 @@
 #pragma once
 
 #include <cstddef>
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <zmq.hpp>
 #include <zmq_addon.hpp>

@@ -1,5 +1,7 @@
 #include "report/export.h"
 
+#include <nlohmann/json.hpp>
+
 #include "report/escape.h"
 
 namespace nw::report {

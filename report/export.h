@@ -6,7 +6,7 @@
 // Thread-safety: the loader uses the caller's Store; the writers are pure.
 #pragma once
 
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 #include <ostream>
 #include <string>
 #include <vector>

@@ -6,7 +6,7 @@
 // Thread-safety: pure functions.
 #pragma once
 
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <vector>
 

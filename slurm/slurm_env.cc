@@ -1,6 +1,7 @@
 #include "slurm/slurm_env.h"
 
 #include <cstddef>
+#include <nlohmann/json.hpp>
 
 namespace nw {
 namespace {

@@ -5,9 +5,9 @@
 
 #include "common/stopwatch.h"
 #include "engine/backend_catalog.h"
-#include "engine/text/niah.h"
 #include "engine/text/tokenizer.h"
-#include "worker/scoring.h"
+#include "task/job_prompt.h"
+#include "task/scoring.h"
 
 namespace nw {
 
@@ -104,13 +104,7 @@ Result<JobResult> EngineExecutor::Run(const JobSpec& spec, const std::string& ke
                                    " has no layer with an indexer to probe (compress_ratios "
                                    "has no 4)");
   }
-  NiahSpec ns;
-  NW_ASSIGN_OR_RETURN(ns.task, ParseNiahTask(spec.task));
-  NW_ASSIGN_OR_RETURN(ns.haystack, ParseNiahHaystack(spec.haystack));
-  ns.context_length = spec.context_length;
-  ns.needle_position = spec.needle_position;
-  ns.seed = spec.HaystackSeed();
-  NW_ASSIGN_OR_RETURN(NiahPrompt prompt, BuildNiahPrompt(engine->tokenizer(), ns));
+  NW_ASSIGN_OR_RETURN(NiahPrompt prompt, BuildJobPrompt(engine->tokenizer(), spec));
 
   GenerateRequest req;
   req.prompt = prompt.tokens;

@@ -11,7 +11,7 @@
 #include "coordinator/campaign/campaign_parser.h"
 #include "coordinator/campaign/job_check.h"
 #include "engine/backend_catalog.h"
-#include "engine/text/niah.h"
+#include "task/niah.h"
 
 namespace nw::campaign_internal {
 

@@ -18,7 +18,7 @@
 #include "coordinator/campaign/job_check.h"
 #include "coordinator/campaign/yaml_guard.h"
 #include "engine/backend_catalog.h"
-#include "engine/text/niah.h"
+#include "task/niah.h"
 
 namespace nw {
 namespace campaign_internal {

@@ -7,8 +7,8 @@
 #include "coordinator/campaign/job_check.h"
 #include "coordinator/campaign/yaml_guard.h"
 #include "engine/checkpoint/model_files.h"
-#include "engine/engine.h"
 #include "engine/text/tokenizer.h"
+#include "engine/version.h"
 
 namespace nw {
 namespace {

@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "coordinator/campaign/campaign.h"
-#include "engine/text/niah.h"
+#include "task/niah.h"
 
 namespace nw {
 namespace {

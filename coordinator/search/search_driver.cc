@@ -1,6 +1,7 @@
 #include "coordinator/search/search_driver.h"
 
 #include <algorithm>
+#include <nlohmann/json.hpp>
 #include <utility>
 
 namespace nw::search {

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <limits>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <queue>
 #include <sstream>

@@ -4,13 +4,14 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
 #include <set>
 #include <string>
 
 #include "common/sha256.h"
 #include "coordinator/campaign/campaign.h"
-#include "engine/text/niah.h"
 #include "engine/text/tokenizer.h"
+#include "task/niah.h"
 #include "tests/campaign/campaign_test_util.h"
 
 namespace nw {

@@ -11,16 +11,17 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "coordinator/campaign_table.h"
 #include "coordinator/control_client.h"
 #include "coordinator/curve.h"
 #include "coordinator/server.h"
+#include "db/campaign_table.h"
 #include "worker/worker.h"
 
 namespace nw {

@@ -45,7 +45,7 @@
 #include "engine/engine.h"
 #include "engine/fault.h"
 #include "engine/generate.h"
-#include "engine/text/niah.h"
+#include "task/niah.h"
 #include "tests/cpu_backend/hf_golden.h"
 
 namespace nw {

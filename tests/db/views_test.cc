@@ -5,6 +5,7 @@
 #include <sqlite3.h>
 
 #include <map>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 

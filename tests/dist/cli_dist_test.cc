@@ -2,6 +2,7 @@
 // status, pause / resume / cancel, keygen and CURVE across processes, and the refusals (plain
 // non-loopback endpoints, a second coordinator on one database, `nw run` and a daemon on one
 // database, GPU flags without a CUDA engine backend, bad test-executor specs).
+#include <nlohmann/json.hpp>
 #include <regex>
 
 #include "tests/dist/dist_test_util.h"

@@ -16,9 +16,9 @@
 #include <vector>
 
 #include "engine/engine.h"
-#include "engine/text/niah.h"
 #include "http/client.h"
 #include "http/server.h"
+#include "task/niah.h"
 #include "tests/http/http_test_util.h"
 
 namespace nw {

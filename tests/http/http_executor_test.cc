@@ -12,6 +12,7 @@
 #include <boost/asio/connect.hpp>
 #include <future>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "compose/embedded_run.h"

@@ -35,8 +35,8 @@
 #include "engine/checkpoint/config.h"
 #include "engine/checkpoint/random_checkpoint.h"
 #include "engine/engine.h"
-#include "engine/text/niah.h"
 #include "engine/text/tokenizer.h"
+#include "task/niah.h"
 #include "tests/support/temp_dir.h"
 
 namespace nw::testing_http {

@@ -11,6 +11,7 @@
 #include <boost/asio/read.hpp>
 #include <boost/asio/write.hpp>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <thread>
 
 #include "http/client.h"

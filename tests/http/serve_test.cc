@@ -14,6 +14,7 @@
 #include <boost/asio/write.hpp>
 #include <condition_variable>
 #include <future>
+#include <nlohmann/json.hpp>
 
 #include "engine/engine.h"
 #include "http/client.h"

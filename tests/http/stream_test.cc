@@ -15,6 +15,7 @@
 #include <boost/asio/write.hpp>
 #include <cmath>
 #include <mutex>
+#include <nlohmann/json.hpp>
 
 #include "engine/engine.h"
 #include "http/client.h"

@@ -1,7 +1,7 @@
 // NIAH prompt builder tests, with a tokenizer trained in the test from NiahTokenizerCorpus:
 // exact lengths over a grid of lengths x positions x tasks x haystacks, needle spans, negative
 // positions, determinism, multikey and repeat structure, and rejected specs.
-#include "engine/text/niah.h"
+#include "task/niah.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -9,6 +9,7 @@
 #include <cmath>
 #include <filesystem>
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <regex>
 #include <set>
 #include <string>

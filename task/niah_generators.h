@@ -9,7 +9,7 @@
 #include <string>
 #include <unordered_set>
 
-#include "engine/text/rng.h"
+#include "task/rng.h"
 
 namespace nw::text {
 

@@ -1,4 +1,4 @@
-#include "engine/text/niah_generators.h"
+#include "task/niah_generators.h"
 
 #include <utility>
 

@@ -1,4 +1,4 @@
-#include "worker/scoring.h"
+#include "task/scoring.h"
 
 #include <cctype>
 

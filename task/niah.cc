@@ -12,7 +12,7 @@
 // and one of exactly N - |question| tokens after it, and any other needles go into the first.
 // niah-multikey scatters the distractors at seeded fractions; niah-repeat spaces the other copies
 // evenly, 1/repeats of the haystack apart, continuing (and wrapping) from the target's fraction.
-#include "engine/text/niah.h"
+#include "task/niah.h"
 
 #include <algorithm>
 #include <cmath>
@@ -23,8 +23,8 @@
 #include <vector>
 
 #include "common/sha256.h"
-#include "engine/text/niah_generators.h"
-#include "engine/text/rng.h"
+#include "task/niah_generators.h"
+#include "task/rng.h"
 
 namespace nw {
 namespace {
