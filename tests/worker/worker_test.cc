@@ -336,7 +336,10 @@ TEST_F(WorkerTest, ReconnectsAfterSilenceWithHeldAttemptsAndResendsResult) {
   FakeCoordinator coord(ctx_, "inproc://wt-silence");
   Gate gate;
   WorkerOptions o = Options("inproc://wt-silence");
-  o.heartbeat_liveness = 3;  // silent for 90 ms -> reconnect
+  // Silent for 600 ms -> reconnect. The silence counts from the worker's connect, so the JOB
+  // must arrive within it for the next READY to list it: 90 ms was missed under ThreadSanitizer
+  // on a loaded machine (the worker came back holding nothing).
+  o.heartbeat_liveness = 20;
   Worker& w = Make(o, Executors(nullptr, 1, {{"cpu"}}, &gate));
   Start(w);
   auto ready = coord.RecvA<ReadyMsg>();
