@@ -6,13 +6,11 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <csignal>
 #include <iostream>
 #include <optional>
 #include <set>
 #include <sstream>
 #include <stop_token>
-#include <thread>
 
 #include "cli/campaign_load.h"
 #include "cli/commands.h"
@@ -21,6 +19,7 @@
 #include "common/clock.h"
 #include "compose/embedded_run.h"
 #include "coordinator/db_lock.h"
+#include "coordinator/process_util.h"
 #include "coordinator/search/search_driver.h"
 #include "db/store.h"
 #include "report/cost.h"
@@ -51,38 +50,6 @@ struct RunArgs {
   bool no_report = false;
   bool verbose = false;
   DashboardFlags dashboard;  // --http, --http-token-file
-};
-
-// Turns SIGINT/SIGTERM into a stop request on a thread that owns the signal wait, so no global
-// state is touched from a signal handler. The signals are blocked in every other thread.
-class SignalStopper {
- public:
-  explicit SignalStopper(std::stop_source source) {
-    sigemptyset(&set_);
-    sigaddset(&set_, SIGINT);
-    sigaddset(&set_, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &set_, nullptr);
-    thread_ = std::jthread([this, source](std::stop_token done) mutable {
-      const timespec tick{0, 100'000'000};
-      while (!done.stop_requested()) {
-        if (sigtimedwait(&set_, nullptr, &tick) > 0) {
-          interrupted_ = true;
-          source.request_stop();
-          return;
-        }
-      }
-    });
-  }
-  ~SignalStopper() {
-    thread_.request_stop();
-    thread_.join();
-  }
-  bool interrupted() const { return interrupted_; }
-
- private:
-  sigset_t set_;
-  std::atomic<bool> interrupted_{false};
-  std::jthread thread_;
 };
 
 // What the boundary searches did, one line each (stderr; the report follows on stdout).
@@ -267,8 +234,10 @@ int Run(const RunArgs& a, const Globals& g) {
               << ", database " << g.db_path << "\n";
   }
 
+  // SIGINT/SIGTERM become a stop request (coordinator/process_util.h: a thread of its own waits
+  // for them, so no global state is touched from a signal handler).
   std::stop_source stop;
-  SignalStopper stopper(stop);
+  SignalStopper stopper([stop](int) mutable { stop.request_stop(); });
   // The dashboard (--http) starts after the stopper, so its thread has the signals blocked; it
   // reads the database read-only and the run's live metrics, and stops when this returns.
   LiveMetrics metrics;
@@ -343,7 +312,7 @@ int Run(const RunArgs& a, const Globals& g) {
     to.color = report::ColorAllowedOn(fileno(stdout));
     std::cout << RenderText(*report, to);
   }
-  if (stopper.interrupted()) {
+  if (stopper.signal() != 0) {
     std::cerr << "interrupted: finished jobs are saved; run the same command to continue\n";
     return 130;
   }
