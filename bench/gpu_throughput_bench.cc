@@ -36,6 +36,7 @@
 #include "engine/checkpoint/model_files.h"
 #include "engine/engine.h"
 #include "protocol/job.h"
+#include "task/job_prompt.h"
 #include "task/niah.h"
 #include "worker/engine_executor.h"
 
@@ -168,13 +169,9 @@ JobSpec SpecFor(const Args& a, const fs::path& model_dir, const std::string& dig
 
 void Export(const fs::path& dir, const LoadedModel& m, const JobSpec& s, int i,
             std::ofstream& index) {
-  NiahSpec ns;
-  ns.task = OrDie(ParseNiahTask(s.task), "task");
-  ns.haystack = OrDie(ParseNiahHaystack(s.haystack), "haystack");
-  ns.context_length = s.context_length;
-  ns.needle_position = s.needle_position;
-  ns.seed = s.HaystackSeed();
-  const NiahPrompt p = OrDie(BuildNiahPrompt(m.tokenizer, ns), "prompt");
+  // The prompt the executors build for this job (task/job_prompt.h), exported for the torch
+  // baselines.
+  const NiahPrompt p = OrDie(BuildJobPrompt(m.tokenizer, s), "prompt");
   const std::string name = std::to_string(s.context_length) + "_" + std::to_string(i) + ".bin";
   fs::create_directories(dir / "tokens");
   std::ofstream(dir / "tokens" / name, std::ios::binary)

@@ -95,10 +95,12 @@ class CudaBackend final : public Backend {
   Result<const DeviceModel*> ModelFor(NumFormat format) {
     auto it = models_.find(format);
     if (it == models_.end()) {
+      // The bf16 and fp8 weight formats come with bf16 activations in every named profile: their
+      // linears run on tensor cores (bf16 copies); fp32 weights keep the exact kernels only.
       Result<DeviceModel> up =
           format == NumFormat::kFp32
               ? DeviceModel::Upload(config_, *weights_)
-              : DeviceModel::Upload(config_, RequantizeWeights(*weights_, format));
+              : DeviceModel::Upload(config_, RequantizeWeights(*weights_, format), true);
       if (!up.ok()) {
         return Status::ResourceExhausted("uploading the weights to " + device_ +
                                          " failed: " + up.status().message());

@@ -226,16 +226,31 @@ struct CudaSequence::Impl {
                   RowStore& store);
   Status Select(int l, int64_t n, int64_t s);
   Status Moe(int l, int64_t n);
+  // Under a bf16-activation profile every linear runs on tensor cores (kernels/cuda/linear.h):
+  // x_bf16 says the caller's rows hold bf16 values (rounded by Act, Norm or Rope), otherwise x is
+  // split into three exact bf16 pieces; the weight is one bf16 piece or three (not both split: that
+  // pair stays on the exact kernel). Every product is exact either way; only the fp32 summation
+  // order differs from the CPU.
+  void TensorCores(LinearParams& p, const DevTensor& w, bool x_bf16) const {
+    if (!act_bf16) return;
+    const DeviceModel::Bf16Weight* c = m.Bf16(w);
+    if (c == nullptr || (c->pieces == 3 && !x_bf16)) return;  // the exact kernel then
+    p.w_bf16 = c->bits.data();
+    p.w_pieces = c->pieces;
+    p.w_piece_stride = c->piece_stride;
+    p.x_split = !x_bf16;
+  }
   Status Lin(const float* in_rows, int64_t rows, int64_t in, const DevTensor& w, int64_t out,
-             float* out_rows, int lanes = 4) {
+             float* out_rows, bool x_bf16 = false) {
     LinearParams p;
     p.x = in_rows;
     p.w = w.data();
+    TensorCores(p, w, x_bf16);
     p.y = out_rows;
     p.rows = rows;
     p.in = in;
     p.out = out;
-    p.lanes = lanes;
+    p.lanes = 4;
     return LaunchLinear(p, stream);
   }
   Status Norm(float* x, const float* w, int64_t rows, int64_t cols) {
@@ -708,19 +723,21 @@ Status CudaSequence::Impl::Attention(int l, int64_t n, int64_t s) {
   float* kvc = kvbuf.data() + W * d;  // the chunk's raw KV, after the ring's copy
 
   // Projections from x.
-  NW_RETURN_IF_ERROR(Lin(xn.data(), n, D, a.wq_a, q, qr.data()));
-  NW_RETURN_IF_ERROR(Lin(xn.data(), n, D, a.wkv, d, kvc));
+  NW_RETURN_IF_ERROR(Lin(xn.data(), n, D, a.wq_a, q, qr.data(), true));
+  NW_RETURN_IF_ERROR(Lin(xn.data(), n, D, a.wkv, d, kvc, true));
   const int64_t kv_span = ratio == 4 ? 8 : ratio;
   const int64_t cw = (ratio == 4 ? 2 : 1) * d;
   if (ratio > 0) {
-    NW_RETURN_IF_ERROR(Lin(xn.data(), n, D, a.compressor->wkv, cw, ckv.data() + kv_span * cw));
-    NW_RETURN_IF_ERROR(Lin(xn.data(), n, D, a.compressor->wgate, cw, cscore.data() + kv_span * cw));
+    NW_RETURN_IF_ERROR(
+        Lin(xn.data(), n, D, a.compressor->wkv, cw, ckv.data() + kv_span * cw, true));
+    NW_RETURN_IF_ERROR(
+        Lin(xn.data(), n, D, a.compressor->wgate, cw, cscore.data() + kv_span * cw, true));
   }
   if (ratio == 4) {
     const DevCompressor& ic = *a.ix_compressor;
-    NW_RETURN_IF_ERROR(Lin(xn.data(), n, D, ic.wkv, 2 * cI, ikv.data() + 8 * 2 * cI));
-    NW_RETURN_IF_ERROR(Lin(xn.data(), n, D, ic.wgate, 2 * cI, iscore.data() + 8 * 2 * cI));
-    NW_RETURN_IF_ERROR(Lin(xn.data(), n, D, a.ix_weights_proj, hI, iw.data()));
+    NW_RETURN_IF_ERROR(Lin(xn.data(), n, D, ic.wkv, 2 * cI, ikv.data() + 8 * 2 * cI, true));
+    NW_RETURN_IF_ERROR(Lin(xn.data(), n, D, ic.wgate, 2 * cI, iscore.data() + 8 * 2 * cI, true));
+    NW_RETURN_IF_ERROR(Lin(xn.data(), n, D, a.ix_weights_proj, hI, iw.data(), true));
   }
   // 1. Query latent and raw KV.
   NW_RETURN_IF_ERROR(Act(prof, qr.data(), n, q, stream));
@@ -743,8 +760,8 @@ Status CudaSequence::Impl::Attention(int l, int64_t n, int64_t s) {
     NW_RETURN_IF_ERROR(LaunchScale(iw.data(), n * hI, wscale, stream));
   }
   // Query heads and indexer queries from qr.
-  NW_RETURN_IF_ERROR(Lin(qr.data(), n, q, a.wq_b, H * d, qh.data()));
-  if (ratio == 4) NW_RETURN_IF_ERROR(Lin(qr.data(), n, q, a.ix_wq_b, hI * cI, iq.data()));
+  NW_RETURN_IF_ERROR(Lin(qr.data(), n, q, a.wq_b, H * d, qh.data(), true));
+  if (ratio == 4) NW_RETURN_IF_ERROR(Lin(qr.data(), n, q, a.ix_wq_b, hI * cI, iq.data(), true));
   NW_RETURN_IF_ERROR(Act(prof, qh.data(), n * H, d, stream));
   NW_RETURN_IF_ERROR(Norm(qh.data(), nullptr, n * H, d));
   NW_RETURN_IF_ERROR(Rope(qh.data(), n * H, d, static_cast<int>(nope), static_cast<int>(H),
@@ -810,6 +827,7 @@ Status CudaSequence::Impl::Attention(int l, int64_t n, int64_t s) {
   LinearParams lp;
   lp.x = o.data();
   lp.w = a.wo_a.data();
+  TensorCores(lp, a.wo_a, true);  // o: rounded by Act and Rope
   lp.y = oa.data();
   lp.rows = n;
   lp.in = H * d / g;
@@ -823,7 +841,7 @@ Status CudaSequence::Impl::Attention(int l, int64_t n, int64_t s) {
   lp.y_batch_stride = R;
   NW_RETURN_IF_ERROR(LaunchLinear(lp, stream));
   NW_RETURN_IF_ERROR(Act(prof, oa.data(), n, g * R, stream));
-  NW_RETURN_IF_ERROR(Lin(oa.data(), n, g * R, a.wo_b, D, y.data()));
+  NW_RETURN_IF_ERROR(Lin(oa.data(), n, g * R, a.wo_b, D, y.data(), true));
   NW_RETURN_IF_ERROR(Act(prof, y.data(), n, D, stream));
   // 4. The chunk's raw KV joins the window ring.
   RingUpdateParams ru;
@@ -840,7 +858,7 @@ Status CudaSequence::Impl::Moe(int l, int64_t n) {
   const DevLayer& f = m.layers[static_cast<size_t>(l)];
   const int64_t D = cfg.dim, E = cfg.n_routed_experts, k = cfg.n_activated_experts;
   const int64_t I = cfg.moe_inter_dim, slots = n * k;
-  NW_RETURN_IF_ERROR(Lin(xn.data(), n, D, f.gate, E, glog.data()));
+  NW_RETURN_IF_ERROR(Lin(xn.data(), n, D, f.gate, E, glog.data(), true));
   MoeRouteParams rp;
   rp.logits = glog.data();
   const bool hash = cfg.is_hash_layer(l);
@@ -880,10 +898,11 @@ Status CudaSequence::Impl::Moe(int l, int64_t n) {
   wp.slots = slots;
   NW_RETURN_IF_ERROR(LaunchMoeListWeights(wp, stream));
   auto gathered = [&](const float* x, const int32_t* rows, const DevTensor& w, int64_t in,
-                      int64_t out, float* dst) {
+                      int64_t out, float* dst, bool x_bf16) {
     LinearParams p;
     p.x = x;
     p.w = w.data();
+    TensorCores(p, w, x_bf16);
     p.y = dst;
     p.rows = slots;
     p.in = in;
@@ -897,8 +916,8 @@ Status CudaSequence::Impl::Moe(int l, int64_t n) {
     p.x_rows = n;
     return LaunchLinear(p, stream);
   };
-  NW_RETURN_IF_ERROR(gathered(xn.data(), list_token.data(), f.w1_all, D, I, g1.data()));
-  NW_RETURN_IF_ERROR(gathered(xn.data(), list_token.data(), f.w3_all, D, I, g3.data()));
+  NW_RETURN_IF_ERROR(gathered(xn.data(), list_token.data(), f.w1_all, D, I, g1.data(), true));
+  NW_RETURN_IF_ERROR(gathered(xn.data(), list_token.data(), f.w3_all, D, I, g3.data(), true));
   const float limit = static_cast<float>(cfg.swiglu_limit);
   SwiGluParams sg;
   sg.gate = g1.data();
@@ -909,10 +928,10 @@ Status CudaSequence::Impl::Moe(int l, int64_t n) {
   sg.inter = I;
   sg.limit = limit;
   NW_RETURN_IF_ERROR(LaunchSwiGlu(sg, stream));
-  NW_RETURN_IF_ERROR(gathered(g1.data(), iota.data(), f.w2_all, I, D, Y.data()));
+  NW_RETURN_IF_ERROR(gathered(g1.data(), iota.data(), f.w2_all, I, D, Y.data(), false));
   // The shared expert over every row (clamped like the routed ones unless the config says not).
-  NW_RETURN_IF_ERROR(Lin(xn.data(), n, D, f.sh_w1, I, sh1.data()));
-  NW_RETURN_IF_ERROR(Lin(xn.data(), n, D, f.sh_w3, I, sh3.data()));
+  NW_RETURN_IF_ERROR(Lin(xn.data(), n, D, f.sh_w1, I, sh1.data(), true));
+  NW_RETURN_IF_ERROR(Lin(xn.data(), n, D, f.sh_w3, I, sh3.data(), true));
   SwiGluParams ss;
   ss.gate = sh1.data();
   ss.up = sh3.data();
@@ -983,7 +1002,7 @@ Status CudaSequence::Impl::Forward(std::span<const int32_t> toks, std::vector<fl
 
   auto pre = [&](const DevHc& h, const DevTensor& norm_w) -> Status {
     const int64_t mixw = (2 + hc) * hc;
-    NW_RETURN_IF_ERROR(Lin(X.data(), n, stream_w, h.fn, mixw, mix.data()));
+    NW_RETURN_IF_ERROR(Lin(X.data(), n, stream_w, h.fn, mixw, mix.data(), true));
     MhcPreParams mp;
     mp.x = X.data();
     mp.raw_mix = mix.data();
@@ -1032,7 +1051,7 @@ Status CudaSequence::Impl::Forward(std::span<const int32_t> toks, std::vector<fl
   if (last == nullptr && all == nullptr) return Status::Ok();
   const int64_t rows = all != nullptr ? n : 1;
   const float* xr = X.data() + (n - rows) * stream_w;
-  NW_RETURN_IF_ERROR(Lin(xr, rows, stream_w, m.hc_head.fn, hc, hmix.data()));
+  NW_RETURN_IF_ERROR(Lin(xr, rows, stream_w, m.hc_head.fn, hc, hmix.data(), true));
   MhcPreParams hp;
   hp.x = xr;
   hp.raw_mix = hmix.data();
@@ -1049,7 +1068,7 @@ Status CudaSequence::Impl::Forward(std::span<const int32_t> toks, std::vector<fl
   NW_RETURN_IF_ERROR(Act(prof, hu.data(), rows, D, stream));
   NW_RETURN_IF_ERROR(Norm(hu.data(), m.norm.data(), rows, D));
   NW_RETURN_IF_ERROR(Grow(logits, rows * V, stream));
-  NW_RETURN_IF_ERROR(Lin(hu.data(), rows, D, m.head, V, logits.data()));
+  NW_RETURN_IF_ERROR(Lin(hu.data(), rows, D, m.head, V, logits.data(), true));
   std::vector<float> out;
   NW_RETURN_IF_ERROR(Download(logits.data(), static_cast<size_t>(rows * V), &out, stream));
   if (last != nullptr) last->assign(out.end() - V, out.end());

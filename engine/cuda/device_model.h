@@ -4,10 +4,14 @@
 // weight format is applied by RequantizeWeights before the upload, so the GPU reads exactly the
 // values the CPU reference reads. The routed experts of a layer sit in one buffer per matrix
 // ([E, I, D] and [E, D, I]) for the gathered expert products.
+// With bf16 copies asked for (the profiles with bf16 activations), every linear weight also gets a
+// bf16 copy, the operand of the tensor-core linears (kernels/cuda/linear.h, w_bf16): one piece
+// when its values are all bf16 values, else three bf16 pieces that sum to each value exactly.
 // Thread-safety: immutable after Upload; read by one engine's sequences.
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <vector>
 
@@ -50,10 +54,26 @@ struct DeviceModel {
   DevTensor embed, norm, head;
   DevHc hc_head;
   std::vector<DevLayer> layers;
-  int64_t bytes = 0;  // device bytes held by the weights
+  int64_t bytes = 0;  // device bytes held by the weights (the bf16 copies included)
+  // bf16 copies keyed by the fp32 tensor's device address: one piece when every value is a bf16
+  // value, else three pieces that sum to each value exactly (kernels/cuda/linear.h w_pieces).
+  struct Bf16Weight {
+    DeviceBuffer<uint16_t> bits;  // [pieces, elements]
+    int pieces = 1;
+    int64_t piece_stride = 0;  // elements
+  };
+  std::map<const float*, Bf16Weight> bf16_copies;
 
-  /// Uploads `w` (checked against `cfg` by the caller) to the current device.
-  static Result<DeviceModel> Upload(const ModelConfig& cfg, const ModelWeights& w);
+  /// The bf16 copy of a linear weight, or null (not asked for).
+  const Bf16Weight* Bf16(const DevTensor& t) const {
+    auto it = bf16_copies.find(t.data());
+    return it == bf16_copies.end() ? nullptr : &it->second;
+  }
+
+  /// Uploads `w` (checked against `cfg` by the caller) to the current device; `bf16_copies`: also
+  /// the bf16 copies of the linear weights.
+  static Result<DeviceModel> Upload(const ModelConfig& cfg, const ModelWeights& w,
+                                    bool bf16_copies = false);
 };
 
 /// The RoPE tables of a model on the GPU, for positions [0, rows): the CPU's cpu::RopeTable

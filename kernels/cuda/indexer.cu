@@ -180,6 +180,9 @@ Status LaunchIndexerLogits(const IndexerLogitsParams& params, cudaStream_t strea
   const int64_t max_len = std::min(p.max_len > 0 ? p.max_len : p.out_cols, p.out_cols);
 
   if (p.k_format != IndexerKeyFormat::kFp32) {
+    // Contiguous keys and enough queries to fill a group block (a prefill chunk): the grouped
+    // kernel, whose key tiles serve 128 / padded-heads queries at once.
+    if (!paged && p.m >= 16) return detail::LaunchIndexerMmaGroup(p, max_len, stream);
     // Four 64-key tiles per block when that still gives two blocks per multiprocessor.
     const int64_t tiles = (max_len + 63) / 64;
     const int64_t per = p.m * ((tiles + 3) / 4) >= 2LL * MultiprocessorCount() ? 4 : 1;

@@ -56,5 +56,7 @@ __device__ __forceinline__ void FillTail(const IndexerLogitsParams& p, int64_t i
 
 /// Tensor-core launch (indexer_mma.cu); params already validated.
 Status LaunchIndexerMma(const IndexerLogitsParams& p, unsigned splits, cudaStream_t stream);
+/// Tensor cores, many queries per block (contiguous keys only); params already validated.
+Status LaunchIndexerMmaGroup(const IndexerLogitsParams& p, int64_t max_len, cudaStream_t stream);
 
 }  // namespace nw::cuda::detail

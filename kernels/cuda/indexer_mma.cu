@@ -3,6 +3,13 @@
 // with a 64-key tile in shared memory (mma.sync m16n8k16 bf16, fp32 accumulation), applies ReLU and
 // the head weights, and sums its 16 heads with shuffles; the four warps' partial sums are added in
 // a fixed order, so the logits are deterministic.
+//
+// IndexerMmaGroupKernel (contiguous keys, many queries): 128 / HP queries per block, HP = n_heads
+// padded to 8, 16, 32 or 64, so the block's 128 (query, head) rows fill eight m16 tiles, two per
+// warp. Each key tile in shared memory then serves every query of the block, and each B fragment
+// two MMAs. Per tile the (query, head) products go through ReLU and the head weights, are summed
+// over the heads of a query within each m16 tile by shuffles, and the tiles of a query are added
+// in ascending order through shared memory.
 #include <algorithm>
 
 #include "kernels/cuda/common.h"
@@ -135,7 +142,189 @@ __global__ void __launch_bounds__(kThreads) IndexerMmaKernel(IndexerLogitsParams
   }
 }
 
+constexpr int kGroupRows = 128;  // (query, head) rows of a group block: 8 m16 tiles, 2 per warp
+
+template <int kDim, bool kFp8>
+__global__ void __launch_bounds__(kThreads) IndexerMmaGroupKernel(IndexerLogitsParams p, int hp) {
+  constexpr int kStride = kDim + 8;
+  constexpr int kSteps = kDim / 16;
+  constexpr int kMaxQ = kGroupRows / 8;
+  __shared__ __align__(16) uint16_t sk[kTile * kStride];
+  __shared__ float sscale[kTile];
+  __shared__ float sred[8][2][kTile];  // [m16 tile][row half, for hp 8][key]
+  __shared__ IndexerKeys keys[kMaxQ];
+  __shared__ bool s_same;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
+  const int nq_max = kGroupRows / hp;
+  const int64_t i0 = static_cast<int64_t>(blockIdx.x) * nq_max;
+  const int nq = static_cast<int>(min(static_cast<int64_t>(nq_max), p.m - i0));
+  for (int q = 0; q < nq; ++q) FillTail(p, i0 + q, QueryKeys(p, i0 + q).len);
+  if (threadIdx.x == 0) {
+    bool same = true;
+    for (int q = 0; q < nq; ++q) {
+      keys[q] = QueryKeys(p, i0 + q);
+      same = same && keys[q].base == keys[0].base;
+    }
+    s_same = same;
+  }
+  __syncthreads();
+
+  // Row r = 16 mt + (g or g + 8) of this warp's tiles mt = 2 warp + u: query r / hp, head r % hp.
+  uint32_t a[2][kSteps][4];
+  float wt[2][2];
+#pragma unroll
+  for (int u = 0; u < 2; ++u) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int r = 16 * (2 * warp + u) + g + 8 * half;
+      const int q = r / hp, h = r % hp;
+      const bool live = q < nq && h < p.n_heads;
+      wt[u][half] = live ? p.w[(i0 + q) * p.n_heads + h] : 0.0f;
+      const uint16_t* qrow = static_cast<const uint16_t*>(p.q) + ((i0 + q) * p.n_heads + h) * kDim;
+#pragma unroll
+      for (int s = 0; s < kSteps; ++s) {
+        const int c0 = s * 16 + 2 * t4;
+        a[u][s][half] = live ? *reinterpret_cast<const uint32_t*>(qrow + c0) : 0u;
+        a[u][s][half + 2] = live ? *reinterpret_cast<const uint32_t*>(qrow + c0 + 8) : 0u;
+      }
+    }
+  }
+
+  // One pass with every query when they share their key rows (a prefill chunk's do), else one
+  // pass per query (the other queries' products are computed and dropped).
+  const int passes = s_same ? 1 : nq;
+  for (int pass = 0; pass < passes; ++pass) {
+    const int q_lo = s_same ? 0 : pass, q_hi = s_same ? nq : pass + 1;
+    int64_t len_max = 0;
+    for (int q = q_lo; q < q_hi; ++q) len_max = max(len_max, keys[q].len);
+    const int64_t base = keys[q_lo].base;
+    for (int64_t j0 = static_cast<int64_t>(blockIdx.y) * kTile; j0 < len_max;
+         j0 += static_cast<int64_t>(gridDim.y) * kTile) {
+      if constexpr (!kFp8) {
+        constexpr int kChunks = kDim / 8;
+        const uint16_t* k = static_cast<const uint16_t*>(p.k);
+        for (int c = threadIdx.x; c < kTile * kChunks; c += kThreads) {
+          const int r = c / kChunks, cc = c % kChunks;
+          const int64_t j = j0 + r;
+          uint4 v = make_uint4(0, 0, 0, 0);
+          if (j < len_max) v = *reinterpret_cast<const uint4*>(k + (base + j) * kDim + cc * 8);
+          *reinterpret_cast<uint4*>(sk + r * kStride + cc * 8) = v;
+        }
+      } else {
+        constexpr int kChunks = kDim / 16;
+        const uint8_t* k = static_cast<const uint8_t*>(p.k);
+        for (int c = threadIdx.x; c < kTile * kChunks; c += kThreads) {
+          const int r = c / kChunks, cc = c % kChunks;
+          const int64_t j = j0 + r;
+          uint4 v = make_uint4(0, 0, 0, 0);
+          if (j < len_max) v = *reinterpret_cast<const uint4*>(k + (base + j) * kDim + cc * 16);
+          const uint32_t wv[4] = {v.x, v.y, v.z, v.w};
+          uint32_t b[8];
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            b[2 * e] = E4m3x2ToBf16x2(static_cast<uint16_t>(wv[e] & 0xFFFFu));
+            b[2 * e + 1] = E4m3x2ToBf16x2(static_cast<uint16_t>(wv[e] >> 16));
+          }
+          uint4* dst = reinterpret_cast<uint4*>(sk + r * kStride + cc * 16);
+          dst[0] = make_uint4(b[0], b[1], b[2], b[3]);
+          dst[1] = make_uint4(b[4], b[5], b[6], b[7]);
+        }
+      }
+      for (int r = threadIdx.x; r < kTile; r += kThreads) {
+        const int64_t j = j0 + r;
+        sscale[r] = (p.k_scale != nullptr && j < len_max) ? p.k_scale[base + j] : 1.0f;
+      }
+      __syncthreads();
+
+#pragma unroll
+      for (int nt = 0; nt < kTile / 8; ++nt) {
+        float c[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+        const uint16_t* bp = sk + (nt * 8 + g) * kStride + 2 * t4;
+#pragma unroll
+        for (int s = 0; s < kSteps; ++s) {
+          const uint32_t b0 = *reinterpret_cast<const uint32_t*>(bp + s * 16);
+          const uint32_t b1 = *reinterpret_cast<const uint32_t*>(bp + s * 16 + 8);
+          MmaBf16(c[0], a[0][s], b0, b1);
+          MmaBf16(c[1], a[1][s], b0, b1);
+        }
+#pragma unroll
+        for (int u = 0; u < 2; ++u) {
+          // ReLU (c < 0 ? 0 : c) and the head weight of each row.
+          const float r00 = wt[u][0] * (c[u][0] < 0.0f ? 0.0f : c[u][0]);
+          const float r01 = wt[u][0] * (c[u][1] < 0.0f ? 0.0f : c[u][1]);
+          const float r10 = wt[u][1] * (c[u][2] < 0.0f ? 0.0f : c[u][2]);
+          const float r11 = wt[u][1] * (c[u][3] < 0.0f ? 0.0f : c[u][3]);
+          // hp 8: the halves are two queries; else one query's 16 heads.
+          float v0 = hp == 8 ? r00 : r00 + r10, v1 = hp == 8 ? r01 : r01 + r11;
+          float v2 = r10, v3 = r11;
+#pragma unroll
+          for (int o = 4; o < 32; o <<= 1) {
+            v0 += __shfl_xor_sync(kFullMask, v0, o);
+            v1 += __shfl_xor_sync(kFullMask, v1, o);
+            v2 += __shfl_xor_sync(kFullMask, v2, o);
+            v3 += __shfl_xor_sync(kFullMask, v3, o);
+          }
+          if (g == 0) {
+            const int mt = 2 * warp + u;
+            sred[mt][0][nt * 8 + 2 * t4] = v0;
+            sred[mt][0][nt * 8 + 2 * t4 + 1] = v1;
+            sred[mt][1][nt * 8 + 2 * t4] = v2;
+            sred[mt][1][nt * 8 + 2 * t4 + 1] = v3;
+          }
+        }
+      }
+      __syncthreads();
+      // Each query's tiles in ascending order, then the key scale; row-contiguous stores.
+      const int tiles_per_q = hp / 16;  // 0 for hp 8
+      for (int c = threadIdx.x; c < (q_hi - q_lo) * kTile; c += kThreads) {
+        const int q = q_lo + c / kTile, r = c % kTile;
+        const int64_t j = j0 + r;
+        if (j >= keys[q].len) continue;
+        float sum;
+        if (hp == 8) {
+          sum = sred[q / 2][q % 2][r];
+        } else {
+          sum = sred[q * tiles_per_q][0][r];
+          for (int t = 1; t < tiles_per_q; ++t) sum += sred[q * tiles_per_q + t][0][r];
+        }
+        p.out[(i0 + q) * p.out_stride + j] = sscale[r] * sum;
+      }
+      __syncthreads();
+    }
+  }
+}
+
 }  // namespace
+
+Status LaunchIndexerMmaGroup(const IndexerLogitsParams& p, int64_t max_len, cudaStream_t stream) {
+  if ((reinterpret_cast<uintptr_t>(p.k) % 16) != 0 || (reinterpret_cast<uintptr_t>(p.q) % 4) != 0) {
+    return Status::InvalidArgument("IndexerLogits: k must be 16-byte and q 4-byte aligned");
+  }
+  const int hp = p.n_heads <= 8 ? 8 : p.n_heads <= 16 ? 16 : p.n_heads <= 32 ? 32 : 64;
+  const int64_t per_block = kGroupRows / hp;
+  const int64_t blocks = (p.m + per_block - 1) / per_block;
+  if (blocks > 0x7FFFFFFF) return Status::InvalidArgument("IndexerLogits: too many queries");
+  const int64_t tiles = (max_len + kTile - 1) / kTile;
+  // Split the keys only when the queries alone give fewer than four blocks per multiprocessor.
+  const int64_t want = (4LL * MultiprocessorCount() + blocks - 1) / blocks;
+  const dim3 grid(static_cast<unsigned>(blocks),
+                  static_cast<unsigned>(std::clamp<int64_t>(std::min(want, tiles), 1, 65535)));
+  const bool fp8 = p.k_format == IndexerKeyFormat::kFp8;
+  if (p.head_dim == 128) {
+    if (fp8) {
+      IndexerMmaGroupKernel<128, true><<<grid, kThreads, 0, stream>>>(p, hp);
+    } else {
+      IndexerMmaGroupKernel<128, false><<<grid, kThreads, 0, stream>>>(p, hp);
+    }
+  } else {
+    if (fp8) {
+      IndexerMmaGroupKernel<64, true><<<grid, kThreads, 0, stream>>>(p, hp);
+    } else {
+      IndexerMmaGroupKernel<64, false><<<grid, kThreads, 0, stream>>>(p, hp);
+    }
+  }
+  return NW_CUDA_LAUNCH_STATUS("IndexerMmaGroupKernel");
+}
 
 Status LaunchIndexerMma(const IndexerLogitsParams& p, unsigned splits, cudaStream_t stream) {
   if ((reinterpret_cast<uintptr_t>(p.k) % 16) != 0 || (reinterpret_cast<uintptr_t>(p.q) % 4) != 0) {

@@ -9,6 +9,9 @@
 #include "kernels/cuda/linear.h"
 
 namespace nw::cuda {
+namespace detail {
+Status LaunchLinearMma(const LinearParams& p, cudaStream_t stream);  // linear_mma.cu
+}  // namespace detail
 namespace {
 
 constexpr int kThreads = 256;
@@ -296,7 +299,7 @@ Status LaunchLinear(const LinearParams& params, cudaStream_t stream) {
   const bool gathered = p.row_index != nullptr;
   if (gathered && p.max_tiles == 0) return Status::Ok();
   if (!gathered && p.rows == 0) return Status::Ok();
-  if (p.x == nullptr || p.w == nullptr || p.y == nullptr) {
+  if (p.x == nullptr || (p.w == nullptr && p.w_bf16 == nullptr) || p.y == nullptr) {
     return Status::InvalidArgument("Linear: null pointer");
   }
   if (p.x_stride == 0) p.x_stride = p.in;
@@ -316,6 +319,7 @@ Status LaunchLinear(const LinearParams& params, cudaStream_t stream) {
   if ((p.out + kTn - 1) / kTn > 65535) {
     return Status::InvalidArgument("Linear: too many outputs for one launch");
   }
+  if (p.w_bf16 != nullptr) return detail::LaunchLinearMma(p, stream);
   const dim3 grid(static_cast<unsigned>(gathered ? p.max_tiles : (p.rows + kTm - 1) / kTm),
                   static_cast<unsigned>((p.out + kTn - 1) / kTn), static_cast<unsigned>(p.batches));
   if (p.lanes == 4) {

@@ -14,6 +14,14 @@
 //   gathered  a row list per weight matrix (the MoE experts): matrix e multiplies the x rows
 //             rows[offsets[e] .. offsets[e+1]) (indices into x) into y rows offsets[e] ...;
 //             tiles come from a device-built list (tile_expert, tile_row0), `max_tiles` bounds it.
+//
+// Tensor cores (w_bf16 set): y = x W^T with bf16 operands and fp32 accumulation (mma.sync
+// m16n8k16), for the precision profiles with bf16 activations. x is rounded to bf16 as it is staged
+// (a no-op for inputs that already hold bf16 values) or, with x_split, split into three bf16 pieces
+// whose sum is x exactly; W is one bf16 piece (its values are bf16 values) or three (any fp32 W).
+// Every product of pieces is exact, so with exact pieces only the fp32 summation order differs
+// from the CPU, as in any bf16 GEMM. `lanes` is ignored on this path; the shapes and the tile list
+// are the same. Deterministic run to run.
 // Thread-safety: launchers are reentrant.
 #pragma once
 
@@ -37,6 +45,14 @@ struct LinearParams {
   int64_t x_stride = 0;  // 0: in
   int64_t y_stride = 0;  // 0: out
   int lanes = 4;         // 4 (Linear) or 8 (Dot)
+  // Tensor cores: W as bf16 bits, same layout as w (w may then be null); w_pieces 3: three bf16
+  // pieces that sum to W exactly, w_piece_stride elements apart. x_split: x as three bf16 pieces
+  // that sum to it exactly instead of rounded (for inputs that are not bf16 values); not together
+  // with w_pieces 3.
+  const uint16_t* w_bf16 = nullptr;
+  int w_pieces = 1;
+  int64_t w_piece_stride = 0;
+  bool x_split = false;
   // Batched.
   int batches = 1;
   int64_t x_batch_stride = 0;

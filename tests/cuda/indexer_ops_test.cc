@@ -291,6 +291,27 @@ TEST(CudaIndexer, Bf16TensorCores) {
   }
 }
 
+// Contiguous keys and at least 16 queries take the grouped tensor-core kernel: 128 / HP queries a
+// block for HP = 8, 16, 32 and 64 padded heads, the last block partial, shared key prefixes (one
+// pass) and per-query key ranges (one pass per query), bf16, fp8 and scaled NVFP4 keys.
+TEST(CudaIndexer, GroupedTensorCoresContiguous) {
+  NW_REQUIRE_GPU();
+  uint64_t seed = 60;
+  std::vector<int64_t> causal;
+  for (int64_t t = 0; t < 203; ++t) causal.push_back((t + 1) / 4 + 60);
+  std::vector<int64_t> ragged;
+  for (int64_t t = 0; t < 37; ++t) ragged.push_back((t * 37) % 150);
+  for (Mode mode : {Mode::kBf16, Mode::kFp8, Mode::kNvfp4Scaled}) {
+    RunIndexer({mode, false, 8, 64, causal, true}, seed++);
+    RunIndexer({mode, false, 4, 64, causal, true}, seed++);
+    RunIndexer({mode, false, 8, 64, ragged, false}, seed++);
+    RunIndexer({mode, false, 16, 128, ragged, true}, seed++);
+    RunIndexer({mode, false, 20, 64, causal, true}, seed++);
+    RunIndexer({mode, false, 64, 128, ragged, false}, seed++);
+    RunIndexer({mode, false, 48, 128, causal, true}, seed++);
+  }
+}
+
 TEST(CudaIndexer, Fp8AndNvfp4KeysTensorCores) {
   NW_REQUIRE_GPU();
   uint64_t seed = 40;
