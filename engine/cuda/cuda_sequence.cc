@@ -240,8 +240,10 @@ struct CudaSequence::Impl {
     p.w_piece_stride = c->piece_stride;
     p.x_split = !x_bf16;
   }
+  // round_out: the outputs are an activation rounding point (Act): fused into the tensor-core
+  // linear, or a separate pass after the exact one.
   Status Lin(const float* in_rows, int64_t rows, int64_t in, const DevTensor& w, int64_t out,
-             float* out_rows, bool x_bf16 = false) {
+             float* out_rows, bool x_bf16 = false, bool round_out = false) {
     LinearParams p;
     p.x = in_rows;
     p.w = w.data();
@@ -251,7 +253,10 @@ struct CudaSequence::Impl {
     p.in = in;
     p.out = out;
     p.lanes = 4;
-    return LaunchLinear(p, stream);
+    p.round_bf16 = round_out && act_bf16 && p.w_bf16 != nullptr;
+    NW_RETURN_IF_ERROR(LaunchLinear(p, stream));
+    if (round_out && !p.round_bf16) return Act(spec.precision, out_rows, rows, out, stream);
+    return Status::Ok();
   }
   Status Norm(float* x, const float* w, int64_t rows, int64_t cols) {
     RmsNormParams p;
@@ -723,8 +728,8 @@ Status CudaSequence::Impl::Attention(int l, int64_t n, int64_t s) {
   float* kvc = kvbuf.data() + W * d;  // the chunk's raw KV, after the ring's copy
 
   // Projections from x.
-  NW_RETURN_IF_ERROR(Lin(xn.data(), n, D, a.wq_a, q, qr.data(), true));
-  NW_RETURN_IF_ERROR(Lin(xn.data(), n, D, a.wkv, d, kvc, true));
+  NW_RETURN_IF_ERROR(Lin(xn.data(), n, D, a.wq_a, q, qr.data(), true, true));
+  NW_RETURN_IF_ERROR(Lin(xn.data(), n, D, a.wkv, d, kvc, true, true));
   const int64_t kv_span = ratio == 4 ? 8 : ratio;
   const int64_t cw = (ratio == 4 ? 2 : 1) * d;
   if (ratio > 0) {
@@ -737,12 +742,10 @@ Status CudaSequence::Impl::Attention(int l, int64_t n, int64_t s) {
     const DevCompressor& ic = *a.ix_compressor;
     NW_RETURN_IF_ERROR(Lin(xn.data(), n, D, ic.wkv, 2 * cI, ikv.data() + 8 * 2 * cI, true));
     NW_RETURN_IF_ERROR(Lin(xn.data(), n, D, ic.wgate, 2 * cI, iscore.data() + 8 * 2 * cI, true));
-    NW_RETURN_IF_ERROR(Lin(xn.data(), n, D, a.ix_weights_proj, hI, iw.data(), true));
+    NW_RETURN_IF_ERROR(Lin(xn.data(), n, D, a.ix_weights_proj, hI, iw.data(), true, true));
   }
   // 1. Query latent and raw KV.
-  NW_RETURN_IF_ERROR(Act(prof, qr.data(), n, q, stream));
   NW_RETURN_IF_ERROR(Norm(qr.data(), a.q_norm.data(), n, q));
-  NW_RETURN_IF_ERROR(Act(prof, kvc, n, d, stream));
   NW_RETURN_IF_ERROR(Norm(kvc, a.kv_norm.data(), n, d));
   NW_RETURN_IF_ERROR(Rope(kvc, n, d, static_cast<int>(nope), 1, positions.data(), cos, sin, false));
   NW_RETURN_IF_ERROR(Kv(kvc, n));
@@ -754,20 +757,18 @@ Status CudaSequence::Impl::Attention(int l, int64_t n, int64_t s) {
   if (ratio == 4) {
     NW_RETURN_IF_ERROR(Compress(*a.ix_compressor, true, cos, sin, ikv.data(), iscore.data(), n, s,
                                 L.ix_state, L.ikeys));
-    NW_RETURN_IF_ERROR(Act(prof, iw.data(), n, hI, stream));
     const float wscale = static_cast<float>(std::pow(static_cast<double>(cI), -0.5) *
                                             std::pow(static_cast<double>(hI), -0.5));
     NW_RETURN_IF_ERROR(LaunchScale(iw.data(), n * hI, wscale, stream));
   }
   // Query heads and indexer queries from qr.
-  NW_RETURN_IF_ERROR(Lin(qr.data(), n, q, a.wq_b, H * d, qh.data(), true));
-  if (ratio == 4) NW_RETURN_IF_ERROR(Lin(qr.data(), n, q, a.ix_wq_b, hI * cI, iq.data(), true));
-  NW_RETURN_IF_ERROR(Act(prof, qh.data(), n * H, d, stream));
+  NW_RETURN_IF_ERROR(Lin(qr.data(), n, q, a.wq_b, H * d, qh.data(), true, true));
+  if (ratio == 4)
+    NW_RETURN_IF_ERROR(Lin(qr.data(), n, q, a.ix_wq_b, hI * cI, iq.data(), true, true));
   NW_RETURN_IF_ERROR(Norm(qh.data(), nullptr, n * H, d));
   NW_RETURN_IF_ERROR(Rope(qh.data(), n * H, d, static_cast<int>(nope), static_cast<int>(H),
                           positions.data(), cos, sin, false));
   if (ratio == 4) {
-    NW_RETURN_IF_ERROR(Act(prof, iq.data(), n * hI, cI, stream));
     NW_RETURN_IF_ERROR(Rope(iq.data(), n * hI, cI, static_cast<int>(cI - rd), static_cast<int>(hI),
                             positions.data(), cos, sin, false,
                             spec.fault == Fault::kIndexerRopeLayout));
@@ -827,7 +828,8 @@ Status CudaSequence::Impl::Attention(int l, int64_t n, int64_t s) {
   LinearParams lp;
   lp.x = o.data();
   lp.w = a.wo_a.data();
-  TensorCores(lp, a.wo_a, true);  // o: rounded by Act and Rope
+  TensorCores(lp, a.wo_a, true);         // o: rounded by Act and Rope
+  lp.round_bf16 = lp.w_bf16 != nullptr;  // oa is an activation rounding point
   lp.y = oa.data();
   lp.rows = n;
   lp.in = H * d / g;
@@ -840,9 +842,8 @@ Status CudaSequence::Impl::Attention(int l, int64_t n, int64_t s) {
   lp.w_batch_stride = R * (H * d / g);
   lp.y_batch_stride = R;
   NW_RETURN_IF_ERROR(LaunchLinear(lp, stream));
-  NW_RETURN_IF_ERROR(Act(prof, oa.data(), n, g * R, stream));
-  NW_RETURN_IF_ERROR(Lin(oa.data(), n, g * R, a.wo_b, D, y.data(), true));
-  NW_RETURN_IF_ERROR(Act(prof, y.data(), n, D, stream));
+  if (!lp.round_bf16) NW_RETURN_IF_ERROR(Act(prof, oa.data(), n, g * R, stream));
+  NW_RETURN_IF_ERROR(Lin(oa.data(), n, g * R, a.wo_b, D, y.data(), true, true));
   // 4. The chunk's raw KV joins the window ring.
   RingUpdateParams ru;
   ru.ring = L.ring.data();

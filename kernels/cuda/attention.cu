@@ -34,9 +34,11 @@ __global__ void __launch_bounds__(kHeads * 32) SparseAttentionKernel(SparseAtten
   constexpr int kThreads = kHeads * 32;
   constexpr int kDimsPerThread = kMaxDim / kThreads;
   extern __shared__ float4 smem4[];
-  const int d = p.head_dim, ld = d + 1;
+  // Rows d + 4 floats apart: 16-byte aligned, and a quarter-warp's 16-byte loads of 8 rows hit
+  // distinct banks (ld = 4 mod 32 for head dims that are multiples of 32).
+  const int d = p.head_dim, ld = d + 4;
   float* sq = reinterpret_cast<float*>(smem4);  // [kHeads, d]
-  float* skv = sq + kHeads * d;                 // [kEntries, d + 1]
+  float* skv = sq + kHeads * d;                 // [kEntries, d + 4]
   float* sp = skv + kEntries * ld;              // [kHeads, kEntries]
   float* scorr = sp + kHeads * kEntries;        // [kHeads]
   __shared__ int s_set[kEntries];
@@ -73,18 +75,49 @@ __global__ void __launch_bounds__(kHeads * 32) SparseAttentionKernel(SparseAtten
       s_row[threadIdx.x] = slot.row;
     }
     __syncthreads();
-    for (int t = threadIdx.x; t < kEntries * d; t += kThreads) {
-      const int e = t / d, c = t % d;
-      const int64_t row = s_row[e];
-      skv[e * ld + c] = row < 0 ? 0.0f : KvValue<kFormat>(p.sets[s_set[e]], p, row, c);
+    if constexpr (kFormat == KvFormat::kV4Fp8) {
+      for (int t = threadIdx.x; t < kEntries * d; t += kThreads) {
+        const int e = t / d, c = t % d;
+        const int64_t row = s_row[e];
+        skv[e * ld + c] = row < 0 ? 0.0f : KvValue<kFormat>(p.sets[s_set[e]], p, row, c);
+      }
+    } else {
+      // Four values a thread and step (d is a multiple of 4 and the buffers 16-byte aligned).
+      const int q4 = d / 4;
+      for (int t = threadIdx.x; t < kEntries * q4; t += kThreads) {
+        const int e = t / q4, c = (t % q4) * 4;
+        const int64_t row = s_row[e];
+        float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (row >= 0) {
+          if constexpr (kFormat == KvFormat::kFp32) {
+            const float* src = static_cast<const float*>(p.sets[s_set[e]].kv) + row * d + c;
+            v = *reinterpret_cast<const float4*>(src);  // 16-byte aligned (checked at launch)
+          } else {
+            const uint16_t* src = static_cast<const uint16_t*>(p.sets[s_set[e]].kv) + row * d + c;
+            const uint2 b = *reinterpret_cast<const uint2*>(src);
+            v = make_float4(quant::Bf16BitsToFloat(static_cast<uint16_t>(b.x & 0xFFFFu)),
+                            quant::Bf16BitsToFloat(static_cast<uint16_t>(b.x >> 16)),
+                            quant::Bf16BitsToFloat(static_cast<uint16_t>(b.y & 0xFFFFu)),
+                            quant::Bf16BitsToFloat(static_cast<uint16_t>(b.y >> 16)));
+          }
+        }
+        *reinterpret_cast<float4*>(skv + e * ld + c) = v;
+      }
     }
     __syncthreads();
-    // Logits: warp = head, lane = entry.
+    // Logits: warp = head, lane = entry; one running sum in dimension order.
     {
       const float* qh = sq + warp * d;
       const float* kv = skv + lane * ld;
       float z = 0.0f;
-      for (int c = 0; c < d; ++c) z += qh[c] * kv[c];
+      for (int c = 0; c < d; c += 4) {
+        const float4 a = *reinterpret_cast<const float4*>(qh + c);
+        const float4 b = *reinterpret_cast<const float4*>(kv + c);
+        z += a.x * b.x;
+        z += a.y * b.y;
+        z += a.z * b.z;
+        z += a.w * b.w;
+      }
       z *= p.scale;
       const bool valid = s_row[lane] >= 0;
       const float tile_max = detail::WarpMax(valid ? z : -INFINITY);
@@ -100,16 +133,19 @@ __global__ void __launch_bounds__(kHeads * 32) SparseAttentionKernel(SparseAtten
       if (lane == 0) scorr[warp] = corr;
     }
     __syncthreads();
-    // Weighted sum: thread = dims threadIdx.x + 256 c.
+    // Weighted sum: thread = dims threadIdx.x + kThreads c; each KV value read once for every
+    // head, each head's sum still in entry order.
 #pragma unroll
     for (int c = 0; c < kDimsPerThread; ++c) {
       const int dim = threadIdx.x + c * kThreads;
       if (dim >= d) continue;
 #pragma unroll
-      for (int h = 0; h < kHeads; ++h) {
-        float a = acc[h][c] * scorr[h];
-        for (int e = 0; e < kEntries; ++e) a += sp[h * kEntries + e] * skv[e * ld + dim];
-        acc[h][c] = a;
+      for (int h = 0; h < kHeads; ++h) acc[h][c] *= scorr[h];
+#pragma unroll 4
+      for (int e = 0; e < kEntries; ++e) {
+        const float v = skv[e * ld + dim];
+#pragma unroll
+        for (int h = 0; h < kHeads; ++h) acc[h][c] += sp[h * kEntries + e] * v;
       }
     }
   }
@@ -129,7 +165,7 @@ __global__ void __launch_bounds__(kHeads * 32) SparseAttentionKernel(SparseAtten
   }
 }
 
-Status CheckSet(const KvSet& s, KvFormat f, const char* name) {
+Status CheckSet(const KvSet& s, const char* name) {
   if (s.indices == nullptr) return Status::Ok();
   if (s.rows < 0 || s.index_stride < 0) {
     return Status::InvalidArgument(std::string("SparseAttention ") + name + ": negative size");
@@ -137,7 +173,7 @@ Status CheckSet(const KvSet& s, KvFormat f, const char* name) {
   if (s.rows > 0 && s.kv == nullptr) {
     return Status::InvalidArgument(std::string("SparseAttention ") + name + ": null kv");
   }
-  if (f != KvFormat::kFp32 && (reinterpret_cast<uintptr_t>(s.kv) % 16) != 0) {
+  if ((reinterpret_cast<uintptr_t>(s.kv) % 16) != 0) {
     return Status::InvalidArgument(std::string("SparseAttention ") + name +
                                    ": kv must be 16-byte aligned");
   }
@@ -158,7 +194,7 @@ Status LaunchSimtAs(const SparseAttentionParams& p, size_t smem, cudaStream_t st
 template <int kHeads>
 Status LaunchSimt(const SparseAttentionParams& p, cudaStream_t stream) {
   const int d = p.head_dim;
-  const size_t smem = (static_cast<size_t>(kHeads) * d + static_cast<size_t>(kEntries) * (d + 1) +
+  const size_t smem = (static_cast<size_t>(kHeads) * d + static_cast<size_t>(kEntries) * (d + 4) +
                        kHeads * kEntries + kHeads) *
                       sizeof(float);
   switch (p.kv_format) {
@@ -185,8 +221,8 @@ Status LaunchSparseAttention(const SparseAttentionParams& p, cudaStream_t stream
   if (p.q == nullptr || p.sink == nullptr || p.out == nullptr) {
     return Status::InvalidArgument("SparseAttention: null pointer");
   }
-  NW_RETURN_IF_ERROR(CheckSet(p.sets[0], p.kv_format, "set 0"));
-  NW_RETURN_IF_ERROR(CheckSet(p.sets[1], p.kv_format, "set 1"));
+  NW_RETURN_IF_ERROR(CheckSet(p.sets[0], "set 0"));
+  NW_RETURN_IF_ERROR(CheckSet(p.sets[1], "set 1"));
   if (p.kv_format == KvFormat::kV4Fp8) {
     NW_RETURN_IF_ERROR(p.kv_layout.Validate());
     if (p.kv_layout.head_dim != p.head_dim) {

@@ -14,7 +14,8 @@
 //   tensor cores (q bf16): mma.sync m16n8k16 bf16 for Q K^T and P V with fp32 accumulation and
 //     an online softmax over 64-entry tiles (FlashAttention-2 style; probabilities rounded to bf16
 //     for P V); head_dim 128 or 512, n_heads <= 64, kv kBf16 or kV4Fp8.
-// Both are deterministic run to run. Thread-safety: launchers are reentrant.
+// Both are deterministic run to run. Every set's kv must be 16-byte aligned (vector loads).
+// Thread-safety: launchers are reentrant.
 #pragma once
 
 #include <cuda_runtime_api.h>

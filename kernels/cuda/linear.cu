@@ -320,6 +320,9 @@ Status LaunchLinear(const LinearParams& params, cudaStream_t stream) {
     return Status::InvalidArgument("Linear: too many outputs for one launch");
   }
   if (p.w_bf16 != nullptr) return detail::LaunchLinearMma(p, stream);
+  if (p.round_bf16) {
+    return Status::InvalidArgument("Linear: round_bf16 is a tensor-core (w_bf16) option");
+  }
   const dim3 grid(static_cast<unsigned>(gathered ? p.max_tiles : (p.rows + kTm - 1) / kTm),
                   static_cast<unsigned>((p.out + kTn - 1) / kTn), static_cast<unsigned>(p.batches));
   if (p.lanes == 4) {

@@ -48,11 +48,13 @@ struct LinearParams {
   // Tensor cores: W as bf16 bits, same layout as w (w may then be null); w_pieces 3: three bf16
   // pieces that sum to W exactly, w_piece_stride elements apart. x_split: x as three bf16 pieces
   // that sum to it exactly instead of rounded (for inputs that are not bf16 values); not together
-  // with w_pieces 3.
+  // with w_pieces 3. round_bf16: each output rounded to bf16 (round to nearest even), bit-identical
+  // to a separate bf16 FakeQuant pass over y (an activation rounding point).
   const uint16_t* w_bf16 = nullptr;
   int w_pieces = 1;
   int64_t w_piece_stride = 0;
   bool x_split = false;
+  bool round_bf16 = false;  // tensor cores only
   // Batched.
   int batches = 1;
   int64_t x_batch_stride = 0;

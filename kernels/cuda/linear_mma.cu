@@ -12,6 +12,7 @@
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/linear.h"
 #include "kernels/cuda/mma.cuh"
+#include "kernels/quant/scalar.h"
 
 namespace nw::cuda::detail {
 namespace {
@@ -82,7 +83,8 @@ __global__ void __launch_bounds__(kThreads) LinearMmaKernel(LinearParams p) {
   __syncthreads();
 
   // Vector loads when every row starts 16-byte aligned (x: 4 floats, w: 8 bf16).
-  const bool xvec = p.in % 4 == 0 && p.x_stride % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
+  const bool xvec =
+      p.in % 4 == 0 && p.x_stride % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
   const bool wvec = p.in % 8 == 0 && reinterpret_cast<uintptr_t>(w) % 16 == 0;
   const int wr = (warp & 1) * 16, wc = (warp >> 1) * 32;
   float acc[4][4];
@@ -118,9 +120,8 @@ __global__ void __launch_bounds__(kThreads) LinearMmaKernel(LinearParams p) {
       for (int c = tid; c < kTm * kTk; c += kThreads) {
         const int r = c / kTk, kk = c % kTk;
         const int32_t xr = xrow[r];
-        const float v = (xr >= 0 && k0 + kk < p.in)
-                            ? x[static_cast<int64_t>(xr) * p.x_stride + k0 + kk]
-                            : 0.0f;
+        const float v =
+            (xr >= 0 && k0 + kk < p.in) ? x[static_cast<int64_t>(xr) * p.x_stride + k0 + kk] : 0.0f;
         uint16_t e[kXParts];
         SplitBf16<kXParts>(v, e);
 #pragma unroll
@@ -185,8 +186,13 @@ __global__ void __launch_bounds__(kThreads) LinearMmaKernel(LinearParams p) {
 #pragma unroll
     for (int nt = 0; nt < 4; ++nt) {
       const int64_t o = o0 + wc + nt * 8 + 2 * t4;
-      if (o < p.out) yr[o] = acc[nt][2 * half];
-      if (o + 1 < p.out) yr[o + 1] = acc[nt][2 * half + 1];
+      float v0 = acc[nt][2 * half], v1 = acc[nt][2 * half + 1];
+      if (p.round_bf16) {
+        v0 = quant::RoundBf16(v0);
+        v1 = quant::RoundBf16(v1);
+      }
+      if (o < p.out) yr[o] = v0;
+      if (o + 1 < p.out) yr[o + 1] = v1;
     }
   }
 }
