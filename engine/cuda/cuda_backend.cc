@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/stopwatch.h"
 #include "engine/checkpoint/loader.h"
 #include "engine/cpu/sequence.h"
 #include "engine/cuda/cuda_sequence.h"
@@ -19,10 +20,6 @@
 
 namespace nw::cuda {
 namespace {
-
-double MsSince(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-}
 
 class CudaBackend final : public Backend {
  public:

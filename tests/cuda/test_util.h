@@ -15,6 +15,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "common/splitmix64.h"
 #include "common/status.h"
 #include "kernels/cuda/common.h"
 #include "tests/support/status_matchers.h"
@@ -38,12 +39,7 @@ Status SyncStatus(const char* file, int line);
 class Rng {
  public:
   explicit Rng(uint64_t seed) : s_(seed) {}
-  uint64_t Next() {
-    uint64_t z = (s_ += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  }
+  uint64_t Next() { return s_.Next(); }
   /// Uniform in [lo, hi).
   float Uniform(float lo, float hi) {
     return lo + (hi - lo) * static_cast<float>(static_cast<double>(Next() >> 40) * 0x1p-24);
@@ -66,7 +62,7 @@ class Rng {
   }
 
  private:
-  uint64_t s_;
+  SplitMix64 s_;
 };
 
 float BitsToFloat(uint32_t u);
