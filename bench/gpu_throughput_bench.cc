@@ -20,6 +20,7 @@
 // Usage: gpu_throughput_bench [--model DIR] [--backend cuda] [--lengths 2048,8192,...]
 //                             [--jobs N] [--slots K] [--max-new-tokens T] [--precision NAME]
 //                             [--export DIR] [--json FILE] [--time-cap SECONDS]
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -60,62 +61,40 @@ struct Args {
   double time_cap_s = 120;  // stop a length's timed jobs once this much time has been spent
 };
 
-[[noreturn]] void Usage(const std::string& why) {
-  std::fprintf(
-      stderr,
-      "gpu_throughput_bench: %s\nusage: gpu_throughput_bench [--model DIR] [--backend B] "
-      "[--lengths L1,L2,...] [--jobs N] [--slots K] [--max-new-tokens T] [--precision NAME] "
-      "[--export DIR] [--json FILE] [--time-cap SECONDS]\n",
-      why.c_str());
-  std::exit(2);
-}
-
+// Parses the command line (CLI11); exits 0 after --help, 2 on a bad option or value.
 Args ParseArgs(int argc, char** argv) {
   Args a;
-  for (int i = 1; i < argc; ++i) {
-    const std::string k = argv[i];
-    if (i + 1 >= argc) Usage("option " + k + " needs a value");
-    const std::string v = argv[++i];
-    try {
-      if (k == "--model") {
-        a.model = v;
-      } else if (k == "--backend") {
-        a.backend = v;
-      } else if (k == "--lengths") {
-        a.lengths.clear();
-        size_t pos = 0;
-        while (pos <= v.size()) {
-          const size_t comma = std::min(v.find(',', pos), v.size());
-          a.lengths.push_back(std::stoll(v.substr(pos, comma - pos)));
-          pos = comma + 1;
-        }
-      } else if (k == "--jobs") {
-        a.jobs = std::stoi(v);
-      } else if (k == "--slots") {
-        a.slots = std::stoi(v);
-      } else if (k == "--max-new-tokens") {
-        a.max_new_tokens = std::stoi(v);
-      } else if (k == "--precision") {
-        a.precision = v;
-      } else if (k == "--export") {
-        a.export_dir = v;
-      } else if (k == "--json") {
-        a.json_out = v;
-      } else if (k == "--time-cap") {
-        a.time_cap_s = std::stod(v);
-      } else {
-        Usage("unknown option " + k);
-      }
-    } catch (const std::exception&) {
-      Usage("bad value '" + v + "' for " + k);
-    }
+  std::string model = a.model.string(), export_dir, json_out;
+  CLI::App app{"GPU throughput: needles judged per second through the product path"};
+  app.add_option("--model", model, "Model folder")->capture_default_str();
+  app.add_option("--backend", a.backend, "Engine backend")->capture_default_str();
+  app.add_option("--lengths", a.lengths, "Prompt lengths in tokens (at least 64 each)")
+      ->delimiter(',')
+      ->check(CLI::Range(int64_t{64}, int64_t{1} << 31))
+      ->capture_default_str();
+  app.add_option("--jobs", a.jobs, "Timed jobs per length")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  app.add_option("--slots", a.slots, "Slots running jobs at once")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  app.add_option("--max-new-tokens", a.max_new_tokens, "Greedy tokens at most")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  app.add_option("--precision", a.precision, "Precision profile")->capture_default_str();
+  app.add_option("--export", export_dir, "Write the timed jobs' prompts here (torch_baselines.py)");
+  app.add_option("--json", json_out, "Write the figures as JSON");
+  app.add_option("--time-cap", a.time_cap_s, "Stop a length's timed jobs after this many seconds")
+      ->check(CLI::Range(0.001, 1e7))
+      ->capture_default_str();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    std::exit(app.exit(e) == 0 ? 0 : 2);
   }
-  if (a.jobs < 1) Usage("--jobs must be at least 1");
-  if (a.slots < 1 || a.slots > 64) Usage("--slots must be 1..64");
-  if (a.max_new_tokens < 1) Usage("--max-new-tokens must be at least 1");
-  for (int64_t l : a.lengths) {
-    if (l < 64) Usage("lengths must be at least 64 tokens");
-  }
+  a.model = model;
+  a.export_dir = export_dir;
+  a.json_out = json_out;
   return a;
 }
 
