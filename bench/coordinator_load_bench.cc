@@ -14,6 +14,7 @@
 #include <malloc.h>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -290,48 +291,47 @@ int Memory(const Args& a) {
   return 0;
 }
 
-bool ParseArgs(int argc, char** argv, Args* a) {
-  for (int i = 1; i < argc; ++i) {
-    const std::string k = argv[i];
-    if (i + 1 >= argc) return false;
-    const std::string v = argv[++i];
-    if (k == "--jobs") {
-      a->jobs = std::atoll(v.c_str());
-    } else if (k == "--workers") {
-      a->workers = std::atoi(v.c_str());
-    } else if (k == "--slots") {
-      a->slots = std::atoi(v.c_str());
-    } else if (k == "--prefetch") {
-      a->prefetch = std::atoi(v.c_str());
-    } else if (k == "--queued") {
-      a->queued = std::atoll(v.c_str());
-    } else if (k == "--transport") {
-      a->transport = v;
-    } else if (k == "--batch") {
-      a->batch = std::atoi(v.c_str());
-    } else if (k == "--grant-interval-ms") {
-      a->grant_interval_ms = std::atoll(v.c_str());
-    } else {
-      return false;
-    }
+// Parses the command line (CLI11); exits 0 after --help, 2 on a bad option or value.
+Args ParseArgs(int argc, char** argv) {
+  Args a;
+  CLI::App app{"Coordinator load: dispatch and commit rates, memory per queued job"};
+  app.add_option("--jobs", a.jobs, "Jobs for the throughput run")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40))
+      ->capture_default_str();
+  app.add_option("--workers", a.workers, "Worker threads")
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
+  app.add_option("--slots", a.slots, "Slots per worker")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  app.add_option("--prefetch", a.prefetch, "Jobs a worker may hold beyond its slots")
+      ->check(CLI::Range(0, 1024))
+      ->capture_default_str();
+  app.add_option("--queued", a.queued, "Jobs queued for the memory measurement")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40))
+      ->capture_default_str();
+  app.add_option("--transport", a.transport, "Worker transport")
+      ->check(CLI::IsMember({"inproc", "tcp"}))
+      ->capture_default_str();
+  app.add_option("--batch", a.batch, "Results per commit")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  app.add_option("--grant-interval-ms", a.grant_interval_ms, "Grant pass interval")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 30))
+      ->capture_default_str();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    std::exit(app.exit(e) == 0 ? 0 : 2);
   }
-  return a->jobs > 0 && a->workers > 0 && a->slots > 0 && a->prefetch >= 0 && a->queued > 0 &&
-         a->batch > 0 && a->grant_interval_ms >= 0 &&
-         (a->transport == "inproc" || a->transport == "tcp");
+  return a;
 }
 
 }  // namespace
 }  // namespace nw
 
 int main(int argc, char** argv) {
-  nw::Args a;
-  if (!nw::ParseArgs(argc, argv, &a)) {
-    std::fprintf(stderr,
-                 "usage: coordinator_load_bench [--jobs N] [--workers W] [--slots S] "
-                 "[--prefetch P] [--queued Q] [--transport inproc|tcp] [--batch B] "
-                 "[--grant-interval-ms G]\n");
-    return 2;
-  }
+  const nw::Args a = nw::ParseArgs(argc, argv);
   const int rc = nw::Throughput(a);
   return rc != 0 ? rc : nw::Memory(a);
 }

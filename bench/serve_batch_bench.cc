@@ -11,6 +11,7 @@
 // Usage: serve_batch_bench [--model DIR] [--requests N] [--prompt P] [--max-tokens T]
 //                          [--backend cpu|cpu-paged]
 // Defaults: models/tiny-v4 (relative to the working directory), N=16, P=128, T=64, cpu.
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -46,26 +47,31 @@ struct Args {
   std::string backend = "cpu";
 };
 
-bool ParseArgs(int argc, char** argv, Args* a) {
-  for (int i = 1; i < argc; ++i) {
-    const std::string k = argv[i];
-    if (i + 1 >= argc) return false;
-    const char* v = argv[++i];
-    if (k == "--model") {
-      a->model = v;
-    } else if (k == "--requests") {
-      a->requests = std::atoi(v);
-    } else if (k == "--prompt") {
-      a->prompt = std::atoll(v);
-    } else if (k == "--max-tokens") {
-      a->max_tokens = std::atoi(v);
-    } else if (k == "--backend") {
-      a->backend = v;
-    } else {
-      return false;
-    }
+// Parses the command line (CLI11); exits 0 after --help, 2 on a bad option or value.
+Args ParseArgs(int argc, char** argv) {
+  Args a;
+  std::string model = a.model.string();
+  CLI::App app{"What continuous batching buys nw serve, in one process"};
+  app.add_option("--model", model, "Model folder")->capture_default_str();
+  app.add_option("--requests", a.requests, "Concurrent requests")
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
+  app.add_option("--prompt", a.prompt, "Prompt tokens")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 30))
+      ->capture_default_str();
+  app.add_option("--max-tokens", a.max_tokens, "Generated tokens per request")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  app.add_option("--backend", a.backend, "Engine backend")
+      ->check(CLI::IsMember({"cpu", "cpu-paged"}))
+      ->capture_default_str();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    std::exit(app.exit(e) == 0 ? 0 : 2);
   }
-  return a->requests >= 1 && a->prompt >= 1 && a->max_tokens >= 1;
+  a.model = model;
+  return a;
 }
 
 std::vector<std::vector<int32_t>> Prompts(const Tokenizer& tok, const Args& a) {
@@ -207,13 +213,7 @@ void PrintRun(const char* name, const RunFigures& f, int n) {
 }  // namespace nw
 
 int main(int argc, char** argv) {
-  nw::Args a;
-  if (!nw::ParseArgs(argc, argv, &a)) {
-    std::fprintf(stderr,
-                 "usage: serve_batch_bench [--model DIR] [--requests N] [--prompt P] "
-                 "[--max-tokens T] [--backend cpu|cpu-paged]\n");
-    return 2;
-  }
+  const nw::Args a = nw::ParseArgs(argc, argv);
   auto tok = nw::Tokenizer::Load(a.model / "tokenizer.json");
   if (!tok.ok()) {
     std::fprintf(stderr, "%s\n", tok.status().ToString().c_str());
