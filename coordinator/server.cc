@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "coordinator/job_order.h"
 #include "coordinator/server_loop.h"
 
 namespace nw {
@@ -311,7 +312,8 @@ Status Server::Loop::LoadOne() {
   }
   NW_RETURN_IF_ERROR(scheduler.AddCampaign(campaign_id, "", 0));
   summary.total = static_cast<int64_t>(jobs.size());
-  for (const auto& j : jobs) {
+  for (size_t i : InterleaveByLength(jobs)) {  // long and short prompts side by side
+    const JobRecord& j = jobs[i];
     switch (j.state) {
       case JobState::kDone:
         ++summary.done_before;

@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "coordinator/job_order.h"
 #include "coordinator/server_loop.h"
 #include "slurm/slurm_env.h"
 
@@ -95,7 +96,8 @@ Result<Server::Loop::LoadCounts> Server::Loop::LoadCampaign(const CampaignContro
                                            c.state == CampaignRunState::kPaused));
   const int64_t now = s.clock_.NowMs();
   const int64_t wall = Wall();
-  for (const auto& j : jobs) {
+  for (size_t i : InterleaveByLength(jobs)) {  // long and short prompts side by side
+    const JobRecord& j = jobs[i];
     switch (j.state) {
       case JobState::kDone:
         ++counts.done;

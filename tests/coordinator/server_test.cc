@@ -392,6 +392,36 @@ TEST_F(ServerTest, EmbeddedRunCompletesEveryJobIntoTheDatabase) {
   EXPECT_EQ(again->done, 30);
 }
 
+TEST_F(ServerTest, ShortAndLongPromptsAreLeasedSideBySide) {
+  // The campaign lists every 256-token job, then every 4,096-token one (matrix order); one
+  // single-slot worker runs them in lease order, which alternates the lengths
+  // (coordinator/job_order.h), each length in its own order.
+  std::vector<JobSpec> specs;
+  for (int64_t length : {int64_t{256}, int64_t{4096}}) {
+    for (int t = 0; t < 4; ++t) {
+      JobSpec s = Spec(t);
+      s.context_length = length;
+      specs.push_back(s);
+    }
+  }
+  ASSERT_TRUE(store_->AddJobs(campaign_, specs, 2).ok());
+  std::mutex mu;
+  std::vector<std::pair<int64_t, int>> ran;
+  auto record = [&](const JobSpec& spec, const std::string& key, int attempt) {
+    std::lock_guard<std::mutex> l(mu);
+    ran.emplace_back(spec.context_length, spec.trial);
+    return Answer(spec, key, attempt);
+  };
+  RunOptions o = Options();
+  o.scheduler.heartbeat_liveness = 100;
+  auto summary = RunEmbedded(*store_, campaign_, Executors(1, record), std::move(o));
+  ASSERT_TRUE(summary.ok()) << summary.status().ToString() << "\n" << rec_.AllLines();
+  EXPECT_EQ(summary->done, 8);
+  const std::vector<std::pair<int64_t, int>> want = {{256, 0}, {4096, 0}, {256, 1}, {4096, 1},
+                                                     {256, 2}, {4096, 2}, {256, 3}, {4096, 3}};
+  EXPECT_EQ(ran, want);
+}
+
 TEST_F(ServerTest, EmbeddedRunOverIpcWithMultiSlotWorkers) {
   AddJobs(12);
   RunOptions o = Options();
