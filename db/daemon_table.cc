@@ -24,10 +24,9 @@ Result<std::unique_ptr<Db>> OpenDaemonTable(const std::filesystem::path& db_file
     NW_ASSIGN_OR_RETURN(found, q.Step());
   }
   if (!found) {
-    return Status::FailedPrecondition(file + ": no table " + std::string(table) +
-                                      ": the database is older than migration " +
-                                      std::string(migration) +
-                                      " (open it with Store::Open, which migrates it, first)");
+    return Status::FailedPrecondition(
+        file + ": no table " + std::string(table) + ": the database is older than migration " +
+        std::string(migration) + " (open it with Store::Open, which migrates it, first)");
   }
   return db;
 }
