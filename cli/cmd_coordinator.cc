@@ -25,9 +25,9 @@
 #include "cli/commands.h"
 #include "cli/http_dashboard.h"
 #include "common/clock.h"
+#include "common/signal_stopper.h"
 #include "coordinator/curve.h"
 #include "coordinator/db_lock.h"
-#include "coordinator/process_util.h"
 #include "coordinator/server.h"
 #include "db/store.h"
 

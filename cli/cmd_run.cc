@@ -17,9 +17,9 @@
 #include "cli/http_dashboard.h"
 #include "cli/progress.h"
 #include "common/clock.h"
+#include "common/signal_stopper.h"
 #include "compose/embedded_run.h"
 #include "coordinator/db_lock.h"
-#include "coordinator/process_util.h"
 #include "coordinator/search/search_driver.h"
 #include "db/store.h"
 #include "report/cost.h"
@@ -234,7 +234,7 @@ int Run(const RunArgs& a, const Globals& g) {
               << ", database " << g.db_path << "\n";
   }
 
-  // SIGINT/SIGTERM become a stop request (coordinator/process_util.h: a thread of its own waits
+  // SIGINT/SIGTERM become a stop request (common/signal_stopper.h: a thread of its own waits
   // for them, so no global state is touched from a signal handler).
   std::stop_source stop;
   SignalStopper stopper([stop](int) mutable { stop.request_stop(); });

@@ -2,16 +2,14 @@
 // /v1/chat/completions, /v1/models, /health), so the http campaign backend and any OpenAI client
 // can talk to it. Runs until SIGINT or SIGTERM. docs/http.md describes the API.
 // Exit codes: 0 stopped by a signal; 2 bad options, an unloadable model or an address in use.
-#include <pthread.h>
-
 #include <cctype>
-#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <sstream>
 
 #include "cli/commands.h"
+#include "common/signal_stopper.h"
 #include "engine/backend_catalog.h"
 #include "http/server.h"
 
@@ -53,13 +51,9 @@ Result<std::string> ReadKeyFile(const std::string& path) {
 }
 
 int Serve(const ServeArgs& a, const Globals& g) {
-  // The signals are blocked before any thread starts (every thread inherits the mask) and
-  // taken with sigwait on this thread.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  // Before any thread starts, so that every thread inherits the blocked signals and only the
+  // stopper's thread takes them.
+  SignalStopper stopper;
 
   std::string api_key = a.api_key;
   if (!a.api_key_file.empty()) {
@@ -114,8 +108,7 @@ int Serve(const ServeArgs& a, const Globals& g) {
     std::cerr << "nw serve: " << server.status().ToString() << "\n";
     return 2;
   }
-  int sig = 0;
-  sigwait(&signals, &sig);
+  stopper.Wait();
   (*server)->Stop();
   return 0;
 }

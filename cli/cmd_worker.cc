@@ -45,9 +45,9 @@
 
 #include "cli/commands.h"
 #include "common/clock.h"
+#include "common/signal_stopper.h"
 #include "common/stopwatch.h"
 #include "coordinator/curve.h"
-#include "coordinator/process_util.h"
 #include "engine/backend_catalog.h"
 #include "engine/checkpoint/model_files.h"
 #include "engine/engine.h"

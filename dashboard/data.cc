@@ -33,6 +33,7 @@ Result<std::unique_ptr<DashboardData>> DashboardData::Open(const std::filesystem
                                                            CriterionOf criterion_of,
                                                            const LiveMetrics* live) {
   NW_ASSIGN_OR_RETURN(std::unique_ptr<Store> store, Store::Open(db_file, Store::Mode::kReadOnly));
+  store->SetStatementLimit(kStatementLimitMs);
   return std::make_unique<DashboardData>(std::move(store), db_file, std::move(criterion_of), live);
 }
 

@@ -36,10 +36,13 @@ inline constexpr int kMaxGates = 8;         // baselines a campaign is gated aga
 inline constexpr int kMaxFailures = 200;    // rows Failures() returns at most
 inline constexpr int kMaxWorkerRows = 500;  // rows of the workers table returned at most
 inline constexpr int64_t kRateWindowMs = 5 * 60 * 1000;
+inline constexpr int64_t kStatementLimitMs =
+    10'000;  // each read statement (Store::SetStatementLimit)
 
 class DashboardData {
  public:
-  /// Opens `db_file` read-only. `live` may be null (no coordinator in this process).
+  /// Opens `db_file` read-only, every statement limited to kStatementLimitMs. `live` may be null
+  /// (no coordinator in this process).
   static Result<std::unique_ptr<DashboardData>> Open(const std::filesystem::path& db_file,
                                                      CriterionOf criterion_of,
                                                      const LiveMetrics* live);

@@ -1,10 +1,9 @@
 #include "db/campaign_table.h"
 
-#include <sqlite3.h>
-
 #include <string>
 #include <utility>
 
+#include "db/daemon_table.h"
 #include "db/rows.h"
 #include "db/sqlite.h"
 #include "db/store_impl.h"
@@ -59,27 +58,9 @@ Result<std::vector<CampaignControl>> ReadCampaignControls(Db& db) {
 }  // namespace db_internal
 
 Result<std::unique_ptr<CampaignTable>> CampaignTable::Open(const std::filesystem::path& db_file) {
-  if (!std::filesystem::exists(db_file)) {
-    return Status::NotFound(db_file.string() + ": no such database (open it with Store::Open)");
-  }
-  NW_ASSIGN_OR_RETURN(std::unique_ptr<Db> db, Db::Open(db_file.string(), /*read_only=*/false));
-  if (const int rc = sqlite3_busy_timeout(db->get(), 5000); rc != SQLITE_OK) {
-    return db->Error(rc, "setting the busy timeout");
-  }
-  // The table comes from the Store's migration 0004_coordinator_campaigns: open the file with
-  // Store::Open first (it migrates), then this.
-  {
-    Query q(*db,
-            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'coordinator_campaigns'",
-            "looking for table coordinator_campaigns");
-    NW_ASSIGN_OR_RETURN(bool found, q.Step());
-    if (!found) {
-      return Status::FailedPrecondition(
-          db_file.string() +
-          ": no table coordinator_campaigns: the database is older than migration "
-          "0004_coordinator_campaigns (open it with Store::Open, which migrates it, first)");
-    }
-  }
+  NW_ASSIGN_OR_RETURN(
+      std::unique_ptr<Db> db,
+      db_internal::OpenDaemonTable(db_file, "coordinator_campaigns", "0004_coordinator_campaigns"));
   return std::make_unique<CampaignTable>(std::move(db));
 }
 

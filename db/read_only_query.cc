@@ -180,22 +180,9 @@ Result<int64_t> StreamReadOnlyQuery(const std::filesystem::path& db_file, const 
   Guard guard;
   int rc = sqlite3_set_authorizer(db, &Authorize, &guard);
   if (rc != SQLITE_OK) return conn->Error(rc, "installing the read-only authorizer");
-  const auto deadline =
-      std::chrono::steady_clock::now() + std::chrono::milliseconds(options.timeout_ms);
-  struct Clock {
-    std::chrono::steady_clock::time_point deadline;
-    bool expired = false;
-  } clock{deadline, false};
-  if (options.timeout_ms > 0) {
-    sqlite3_progress_handler(
-        db, 1000,
-        [](void* user) -> int {
-          auto* c = static_cast<Clock*>(user);
-          c->expired = std::chrono::steady_clock::now() > c->deadline;
-          return c->expired ? 1 : 0;
-        },
-        &clock);
-  }
+  // The time limit is the connection's statement limit (db/sqlite.h), counted from here.
+  conn->SetStatementLimit(options.timeout_ms);
+  conn->StartStatementClock(std::chrono::steady_clock::now());
 
   const char* tail = nullptr;
   sqlite3_stmt* raw_stmt = nullptr;
@@ -241,7 +228,7 @@ Result<int64_t> StreamReadOnlyQuery(const std::filesystem::path& db_file, const 
     rc = sqlite3_step(stmt.get());
     if (rc == SQLITE_DONE) break;
     if (rc != SQLITE_ROW) {
-      if (clock.expired) {
+      if (conn->statement_interrupted()) {
         return Status::DeadlineExceeded("query interrupted after " +
                                         std::to_string(options.timeout_ms) + " ms");
       }

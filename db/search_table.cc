@@ -1,11 +1,10 @@
 #include "db/search_table.h"
 
-#include <sqlite3.h>
-
 #include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
 
+#include "db/daemon_table.h"
 #include "db/sqlite.h"
 
 namespace nw {
@@ -15,25 +14,9 @@ using db_internal::Query;
 using json = nlohmann::json;
 
 Result<std::unique_ptr<SearchTable>> SearchTable::Open(const std::filesystem::path& db_file) {
-  if (!std::filesystem::exists(db_file)) {
-    return Status::NotFound(db_file.string() + ": no such database (open it with Store::Open)");
-  }
-  NW_ASSIGN_OR_RETURN(std::unique_ptr<Db> db, Db::Open(db_file.string(), /*read_only=*/false));
-  if (const int rc = sqlite3_busy_timeout(db->get(), 5000); rc != SQLITE_OK) {
-    return db->Error(rc, "setting the busy timeout");
-  }
-  {
-    Query q(*db,
-            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'coordinator_searches'",
-            "looking for table coordinator_searches");
-    NW_ASSIGN_OR_RETURN(bool found, q.Step());
-    if (!found) {
-      return Status::FailedPrecondition(
-          db_file.string() +
-          ": no table coordinator_searches: the database is older than migration "
-          "0010_coordinator_searches (open it with Store::Open, which migrates it, first)");
-    }
-  }
+  NW_ASSIGN_OR_RETURN(
+      std::unique_ptr<Db> db,
+      db_internal::OpenDaemonTable(db_file, "coordinator_searches", "0010_coordinator_searches"));
   return std::make_unique<SearchTable>(std::move(db));
 }
 

@@ -34,8 +34,9 @@ struct StoredSearch {
 
 class SearchTable {
  public:
-  /// Opens `db_file`, which Store::Open has created or migrated: FailedPrecondition naming the
-  /// file when it has no coordinator_searches table (a schema older than migration 0010).
+  /// Opens `db_file`, which Store::Open has created or migrated: NotFound when there is no such
+  /// file, FailedPrecondition naming the file when it has no coordinator_searches table (a schema
+  /// older than migration 0010; db/daemon_table.h).
   static Result<std::unique_ptr<SearchTable>> Open(const std::filesystem::path& db_file);
   explicit SearchTable(std::unique_ptr<db_internal::Db> db);
   ~SearchTable();

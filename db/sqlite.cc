@@ -88,12 +88,47 @@ Status Db::Error(int rc, std::string_view purpose) const {
 }
 
 Status Db::Exec(const std::string& sql, std::string_view purpose) {
+  StartStatementClock(std::chrono::steady_clock::now());
   char* err = nullptr;
   const int rc = sqlite3_exec(db_.get(), sql.c_str(), nullptr, nullptr, &err);
   // sqlite3_exec's message is the one of the failing statement; free it and use errmsg (same).
   sqlite3_free(err);
-  if (rc != SQLITE_OK) return Error(rc, purpose);
+  if (rc != SQLITE_OK)
+    return statement_interrupted() ? InterruptedError(purpose) : Error(rc, purpose);
   return Status::Ok();
+}
+
+void Db::SetStatementLimit(int64_t ms) {
+  clock_.limit_ms = ms > 0 ? ms : 0;
+  clock_.expired = false;
+  if (clock_.limit_ms == 0) {
+    sqlite3_progress_handler(db_.get(), 0, nullptr, nullptr);
+    return;
+  }
+  clock_.deadline = std::chrono::steady_clock::time_point::max();
+  sqlite3_progress_handler(
+      db_.get(), 1000,
+      [](void* user) -> int {
+        auto* c = static_cast<StatementClock*>(user);
+        if (!c->expired && std::chrono::steady_clock::now() > c->deadline) c->expired = true;
+        return c->expired ? 1 : 0;
+      },
+      &clock_);
+}
+
+void Db::StartStatementClock(std::chrono::steady_clock::time_point start) {
+  if (clock_.limit_ms == 0) return;
+  clock_.expired = false;
+  clock_.deadline = start + std::chrono::milliseconds(clock_.limit_ms);
+}
+
+Status Db::InterruptedError(std::string_view purpose) const {
+  std::string msg = file_;
+  msg += ": ";
+  msg += purpose;
+  msg +=
+      ": interrupted after " + std::to_string(clock_.limit_ms) + " ms (the statement time limit)";
+  return Status::DeadlineExceeded(std::move(msg));
 }
 
 Result<Db::Cached*> Db::Acquire(std::string_view sql, std::string_view purpose) {
@@ -176,10 +211,15 @@ Query& Query::BindNull(int i) {
 
 Result<bool> Query::Step() {
   if (!status_.ok()) return status_;
+  if (db_.statement_limit_ms() > 0) {
+    // This statement's own clock, also when another Query stepped in between.
+    if (!started_) started_ = std::chrono::steady_clock::now();
+    db_.StartStatementClock(*started_);
+  }
   const int rc = sqlite3_step(stmt_);
   if (rc == SQLITE_ROW) return true;
   if (rc == SQLITE_DONE) return false;
-  status_ = db_.Error(rc, purpose_);
+  status_ = db_.statement_interrupted() ? db_.InterruptedError(purpose_) : db_.Error(rc, purpose_);
   return status_;
 }
 

@@ -1,13 +1,14 @@
 // Thin RAII layer over the SQLite C API, the one SQLite wrapper of needlework (internal to
 // nw_db): an owned connection with a cache of prepared statements, a scoped statement use that
-// always resets, a transaction guard that nests with savepoints, and the mapping from SQLite
-// result codes to nw::Status. Every error message names the database file and the purpose of
-// the statement. db/rows.h maps result rows to structs.
-// Thread-safety: a Db and everything taken from it belong to one thread.
+// always resets, a transaction guard that nests with savepoints, a per-statement time limit, and
+// the mapping from SQLite result codes to nw::Status. Every error message names the database file
+// and the purpose of the statement. db/rows.h maps result rows to structs. Thread-safety: a Db and
+// everything taken from it belong to one thread.
 #pragma once
 
 #include <sqlite3.h>
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -73,8 +74,30 @@ class Db {
   /// Transaction nesting depth (0: none open by us).
   int txn_depth() const { return txn_depth_; }
 
+  /// The statement time limit (0, the default: none): a statement still running `ms` after its
+  /// clock started is interrupted (sqlite3_progress_handler, checked every 1,000 virtual machine
+  /// instructions), and Query::Step and Exec then fail with DeadlineExceeded: "<file>: <purpose>:
+  /// interrupted after <ms> ms (the statement time limit)". A Query's clock starts at its first
+  /// Step; Exec's when it is called; code stepping statements of its own calls
+  /// StartStatementClock and asks statement_interrupted().
+  void SetStatementLimit(int64_t ms);
+  int64_t statement_limit_ms() const { return clock_.limit_ms; }
+  /// Arms the limit for the statement about to step: it ends at `start` + the limit (no-op
+  /// without a limit).
+  void StartStatementClock(std::chrono::steady_clock::time_point start);
+  /// Whether the limit interrupted the last statement (reset by StartStatementClock).
+  bool statement_interrupted() const { return clock_.expired; }
+  /// The DeadlineExceeded status of an interrupted statement.
+  Status InterruptedError(std::string_view purpose) const;
+
  private:
   friend class Txn;
+
+  struct StatementClock {
+    int64_t limit_ms = 0;
+    std::chrono::steady_clock::time_point deadline;
+    bool expired = false;
+  };
 
   // Heterogeneous lookup by string_view: no std::string is built to find a statement.
   struct SqlHash {
@@ -87,6 +110,7 @@ class Db {
   bool read_only_;
   std::unordered_map<std::string, Cached, SqlHash, std::equal_to<>> stmts_;
   int txn_depth_ = 0;
+  StatementClock clock_;  // the progress handler's (stable address: a Db does not move)
 };
 
 /// One use of a prepared statement: bind, step, read columns. Resets the statement and clears
@@ -143,6 +167,7 @@ class Query {
   Db::Cached* cached_ = nullptr;
   sqlite3_stmt* stmt_ = nullptr;
   Status status_;  // first preparation or binding error
+  std::optional<std::chrono::steady_clock::time_point> started_;  // first Step (time limit)
 };
 
 /// A transaction scope. The outermost one is BEGIN IMMEDIATE (takes the write lock at once, so a

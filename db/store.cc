@@ -106,6 +106,8 @@ Result<int> Store::SchemaVersion() { return db_internal::ReadSchemaVersion(*impl
 const std::filesystem::path& Store::path() const { return impl_->path; }
 Store::Mode Store::mode() const { return impl_->mode; }
 
+void Store::SetStatementLimit(int64_t ms) { impl_->db->SetStatementLimit(ms); }
+
 Status Store::SetBusyTimeout(int ms) {
   const int rc = sqlite3_busy_timeout(impl_->db->get(), ms);
   if (rc != SQLITE_OK) return impl_->db->Error(rc, "setting the busy timeout");

@@ -278,6 +278,11 @@ class Store {
   Mode mode() const;
   /// How long a statement waits for another connection's lock before failing (default 5000).
   Status SetBusyTimeout(int ms);
+  /// A time limit on every statement (0, the default: none): one still running after `ms` is
+  /// interrupted and its method fails with DeadlineExceeded, "<file>: <what it was doing>:
+  /// interrupted after <ms> ms (the statement time limit)" (db/sqlite.h). The dashboard's reads
+  /// run under one.
+  void SetStatementLimit(int64_t ms);
   /// Another process holding the database's lock longer than the busy timeout: a write
   /// transaction that fails for that (Unavailable: SQLITE_BUSY / SQLITE_LOCKED) is run again
   /// from the start, after a pause of 100 ms doubling to 2 s, until it succeeds, `max_wait_ms`

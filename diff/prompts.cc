@@ -7,6 +7,7 @@
 #include "common/file_io.h"
 #include "coordinator/campaign/campaign.h"
 #include "protocol/job.h"
+#include "task/job_prompt.h"
 #include "task/niah.h"
 
 namespace nw::diff {
@@ -14,18 +15,17 @@ namespace nw::diff {
 Result<std::vector<DiffPrompt>> DesignPrompts(const Tokenizer& tokenizer, const PromptDesign& d) {
   if (d.context_length < 1) return Status::InvalidArgument("--length: must be >= 1");
   if (d.trials < 1) return Status::InvalidArgument("--trials: must be >= 1");
-  NiahSpec ns;
-  Result<NiahTask> task = ParseNiahTask(d.task);
-  if (!task.ok()) return task.status().WithContext("--task");
-  Result<NiahHaystack> hay = ParseNiahHaystack(d.haystack);
-  if (!hay.ok()) return hay.status().WithContext("--haystack");
-  ns.task = *task;
-  ns.haystack = *hay;
-  ns.context_length = d.context_length;
-  ns.needle_position = d.needle_position;
+  // The options are checked here so that their errors name them; BuildJobPrompt parses them again.
+  if (Result<NiahTask> task = ParseNiahTask(d.task); !task.ok()) {
+    return task.status().WithContext("--task");
+  }
+  if (Result<NiahHaystack> hay = ParseNiahHaystack(d.haystack); !hay.ok()) {
+    return hay.status().WithContext("--haystack");
+  }
   std::vector<DiffPrompt> out;
   for (int t = 0; t < d.trials; ++t) {
-    // The job a campaign would expand for this design point and trial: its haystack seed.
+    // The job a campaign would expand for this design point and trial, and its prompt as every
+    // executor builds it (task/job_prompt.h).
     JobSpec job;
     job.task = d.task;
     job.haystack = d.haystack;
@@ -33,8 +33,7 @@ Result<std::vector<DiffPrompt>> DesignPrompts(const Tokenizer& tokenizer, const 
     job.needle_position = d.needle_position;
     job.seed = DeriveTrialSeed(d.seed, t);
     job.trial = t;
-    ns.seed = job.HaystackSeed();
-    Result<NiahPrompt> p = BuildNiahPrompt(tokenizer, ns);
+    Result<NiahPrompt> p = BuildJobPrompt(tokenizer, job);
     if (!p.ok()) return p.status().WithContext("prompt of trial " + std::to_string(t));
     out.push_back(DiffPrompt{"trial " + std::to_string(t), std::move(p->tokens)});
   }

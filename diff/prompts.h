@@ -1,6 +1,6 @@
 // `nw diff`'s prompts: from a campaign-like design point (task, haystack, length, needle
 // position, campaign seed and trials: the very prompts `nw run` builds for those jobs, through
-// JobSpec::HaystackSeed and the NIAH builder), or from a JSON prompts file:
+// task/job_prompt.h's BuildJobPrompt as the executors build them), or from a JSON prompts file:
 //   {"prompts": [{"name": "p1", "tokens": [1, 2, 3]}, {"name": "p2", "text": "..."}]}
 // ("name" optional; exactly one of "tokens" and "text"; text is tokenized with side A's
 // tokenizer). Errors name the file and the field ("p.json: prompts[1].tokens[3]: ...").

@@ -1,13 +1,17 @@
 // The Store's activity views the dashboard shows (db/store_activity.cc) and the daemon's campaign
 // table (db/campaign_table.h) they read: the campaign table as CampaignTable wrote it, results
 // per campaign since a moment, and the latest failures (failed and lost attempts, engine errors
-// and timeouts) with their job's state, configuration and campaigns, newest first.
+// and timeouts) with their job's state, configuration and campaigns, newest first; opening the
+// daemon's tables (db/daemon_table.h); the statement time limit the dashboard's reads run under
+// (db/sqlite.h, Store::SetStatementLimit).
 #include <gtest/gtest.h>
+#include <sqlite3.h>
 
 #include <string>
 #include <vector>
 
 #include "db/campaign_table.h"
+#include "db/sqlite.h"
 #include "db/store.h"
 #include "tests/db/campaign_fixture.h"
 
@@ -53,6 +57,77 @@ TEST(StoreActivityTest, CampaignTableNeedsAnExistingDatabase) {
   ASSERT_FALSE(t.ok());
   EXPECT_EQ(t.status().code(), StatusCode::kNotFound);
   EXPECT_NE(t.status().message().find("none.db"), std::string::npos);
+}
+
+TEST(StoreActivityTest, CampaignTableNeedsTheMigratedTable) {
+  TempDir dir;
+  const auto file = dir.File("old.db");
+  sqlite3* raw = nullptr;
+  ASSERT_EQ(sqlite3_open(file.c_str(), &raw), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(raw, "CREATE TABLE t (x)", nullptr, nullptr, nullptr), SQLITE_OK);
+  sqlite3_close(raw);
+  auto t = CampaignTable::Open(file);
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(t.status().message(),
+            file.string() +
+                ": no table coordinator_campaigns: the database is older than migration "
+                "0004_coordinator_campaigns (open it with Store::Open, which migrates it, first)");
+}
+
+// A statement past the limit is interrupted and fails with DeadlineExceeded naming the file, the
+// statement's purpose and the limit; the connection then runs the next statement normally.
+TEST(StoreActivityTest, AStatementPastTheLimitIsInterrupted) {
+  TempDir dir;
+  const std::string file = dir.File("limit.db").string();
+  auto db = db_internal::Db::Open(file, /*read_only=*/false);
+  ASSERT_TRUE(db.ok()) << db.status().ToString();
+  (*db)->SetStatementLimit(100);
+  // Tens of seconds of work without the limit.
+  const std::string slow =
+      "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 2000000000) "
+      "SELECT COUNT(*) FROM c";
+  const std::string want =
+      file + ": counting to two billion: interrupted after 100 ms (the statement time limit)";
+  {
+    db_internal::Query q(**db, slow, "counting to two billion");
+    auto step = q.Step();
+    ASSERT_FALSE(step.ok());
+    EXPECT_EQ(step.status().code(), StatusCode::kDeadlineExceeded);
+    EXPECT_EQ(step.status().message(), want);
+  }
+  const Status exec = (*db)->Exec(slow, "counting to two billion");
+  EXPECT_EQ(exec.code(), StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(exec.message(), want);
+  {
+    db_internal::Query q(**db, "SELECT 41 + 1", "adding");
+    auto step = q.Step();
+    ASSERT_TRUE(step.ok()) << step.status().ToString();
+    ASSERT_TRUE(*step);
+    EXPECT_EQ(q.Int(0), 42);
+  }
+  (*db)->SetStatementLimit(0);
+  EXPECT_EQ((*db)->statement_limit_ms(), 0);
+}
+
+// The Store's reads under a limit (the dashboard's) give their results as without one.
+TEST(StoreActivityTest, StoreReadsUnderAStatementLimit) {
+  TempDir dir;
+  const auto file = dir.File("nw.db");
+  ASSERT_TRUE(Store::Open(file).ok());
+  auto table = CampaignTable::Open(file);
+  ASSERT_TRUE(table.ok()) << table.status().ToString();
+  ASSERT_TRUE((*table)->Put({2, "a", 3, CampaignRunState::kActive, 20, 21}).ok());
+  auto reader = Store::Open(file, Store::Mode::kReadOnly);
+  ASSERT_TRUE(reader.ok()) << reader.status().ToString();
+  (*reader)->SetStatementLimit(10'000);
+  auto controls = (*reader)->CampaignControls();
+  ASSERT_TRUE(controls.ok()) << controls.status().ToString();
+  ASSERT_EQ(controls->size(), 1u);
+  EXPECT_EQ((*controls)[0].name, "a");
+  auto failures = (*reader)->RecentFailures(10);
+  ASSERT_TRUE(failures.ok()) << failures.status().ToString();
+  EXPECT_TRUE(failures->empty());
 }
 
 TEST(StoreActivityTest, RecentResultCountsPerCampaignSinceAMoment) {

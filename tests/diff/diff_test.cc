@@ -13,11 +13,13 @@
 #include <string>
 #include <vector>
 
+#include "coordinator/campaign/campaign.h"
 #include "diff/compare.h"
 #include "diff/prompts.h"
 #include "diff/render.h"
 #include "diff/run_diff.h"
 #include "diff/traced_run.h"
+#include "task/job_prompt.h"
 #include "tests/support/temp_dir.h"
 
 namespace nw::diff {
@@ -234,6 +236,56 @@ TEST(DiffTest, BadInputNamesTheFieldOrFile) {
   EXPECT_FALSE(text->front().tokens.empty());
   std::filesystem::remove(f);
   EXPECT_EQ(FilePrompts(f, a->tokenizer(), 1024).status().code(), StatusCode::kNotFound);
+}
+
+// A design point's prompts are the prompts of the jobs a campaign expands for it, as the executors
+// build them (BuildJobPrompt), trial by trial, token for token.
+TEST(DiffTest, DesignPromptsAreTheCampaignJobsPrompts) {
+  auto a = Side("backend=cpu");
+  ASSERT_TRUE(a);
+  for (const auto& [task, haystack] : std::vector<std::pair<std::string, std::string>>{
+           {"niah-single", "noise"}, {"niah-multikey", "essay"}, {"niah-repeat", "needles"}}) {
+    SCOPED_TRACE(task + " " + haystack);
+    const std::string yaml = "name: d\nmodel: tiny-v4\ntask: " + task + "\nhaystack: " + haystack +
+                             "\nseed: 11\ntrials: 3\nmatrix:\n  context_length: 400\n"
+                             "  needle_position: 0.25\n  topk: 16\n  backend: cpu\n";
+    ParseOptions po;
+    po.base_dir = std::filesystem::path(NW_SOURCE_DIR) / "models";
+    auto campaign = ParseCampaignText(yaml, "d.yaml", po);
+    ASSERT_TRUE(campaign.ok()) << campaign.status().ToString();
+    auto resolved = ResolveCampaign(*campaign);
+    ASSERT_TRUE(resolved.ok()) << resolved.status().ToString();
+    auto jobs = ExpandCampaign(*resolved);
+    ASSERT_TRUE(jobs.ok()) << jobs.status().ToString();
+    ASSERT_EQ(jobs->size(), 3u);
+
+    PromptDesign d;
+    d.task = task;
+    d.haystack = haystack;
+    d.context_length = 400;
+    d.needle_position = 0.25;
+    d.seed = 11;
+    d.trials = 3;
+    auto prompts = DesignPrompts(a->tokenizer(), d);
+    ASSERT_TRUE(prompts.ok()) << prompts.status().ToString();
+    ASSERT_EQ(prompts->size(), 3u);
+    for (size_t t = 0; t < jobs->size(); ++t) {
+      auto want = BuildJobPrompt(a->tokenizer(), (*jobs)[t]);
+      ASSERT_TRUE(want.ok()) << want.status().ToString();
+      EXPECT_EQ((*prompts)[t].name, "trial " + std::to_string(t));
+      EXPECT_EQ((*prompts)[t].tokens, want->tokens) << "trial " << t;
+    }
+  }
+  PromptDesign bad;
+  bad.task = "niah-nope";
+  auto p = DesignPrompts(a->tokenizer(), bad);
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.status().message().find("--task"), std::string::npos) << p.status().message();
+  bad.task = "niah-single";
+  bad.haystack = "hay";
+  p = DesignPrompts(a->tokenizer(), bad);
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.status().message().find("--haystack"), std::string::npos) << p.status().message();
 }
 
 }  // namespace

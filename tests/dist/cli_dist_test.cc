@@ -1,7 +1,11 @@
 // The distributed commands through the real `nw` binary: a daemon, worker processes, submit,
 // status, pause / resume / cancel, keygen and CURVE across processes, and the refusals (plain
 // non-loopback endpoints, a second coordinator on one database, `nw run` and a daemon on one
-// database, GPU flags without a CUDA engine backend, bad test-executor specs).
+// database, GPU flags without a CUDA engine backend, bad test-executor specs), and `nw serve`
+// stopped by a signal.
+#include <netinet/in.h>
+#include <sys/socket.h>
+
 #include <nlohmann/json.hpp>
 #include <regex>
 
@@ -342,6 +346,52 @@ TEST(CliDistTest, ASearchCampaignOnTheDaemonEndsAsNwRunEnds) {
   EXPECT_LT(daemon_db.Int("SELECT COUNT(*) FROM campaign_jobs"), 16);  // not the whole grid
   ExpectEveryJobExactlyOnce(daemon_db, "search",
                             daemon_db.Int("SELECT COUNT(*) FROM campaign_jobs"));
+}
+
+// Whether a TCP connection to 127.0.0.1:port is accepted.
+bool Connects(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return false;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  const bool ok = connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) == 0;
+  close(fd);
+  return ok;
+}
+
+// SIGTERM and SIGINT stop `nw serve` (common/signal_stopper.h): it closes its listener and
+// connections, says so, and exits 0; the port no longer accepts connections.
+TEST(CliDistTest, ASignalStopsNwServeCleanly) {
+  Workspace ws("serve");
+  ASSERT_TRUE(ws.MakeModel());
+  for (const int sig : {SIGTERM, SIGINT}) {
+    SCOPED_TRACE(sig == SIGTERM ? "SIGTERM" : "SIGINT");
+    const fs::path log = ws.log("serve-" + std::to_string(sig));
+    Child serve(
+        {NW_BIN, "serve", "--model", (ws.dir() / "model").string(), "--listen", "127.0.0.1:0"},
+        log);
+    ASSERT_TRUE(serve.started());
+    const std::regex listening(R"(nw serve: listening on http://127\.0\.0\.1:(\d+))");
+    int port = 0;
+    ASSERT_TRUE(WaitUntil(
+        [&] {
+          std::smatch m;
+          const std::string text = serve.Log();
+          if (std::regex_search(text, m, listening)) port = std::stoi(m[1].str());
+          return port != 0 || serve.Exited();
+        },
+        60'000))
+        << serve.Log();
+    ASSERT_NE(port, 0) << serve.Log();
+    EXPECT_TRUE(Connects(port));
+    serve.Signal(sig);
+    ASSERT_TRUE(serve.WaitExit(20'000)) << serve.Log();
+    EXPECT_EQ(serve.exit_code(), 0) << serve.Log();
+    EXPECT_NE(serve.Log().find("nw serve: stopped"), std::string::npos) << serve.Log();
+    EXPECT_FALSE(Connects(port));
+  }
 }
 
 }  // namespace

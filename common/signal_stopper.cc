@@ -1,4 +1,4 @@
-#include "coordinator/process_util.h"
+#include "common/signal_stopper.h"
 
 #include <pthread.h>
 
@@ -18,7 +18,8 @@ SignalStopper::SignalStopper(std::function<void(int)> on_signal, Deliver deliver
     while (!done_.load()) {
       const int sig = sigtimedwait(&set_, nullptr, &tick);
       if (sig > 0) {
-        signal_.store(sig);
+        signal_.store(sig);  // before on_signal_: it may end what then reads signal()
+        signal_.notify_all();
         if (on_signal_) on_signal_(sig);
         if (deliver == Deliver::kFirst) return;
       }
@@ -29,6 +30,11 @@ SignalStopper::SignalStopper(std::function<void(int)> on_signal, Deliver deliver
 SignalStopper::~SignalStopper() {
   done_.store(true);
   if (thread_.joinable()) thread_.join();
+}
+
+int SignalStopper::Wait() const {
+  signal_.wait(0);
+  return signal_.load();
 }
 
 }  // namespace nw
