@@ -84,6 +84,39 @@ class RecordingExecutor : public JobExecutor {
   std::vector<int64_t>& order_;
 };
 
+// An executor that holds its job until released (a straggler).
+class GateExecutor : public JobExecutor {
+ public:
+  JobResult Execute(const JobSpec&, const std::string& key, int attempt) override {
+    std::unique_lock<std::mutex> l(mu_);
+    started_ = true;
+    cv_.notify_all();
+    cv_.wait(l, [&] { return open_; });
+    JobResult r;
+    r.job_key = key;
+    r.attempt = attempt;
+    r.outcome = Outcome::kMiss;
+    r.device = "gate";
+    return r;
+  }
+  json Capabilities() const override { return json{{"backends", {"cpu"}}, {"device", "gate"}}; }
+  bool WaitStarted() {
+    std::unique_lock<std::mutex> l(mu_);
+    return cv_.wait_for(l, std::chrono::milliseconds(kDeadlineMs), [&] { return started_; });
+  }
+  void Open() {
+    std::lock_guard<std::mutex> l(mu_);
+    open_ = true;
+    cv_.notify_all();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool started_ = false;
+  bool open_ = false;
+};
+
 class DaemonTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -98,6 +131,9 @@ class DaemonTest : public ::testing::Test {
   }
   void TearDown() override {
     (void)StopServer();
+    // A worker's Run() joins its slots, and a slot holding a gated job runs until the gate opens:
+    // a test that failed before opening its gate would otherwise hang here instead of failing.
+    for (GateExecutor* g : gates_) g->Open();
     StopWorkers();
     store_.reset();
     std::error_code ec;
@@ -144,6 +180,22 @@ class DaemonTest : public ::testing::Test {
     });
     return w;
   }
+  // A worker with one slot that holds its job until the returned gate opens (TearDown opens it).
+  GateExecutor& StartGatedWorker(const std::string& id) {
+    WorkerOptions wo;
+    wo.endpoint = endpoint_;
+    wo.worker_id = id;
+    wo.heartbeat_interval_ms = 50;
+    auto gate = std::make_unique<GateExecutor>();
+    GateExecutor& g = *gate;
+    gates_.push_back(&g);
+    std::vector<std::unique_ptr<JobExecutor>> ex;
+    ex.push_back(std::move(gate));
+    workers_.push_back(std::make_unique<Worker>(ctx_, clock_, wo, std::move(ex)));
+    Worker& w = *workers_.back();
+    worker_threads_.emplace_back([&w] { EXPECT_TRUE(w.Run().ok()); });
+    return g;
+  }
   void StopWorkers() {
     for (auto& w : workers_) w->Stop();
     for (auto& t : worker_threads_) {
@@ -151,6 +203,7 @@ class DaemonTest : public ::testing::Test {
     }
     workers_.clear();
     worker_threads_.clear();
+    gates_.clear();
   }
   ControlClient Client(ControlClientOptions o = {}) {
     o.endpoint = endpoint_;
@@ -186,6 +239,7 @@ class DaemonTest : public ::testing::Test {
   Result<RunSummary> server_result_ = Status::Internal("not run");
   std::vector<std::unique_ptr<Worker>> workers_;
   std::vector<std::thread> worker_threads_;
+  std::vector<GateExecutor*> gates_;  // owned by workers_' executors
   std::mutex mu_;
   std::vector<int64_t> order_;  // context_length of every executed job, in order
   std::mutex log_mu_;
@@ -531,39 +585,6 @@ TEST_F(DaemonTest, RestartClosesLeasesOfCancelledCampaigns) {
   EXPECT_EQ((*attempts)[0].error_code, "cancelled");
 }
 
-// An executor that holds its job until released (a straggler).
-class GateExecutor : public JobExecutor {
- public:
-  JobResult Execute(const JobSpec&, const std::string& key, int attempt) override {
-    std::unique_lock<std::mutex> l(mu_);
-    started_ = true;
-    cv_.notify_all();
-    cv_.wait(l, [&] { return open_; });
-    JobResult r;
-    r.job_key = key;
-    r.attempt = attempt;
-    r.outcome = Outcome::kMiss;
-    r.device = "gate";
-    return r;
-  }
-  json Capabilities() const override { return json{{"backends", {"cpu"}}, {"device", "gate"}}; }
-  bool WaitStarted() {
-    std::unique_lock<std::mutex> l(mu_);
-    return cv_.wait_for(l, std::chrono::milliseconds(kDeadlineMs), [&] { return started_; });
-  }
-  void Open() {
-    std::lock_guard<std::mutex> l(mu_);
-    open_ = true;
-    cv_.notify_all();
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool started_ = false;
-  bool open_ = false;
-};
-
 TEST_F(DaemonTest, AStragglerAtTheTailIsHedgedAndTheFirstResultWins) {
   ServerOptions so = Options();
   so.scheduler.hedge_after_ms = 300;
@@ -571,16 +592,8 @@ TEST_F(DaemonTest, AStragglerAtTheTailIsHedgedAndTheFirstResultWins) {
   ControlClient c = Client();
   ASSERT_TRUE(c.Submit(Campaign("tail", 10, 100)).ok());
   // The straggler registers first and takes one job, which it holds.
-  WorkerOptions wo;
-  wo.endpoint = endpoint_;
-  wo.worker_id = "straggler";
-  wo.heartbeat_interval_ms = 50;
-  std::vector<std::unique_ptr<JobExecutor>> ex;
-  ex.push_back(std::make_unique<GateExecutor>());
-  GateExecutor& gate = static_cast<GateExecutor&>(*ex[0]);
-  workers_.push_back(std::make_unique<Worker>(ctx_, clock_, wo, std::move(ex)));
+  GateExecutor& gate = StartGatedWorker("straggler");
   Worker& straggler = *workers_.back();
-  worker_threads_.emplace_back([&straggler] { EXPECT_TRUE(straggler.Run().ok()); });
   ASSERT_TRUE(gate.WaitStarted());
   // A fast worker does the rest, then runs the straggler's job a second time.
   StartWorker("fast", 1);
@@ -626,16 +639,7 @@ TEST_F(DaemonTest, JobsFailedOnlyThroughExpiredLeasesRunAgainOnResubmit) {
   StartServer(so);
   ControlClient c = Client();
   ASSERT_TRUE(c.Submit(Campaign("expire", 1, 100)).ok());
-  WorkerOptions wo;
-  wo.endpoint = endpoint_;
-  wo.worker_id = "hoarder";
-  wo.heartbeat_interval_ms = 50;
-  std::vector<std::unique_ptr<JobExecutor>> ex;
-  ex.push_back(std::make_unique<GateExecutor>());
-  GateExecutor& gate = static_cast<GateExecutor&>(*ex[0]);
-  workers_.push_back(std::make_unique<Worker>(ctx_, clock_, wo, std::move(ex)));
-  Worker& hoarder = *workers_.back();
-  worker_threads_.emplace_back([&hoarder] { EXPECT_TRUE(hoarder.Run().ok()); });
+  GateExecutor& gate = StartGatedWorker("hoarder");
   ASSERT_TRUE(gate.WaitStarted());
   ASSERT_TRUE(WaitUntil([&] { return StatusOf(c, "expire").failed == 1; })) << Log();
   gate.Open();
