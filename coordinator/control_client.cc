@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "coordinator/curve.h"
+#include "protocol/zmq_handoff.h"
 
 namespace nw {
 namespace {
@@ -96,12 +97,12 @@ Result<ControlReply> ControlClient::Call(
       req.connect(options_.endpoint);
       // connect() makes the pipe at once (ZMQ_IMMEDIATE is off), so this only queues.
       zmq::multipart_t out = encoded.clone();
-      if (!out.send(req, ZMQ_DONTWAIT)) continue;
+      if (!SendFrames(out, req, ZMQ_DONTWAIT)) continue;
       std::vector<zmq_pollitem_t> items = {{req.handle(), 0, ZMQ_POLLIN, 0}};
       zmq::poll(items, std::chrono::milliseconds(std::max<int64_t>(1, wait_ms)));
       if ((items[0].revents & ZMQ_POLLIN) == 0) continue;
       zmq::multipart_t in;
-      if (!in.recv(req, ZMQ_DONTWAIT)) continue;
+      if (!RecvFrames(in, req, ZMQ_DONTWAIT)) continue;
       auto reply = DecodeControlReply(in, limits);
       if (!reply.ok()) return reply.status().WithContext("reply from " + options_.endpoint);
       return reply;

@@ -14,6 +14,7 @@
 
 #include "coordinator/job_order.h"
 #include "coordinator/server_loop.h"
+#include "protocol/zmq_handoff.h"
 
 namespace nw {
 namespace {
@@ -75,7 +76,7 @@ void Server::Loop::Send(const std::string& identity, const Message& m) {
   }
   frames->pushstr(identity);
   // ROUTER drops (never blocks) when the peer is gone or its queue is full.
-  (void)frames->send(router, ZMQ_DONTWAIT);
+  (void)SendFrames(*frames, router, ZMQ_DONTWAIT);
 }
 
 void Server::Loop::Reply(const std::string& identity, const ControlReply& r) {
@@ -89,7 +90,7 @@ void Server::Loop::Reply(const std::string& identity, const ControlReply& r) {
   }
   frames->pushstr("");
   frames->pushstr(identity);
-  (void)frames->send(router, ZMQ_DONTWAIT);
+  (void)SendFrames(*frames, router, ZMQ_DONTWAIT);
 }
 
 void Server::Loop::ReplyError(const std::string& identity, const Status& st) {
@@ -379,7 +380,7 @@ Status Server::Loop::Serve() {
     if ((items[0].revents & ZMQ_POLLIN) != 0) {
       for (int i = 0; i < kMaxMessagesPerWake; ++i) {
         zmq::multipart_t frames;
-        if (!frames.recv(router, ZMQ_DONTWAIT)) break;
+        if (!RecvFrames(frames, router, ZMQ_DONTWAIT)) break;
         NW_RETURN_IF_ERROR(OnMessage(frames));
         dirty = true;
         if (static_cast<int>(batch.size()) >= s.options_.result_batch_size) {

@@ -15,6 +15,7 @@
 #include <thread>
 #include <utility>
 
+#include "protocol/zmq_handoff.h"
 #include "worker/gpu_busy_sampler.h"
 
 namespace nw {
@@ -231,7 +232,7 @@ struct Worker::Loop {
       w.Log("worker " + w.options_.worker_id + ": cannot send: " + frames.status().ToString());
       return false;
     }
-    return frames->send(*dealer, ZMQ_DONTWAIT);
+    return SendFrames(*frames, *dealer, ZMQ_DONTWAIT);
   }
 
   std::vector<AttemptRef> Held() const {
@@ -392,7 +393,7 @@ struct Worker::Loop {
     const AttemptRef ref{m.result.job_key, m.result.attempt};
     auto [it, inserted] = unacked.insert_or_assign(ref, Pending{std::move(m), 0});
     // The first send uses the frames encoded above; resends encode again.
-    if (dealer && frames->send(*dealer, ZMQ_DONTWAIT)) w.counters_.results_sent++;
+    if (dealer && SendFrames(*frames, *dealer, ZMQ_DONTWAIT)) w.counters_.results_sent++;
     it->second.next_send_ms = Now() + ResendMs();
     if (!backlog.empty() && Dispatch(backlog.front())) backlog.pop_front();
   }
@@ -493,7 +494,7 @@ struct Worker::Loop {
       if (dealer && (items[0].revents & ZMQ_POLLIN) != 0) {
         for (int i = 0; i < 1000 && dealer && !finished; ++i) {
           zmq::multipart_t frames;
-          if (!frames.recv(*dealer, ZMQ_DONTWAIT)) break;
+          if (!RecvFrames(frames, *dealer, ZMQ_DONTWAIT)) break;
           OnCoordinatorMessage(frames);
         }
       }

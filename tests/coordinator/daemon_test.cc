@@ -22,6 +22,7 @@
 #include "coordinator/curve.h"
 #include "coordinator/server.h"
 #include "db/campaign_table.h"
+#include "protocol/zmq_handoff.h"
 #include "worker/worker.h"
 
 namespace nw {
@@ -84,6 +85,39 @@ class RecordingExecutor : public JobExecutor {
   std::vector<int64_t>& order_;
 };
 
+// An executor that holds its job until released (a straggler).
+class GateExecutor : public JobExecutor {
+ public:
+  JobResult Execute(const JobSpec&, const std::string& key, int attempt) override {
+    std::unique_lock<std::mutex> l(mu_);
+    started_ = true;
+    cv_.notify_all();
+    cv_.wait(l, [&] { return open_; });
+    JobResult r;
+    r.job_key = key;
+    r.attempt = attempt;
+    r.outcome = Outcome::kMiss;
+    r.device = "gate";
+    return r;
+  }
+  json Capabilities() const override { return json{{"backends", {"cpu"}}, {"device", "gate"}}; }
+  bool WaitStarted() {
+    std::unique_lock<std::mutex> l(mu_);
+    return cv_.wait_for(l, std::chrono::milliseconds(kDeadlineMs), [&] { return started_; });
+  }
+  void Open() {
+    std::lock_guard<std::mutex> l(mu_);
+    open_ = true;
+    cv_.notify_all();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool started_ = false;
+  bool open_ = false;
+};
+
 class DaemonTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -98,6 +132,9 @@ class DaemonTest : public ::testing::Test {
   }
   void TearDown() override {
     (void)StopServer();
+    // A worker's Run() joins its slots, and a slot holding a gated job runs until the gate opens:
+    // a test that failed before opening its gate would otherwise hang here instead of failing.
+    for (GateExecutor* g : gates_) g->Open();
     StopWorkers();
     store_.reset();
     std::error_code ec;
@@ -144,6 +181,22 @@ class DaemonTest : public ::testing::Test {
     });
     return w;
   }
+  // A worker with one slot that holds its job until the returned gate opens (TearDown opens it).
+  GateExecutor& StartGatedWorker(const std::string& id) {
+    WorkerOptions wo;
+    wo.endpoint = endpoint_;
+    wo.worker_id = id;
+    wo.heartbeat_interval_ms = 50;
+    auto gate = std::make_unique<GateExecutor>();
+    GateExecutor& g = *gate;
+    gates_.push_back(&g);
+    std::vector<std::unique_ptr<JobExecutor>> ex;
+    ex.push_back(std::move(gate));
+    workers_.push_back(std::make_unique<Worker>(ctx_, clock_, wo, std::move(ex)));
+    Worker& w = *workers_.back();
+    worker_threads_.emplace_back([&w] { EXPECT_TRUE(w.Run().ok()); });
+    return g;
+  }
   void StopWorkers() {
     for (auto& w : workers_) w->Stop();
     for (auto& t : worker_threads_) {
@@ -151,6 +204,7 @@ class DaemonTest : public ::testing::Test {
     }
     workers_.clear();
     worker_threads_.clear();
+    gates_.clear();
   }
   ControlClient Client(ControlClientOptions o = {}) {
     o.endpoint = endpoint_;
@@ -186,6 +240,7 @@ class DaemonTest : public ::testing::Test {
   Result<RunSummary> server_result_ = Status::Internal("not run");
   std::vector<std::unique_ptr<Worker>> workers_;
   std::vector<std::thread> worker_threads_;
+  std::vector<GateExecutor*> gates_;  // owned by workers_' executors
   std::mutex mu_;
   std::vector<int64_t> order_;  // context_length of every executed job, in order
   std::mutex log_mu_;
@@ -274,7 +329,7 @@ TEST_F(DaemonTest, PauseResumeAndCancel) {
   }
   EXPECT_EQ(StatusOf(c, "p").state, "paused");
   ASSERT_TRUE(c.Op(CampaignOp::kResume, "p").ok());
-  ASSERT_TRUE(WaitUntil([&] { return StatusOf(c, "p").done == 20; }));
+  ASSERT_TRUE(WaitUntil([&] { return StatusOf(c, "p").done == 20; })) << Log();
 
   // Cancel: a campaign whose worker has gone keeps its jobs queued in the database, out of the
   // schedule.
@@ -293,7 +348,7 @@ TEST_F(DaemonTest, PauseResumeAndCancel) {
   EXPECT_EQ(StatusOf(c, "q").done, 0);
   // Submitting it again brings it back.
   ASSERT_TRUE(c.Submit(Campaign("q", 10, 300)).ok());
-  ASSERT_TRUE(WaitUntil([&] { return StatusOf(c, "q").done == 10; }));
+  ASSERT_TRUE(WaitUntil([&] { return StatusOf(c, "q").done == 10; })) << Log();
   EXPECT_EQ(StatusOf(c, "q").state, "finished");
 }
 
@@ -348,7 +403,12 @@ TEST_F(DaemonTest, SubmissionPartsAreStagedInOrderAndRetriesAreIdempotent) {
 
 TEST_F(DaemonTest, LargeCampaignTravelsInParts) {
   StartServer(Options());
-  ControlClient c = Client();
+  // A part of 4,096 jobs takes the loop seconds to decode under ThreadSanitizer on a loaded
+  // machine, more than Client()'s 2 s per try; this test is about the parts, not the time.
+  ControlClientOptions o;
+  o.endpoint = endpoint_;
+  o.timeout_ms = 60'000;
+  ControlClient c(ctx_, o);
   Submission s = Campaign("big", static_cast<int>(kMaxJobsPerSubmitPart) * 2 + 10, 100);
   int parts = 0;
   auto reply = c.Submit(s, [&](int sent, int total) {
@@ -367,11 +427,11 @@ TEST_F(DaemonTest, MalformedControlRequestsGetAnErrorAndTheServerGoesOn) {
   req.set(zmq::sockopt::linger, 0);
   req.connect(endpoint_);
   auto ask = [&](zmq::multipart_t m) -> Result<ControlReply> {
-    if (!m.send(req)) return Status::Internal("send");
+    if (!SendFrames(m, req)) return Status::Internal("send");
     std::vector<zmq_pollitem_t> items = {{req.handle(), 0, ZMQ_POLLIN, 0}};
     zmq::poll(items, std::chrono::milliseconds(kDeadlineMs));
     zmq::multipart_t in;
-    if (!in.recv(req, ZMQ_DONTWAIT)) return Status::DeadlineExceeded("no reply");
+    if (!RecvFrames(in, req, ZMQ_DONTWAIT)) return Status::DeadlineExceeded("no reply");
     return DecodeControlReply(in);
   };
   zmq::multipart_t bad_json;
@@ -425,7 +485,7 @@ class RawWorker {
   void Send(const Message& m) {
     auto f = Encode(m);
     ASSERT_TRUE(f.ok());
-    ASSERT_TRUE(f->send(s_, ZMQ_DONTWAIT));
+    ASSERT_TRUE(SendFrames(*f, s_, ZMQ_DONTWAIT));
   }
   // The first message of type T (others stay buffered for later Awaits).
   template <typename T>
@@ -444,7 +504,7 @@ class RawWorker {
       Send(HeartbeatMsg{});
       zmq::poll(items, std::chrono::milliseconds(20));
       zmq::multipart_t f;
-      while (f.recv(s_, ZMQ_DONTWAIT)) {
+      while (RecvFrames(f, s_, ZMQ_DONTWAIT)) {
         auto m = Decode(f);
         if (m.ok() && !std::holds_alternative<HeartbeatMsg>(*m)) inbox_.push_back(std::move(*m));
       }
@@ -531,39 +591,6 @@ TEST_F(DaemonTest, RestartClosesLeasesOfCancelledCampaigns) {
   EXPECT_EQ((*attempts)[0].error_code, "cancelled");
 }
 
-// An executor that holds its job until released (a straggler).
-class GateExecutor : public JobExecutor {
- public:
-  JobResult Execute(const JobSpec&, const std::string& key, int attempt) override {
-    std::unique_lock<std::mutex> l(mu_);
-    started_ = true;
-    cv_.notify_all();
-    cv_.wait(l, [&] { return open_; });
-    JobResult r;
-    r.job_key = key;
-    r.attempt = attempt;
-    r.outcome = Outcome::kMiss;
-    r.device = "gate";
-    return r;
-  }
-  json Capabilities() const override { return json{{"backends", {"cpu"}}, {"device", "gate"}}; }
-  bool WaitStarted() {
-    std::unique_lock<std::mutex> l(mu_);
-    return cv_.wait_for(l, std::chrono::milliseconds(kDeadlineMs), [&] { return started_; });
-  }
-  void Open() {
-    std::lock_guard<std::mutex> l(mu_);
-    open_ = true;
-    cv_.notify_all();
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool started_ = false;
-  bool open_ = false;
-};
-
 TEST_F(DaemonTest, AStragglerAtTheTailIsHedgedAndTheFirstResultWins) {
   ServerOptions so = Options();
   so.scheduler.hedge_after_ms = 300;
@@ -571,16 +598,8 @@ TEST_F(DaemonTest, AStragglerAtTheTailIsHedgedAndTheFirstResultWins) {
   ControlClient c = Client();
   ASSERT_TRUE(c.Submit(Campaign("tail", 10, 100)).ok());
   // The straggler registers first and takes one job, which it holds.
-  WorkerOptions wo;
-  wo.endpoint = endpoint_;
-  wo.worker_id = "straggler";
-  wo.heartbeat_interval_ms = 50;
-  std::vector<std::unique_ptr<JobExecutor>> ex;
-  ex.push_back(std::make_unique<GateExecutor>());
-  GateExecutor& gate = static_cast<GateExecutor&>(*ex[0]);
-  workers_.push_back(std::make_unique<Worker>(ctx_, clock_, wo, std::move(ex)));
+  GateExecutor& gate = StartGatedWorker("straggler");
   Worker& straggler = *workers_.back();
-  worker_threads_.emplace_back([&straggler] { EXPECT_TRUE(straggler.Run().ok()); });
   ASSERT_TRUE(gate.WaitStarted());
   // A fast worker does the rest, then runs the straggler's job a second time.
   StartWorker("fast", 1);
@@ -626,16 +645,7 @@ TEST_F(DaemonTest, JobsFailedOnlyThroughExpiredLeasesRunAgainOnResubmit) {
   StartServer(so);
   ControlClient c = Client();
   ASSERT_TRUE(c.Submit(Campaign("expire", 1, 100)).ok());
-  WorkerOptions wo;
-  wo.endpoint = endpoint_;
-  wo.worker_id = "hoarder";
-  wo.heartbeat_interval_ms = 50;
-  std::vector<std::unique_ptr<JobExecutor>> ex;
-  ex.push_back(std::make_unique<GateExecutor>());
-  GateExecutor& gate = static_cast<GateExecutor&>(*ex[0]);
-  workers_.push_back(std::make_unique<Worker>(ctx_, clock_, wo, std::move(ex)));
-  Worker& hoarder = *workers_.back();
-  worker_threads_.emplace_back([&hoarder] { EXPECT_TRUE(hoarder.Run().ok()); });
+  GateExecutor& gate = StartGatedWorker("hoarder");
   ASSERT_TRUE(gate.WaitStarted());
   ASSERT_TRUE(WaitUntil([&] { return StatusOf(c, "expire").failed == 1; })) << Log();
   gate.Open();

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "compose/embedded_run.h"
+#include "protocol/zmq_handoff.h"
 #include "tests/support/temp_dir.h"
 #include "worker/worker.h"
 
@@ -181,9 +182,9 @@ class RawWorker {
   bool Send(const Message& m) {
     auto f = Encode(m);
     EXPECT_TRUE(f.ok());
-    return f.ok() && f->send(socket_, ZMQ_DONTWAIT);
+    return f.ok() && SendFrames(*f, socket_, ZMQ_DONTWAIT);
   }
-  void SendRaw(zmq::multipart_t frames) { ASSERT_TRUE(frames.send(socket_, ZMQ_DONTWAIT)); }
+  void SendRaw(zmq::multipart_t frames) { ASSERT_TRUE(SendFrames(frames, socket_, ZMQ_DONTWAIT)); }
   void Ready(const std::string& id, std::vector<AttemptRef> held = {}) {
     ASSERT_TRUE(Send(
         ReadyMsg{id, "rawhost", 1, {{"backends", {"cpu"}}, {"device", "raw"}}, std::move(held)}));
@@ -206,7 +207,7 @@ class RawWorker {
       if (alive) Send(HeartbeatMsg{});
       zmq::poll(items, std::chrono::milliseconds(20));
       zmq::multipart_t frames;
-      while (frames.recv(socket_, ZMQ_DONTWAIT)) {
+      while (RecvFrames(frames, socket_, ZMQ_DONTWAIT)) {
         auto m = Decode(frames);
         EXPECT_TRUE(m.ok()) << m.status().ToString();
         if (m.ok() && !std::holds_alternative<HeartbeatMsg>(*m)) inbox_.push_back(std::move(*m));

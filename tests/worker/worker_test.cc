@@ -17,6 +17,8 @@
 #include <thread>
 #include <vector>
 
+#include "protocol/zmq_handoff.h"
+
 namespace nw {
 namespace {
 
@@ -102,7 +104,7 @@ class FakeCoordinator {
       zmq::poll(items, std::chrono::milliseconds(20));
       if ((items[0].revents & ZMQ_POLLIN) == 0) continue;
       zmq::multipart_t frames;
-      if (!frames.recv(router_, ZMQ_DONTWAIT)) continue;
+      if (!RecvFrames(frames, router_, ZMQ_DONTWAIT)) continue;
       std::string id = frames.popstr();
       auto m = Decode(frames);
       EXPECT_TRUE(m.ok()) << m.status().ToString();
@@ -131,11 +133,11 @@ class FakeCoordinator {
     auto frames = Encode(m);
     ASSERT_TRUE(frames.ok());
     frames->pushstr(identity);
-    ASSERT_TRUE(frames->send(router_));
+    ASSERT_TRUE(SendFrames(*frames, router_));
   }
   void SendRaw(const std::string& identity, zmq::multipart_t frames) {
     frames.pushstr(identity);
-    ASSERT_TRUE(frames.send(router_));
+    ASSERT_TRUE(SendFrames(frames, router_));
   }
 
  private:
