@@ -2,10 +2,10 @@
 // campaign, by job priority, the worker's last model, and this order): round-robin over prompt
 // lengths, each length's jobs in their own order. A campaign expands each length's jobs together
 // (needle positions and trials nest inside the length axis, docs/campaigns.md), so without this
-// its shortest prompts would all run first and its longest last; interleaved, a GPU worker's slots run long and short jobs side by side, and the short
-// jobs' host-side work (launches, decode-step syncs) overlaps the long jobs' kernels instead of
-// leaving the GPU idle (docs/throughput.md, GPU busy). Neither kind waits for the other.
-// Thread-safety: a pure function.
+// its shortest prompts would all run first and its longest last; interleaved, a GPU worker's slots
+// run long and short jobs side by side, and the short jobs' host-side work (launches, decode-step
+// syncs) overlaps the long jobs' kernels instead of leaving the GPU idle (docs/throughput.md, GPU
+// busy). Neither kind waits for the other. Thread-safety: a pure function.
 #pragma once
 
 #include <cstddef>

@@ -30,8 +30,8 @@ TEST(InterleaveByLength, RoundRobinsLengthsInFirstAppearanceOrder) {
   const std::vector<JobRecord> jobs = {Job("a1", 1024),  Job("a2", 1024),  Job("a3", 1024),
                                        Job("b1", 8192),  Job("b2", 8192),  Job("c1", 32768),
                                        Job("c2", 32768), Job("c3", 32768), Job("c4", 32768)};
-  EXPECT_EQ(Keys(jobs), (std::vector<std::string>{"a1", "b1", "c1", "a2", "b2", "c2", "a3", "c3",
-                                                  "c4"}));
+  EXPECT_EQ(Keys(jobs),
+            (std::vector<std::string>{"a1", "b1", "c1", "a2", "b2", "c2", "a3", "c3", "c4"}));
 }
 
 TEST(InterleaveByLength, KeepsEachLengthsOrderWhenLengthsAreMixed) {
