@@ -153,28 +153,12 @@ TEST(CudaLinear, GatheredManyTilesBitExact) {
   Rng rng(13);
   const std::vector<float> x = rng.Vec(static_cast<size_t>(x_rows * in));
   const std::vector<float> w = rng.Vec(static_cast<size_t>(E * out * in));
-  std::vector<std::vector<int32_t>> lists(E);
-  for (int64_t r = 0; r < x_rows; ++r) {
-    const int64_t a = rng.Int(0, E - 1), b = (a + rng.Int(1, E - 1)) % E;
-    lists[static_cast<size_t>(a)].push_back(static_cast<int32_t>(r));
-    lists[static_cast<size_t>(b)].push_back(static_cast<int32_t>(r));
-  }
-  std::vector<int32_t> list, tile_expert, tile_row0, tile_rows, expert_of;
-  for (int64_t e = 0; e < E; ++e) {
-    const auto& l = lists[static_cast<size_t>(e)];
-    for (size_t r = 0; r < l.size(); r += kLinearTileRows) {
-      tile_expert.push_back(static_cast<int32_t>(e));
-      tile_row0.push_back(static_cast<int32_t>(list.size() + r));
-      tile_rows.push_back(static_cast<int32_t>(std::min<size_t>(kLinearTileRows, l.size() - r)));
-    }
-    for (int32_t r : l) {
-      list.push_back(r);
-      expert_of.push_back(static_cast<int32_t>(e));
-    }
-  }
-  tile_expert.push_back(-1);
-  tile_row0.push_back(0);
-  tile_rows.push_back(0);
+  const ExpertRouting route = RouteToTwoExperts(rng, x_rows, E, kLinearTileRows);
+  const auto& list = route.list;
+  const auto& expert_of = route.expert_of;
+  const auto& tile_expert = route.tile_expert;
+  const auto& tile_row0 = route.tile_row0;
+  const auto& tile_rows = route.tile_rows;
   std::vector<float> want(list.size() * static_cast<size_t>(out));
   for (size_t r = 0; r < list.size(); ++r) {
     cpu::Linear(x.data() + list[r] * in, 1, in, w.data() + expert_of[r] * out * in, out,

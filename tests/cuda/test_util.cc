@@ -129,4 +129,31 @@ std::vector<uint8_t> DeviceBytes(const void* ptr, size_t bytes) {
   return host;
 }
 
+ExpertRouting RouteToTwoExperts(Rng& rng, int64_t x_rows, int64_t experts, int tile) {
+  std::vector<std::vector<int32_t>> lists(static_cast<size_t>(experts));
+  for (int64_t r = 0; r < x_rows; ++r) {
+    const int64_t a = rng.Int(0, experts - 1), b = (a + rng.Int(1, experts - 1)) % experts;
+    lists[static_cast<size_t>(a)].push_back(static_cast<int32_t>(r));
+    lists[static_cast<size_t>(b)].push_back(static_cast<int32_t>(r));
+  }
+  ExpertRouting out;
+  const size_t t = static_cast<size_t>(tile);
+  for (int64_t e = 0; e < experts; ++e) {
+    const auto& l = lists[static_cast<size_t>(e)];
+    for (size_t r = 0; r < l.size(); r += t) {
+      out.tile_expert.push_back(static_cast<int32_t>(e));
+      out.tile_row0.push_back(static_cast<int32_t>(out.list.size() + r));
+      out.tile_rows.push_back(static_cast<int32_t>(std::min(t, l.size() - r)));
+    }
+    for (int32_t r : l) {
+      out.list.push_back(r);
+      out.expert_of.push_back(static_cast<int32_t>(e));
+    }
+  }
+  out.tile_expert.push_back(-1);
+  out.tile_row0.push_back(0);
+  out.tile_rows.push_back(0);
+  return out;
+}
+
 }  // namespace nw::cuda::testing

@@ -65,6 +65,16 @@ class Rng {
   SplitMix64 s_;
 };
 
+/// Rows 0 .. x_rows - 1 each routed to two different experts of `experts` (drawn from `rng`),
+/// listed the way MoE dispatch lists them: every expert's rows in row order, cut into tiles of at
+/// most `tile` rows (each expert's last tile partial), then one unused tile (expert -1).
+struct ExpertRouting {
+  std::vector<int32_t> list;       // x row of each gathered row
+  std::vector<int32_t> expert_of;  // expert of each gathered row
+  std::vector<int32_t> tile_expert, tile_row0, tile_rows;
+};
+ExpertRouting RouteToTwoExperts(Rng& rng, int64_t x_rows, int64_t experts, int tile);
+
 float BitsToFloat(uint32_t u);
 uint32_t FloatToBits(float x);
 
