@@ -6,6 +6,7 @@
 #include <iostream>
 
 #include "cli/commands.h"
+#include "cli/git_rev.h"
 #include "cli/progress.h"
 #include "common/clock.h"
 #include "coordinator/control_client.h"
@@ -152,7 +153,7 @@ void RegisterVersion(CLI::App& app, Globals& g) {
   auto* cmd = app.add_subcommand("version", "Print the build and engine versions");
   cmd->callback([&g] {
     (void)g;
-    std::cout << "nw " << NW_GIT_REV << " (engine " << kEngineVersion << ", backends";
+    std::cout << "nw " << GitRevision() << " (engine " << kEngineVersion << ", backends";
     for (const auto& b : AvailableBackends()) std::cout << " " << b;
     std::cout << ")\n";
   });

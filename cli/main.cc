@@ -4,12 +4,13 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/git_rev.h"
 
 int main(int argc, char** argv) {
   CLI::App app{
       "needlework: find where long-context retrieval breaks in sparse-attention LLM engines.\n"
       "Write a campaign in YAML, run it, read the boundary report from the SQLite database."};
-  app.set_version_flag("--version", std::string("nw ") + NW_GIT_REV);
+  app.set_version_flag("--version", std::string("nw ") + nw::GitRevision());
   nw::cli::Globals g;
   app.add_option("--db", g.db_path, "SQLite database file")->capture_default_str();
   app.add_flag("-q,--quiet", g.quiet, "No progress output");
