@@ -258,11 +258,15 @@ struct CudaSequence::Impl {
     if (round_out && !p.round_bf16) return Act(spec.precision, out_rows, rows, out, stream);
     return Status::Ok();
   }
+  // RMS norm of x's rows into y (in place when y is x).
   Status Norm(float* x, const float* w, int64_t rows, int64_t cols) {
+    return NormInto(x, w, rows, cols, x);
+  }
+  Status NormInto(const float* x, const float* w, int64_t rows, int64_t cols, float* out) {
     RmsNormParams p;
     p.x = x;
     p.w = w;
-    p.y = x;
+    p.y = out;
     p.rows = rows;
     p.cols = static_cast<int>(cols);
     p.eps = static_cast<float>(cfg.norm_eps);
@@ -820,8 +824,11 @@ Status CudaSequence::Impl::Attention(int l, int64_t n, int64_t s) {
     sp.sets[1].lengths = comp_len.data();
     sp.sets[1].index_stride = comp_stride;
   }
+  sp.round_bf16 = act_bf16;  // o is an activation rounding point
+  // q and every KV row are bf16 values under bf16 activations with rounded KV (Norm, Rope and Kv
+  // round them): the few-heads tensor-core kernel then applies (kernels/cuda/attention.h).
+  sp.bf16_values = act_bf16 && prof.kv != NumFormat::kFp32;
   NW_RETURN_IF_ERROR(LaunchSparseAttention(sp, stream));
-  NW_RETURN_IF_ERROR(Act(prof, o.data(), n * H, d, stream));
   NW_RETURN_IF_ERROR(Rope(o.data(), n * H, d, static_cast<int>(nope), static_cast<int>(H),
                           positions.data(), cos, sin, true));
   // Grouped wo_a (Dot order, 8 lanes), then wo_b.
@@ -952,6 +959,7 @@ Status CudaSequence::Impl::Moe(int l, int64_t n) {
   cp.tokens = n;
   cp.k = static_cast<int>(k);
   cp.dim = D;
+  cp.round_bf16 = act_bf16;  // y is an activation rounding point
   return LaunchMoeCombine(cp, stream);
 }
 
@@ -1017,10 +1025,9 @@ Status CudaSequence::Impl::Forward(std::span<const int32_t> toks, std::vector<fl
     mp.sinkhorn_iters = cfg.hc_sinkhorn_iters;
     mp.hc_eps = static_cast<float>(cfg.hc_eps);
     mp.norm_eps = static_cast<float>(cfg.norm_eps);
+    mp.round_bf16 = act_bf16;  // u is an activation rounding point
     NW_RETURN_IF_ERROR(LaunchMhcPre(mp, stream));
-    NW_RETURN_IF_ERROR(Act(prof, u.data(), n, D, stream));
-    NW_RETURN_IF_ERROR(CopyD2D(xn.data(), u.data(), n * D, stream));
-    return Norm(xn.data(), norm_w.data(), n, D);
+    return NormInto(u.data(), norm_w.data(), n, D, xn.data());
   };
   auto post = [&]() -> Status {
     MhcPostParams pp;
@@ -1031,8 +1038,8 @@ Status CudaSequence::Impl::Forward(std::span<const int32_t> toks, std::vector<fl
     pp.tokens = n;
     pp.n = static_cast<int>(hc);
     pp.dim = static_cast<int>(D);
+    pp.round_bf16 = act_bf16;  // the residual streams are an activation rounding point
     NW_RETURN_IF_ERROR(LaunchMhcPost(pp, stream));
-    NW_RETURN_IF_ERROR(Act(prof, Xn.data(), n, stream_w, stream));
     std::swap(X, Xn);
     return Status::Ok();
   };
@@ -1042,8 +1049,7 @@ Status CudaSequence::Impl::Forward(std::span<const int32_t> toks, std::vector<fl
     NW_RETURN_IF_ERROR(Attention(l, n, s));
     NW_RETURN_IF_ERROR(post());
     NW_RETURN_IF_ERROR(pre(b.hc_ffn, b.ffn_norm));
-    NW_RETURN_IF_ERROR(Moe(l, n));
-    NW_RETURN_IF_ERROR(Act(prof, y.data(), n, D, stream));
+    NW_RETURN_IF_ERROR(Moe(l, n));  // y rounded by the combine under bf16 activations
     NW_RETURN_IF_ERROR(post());
   }
   pos += n;
@@ -1065,8 +1071,8 @@ Status CudaSequence::Impl::Forward(std::span<const int32_t> toks, std::vector<fl
   hp.hc_eps = static_cast<float>(cfg.hc_eps);
   hp.norm_eps = static_cast<float>(cfg.norm_eps);
   hp.head = true;
+  hp.round_bf16 = act_bf16;
   NW_RETURN_IF_ERROR(LaunchMhcPre(hp, stream));
-  NW_RETURN_IF_ERROR(Act(prof, hu.data(), rows, D, stream));
   NW_RETURN_IF_ERROR(Norm(hu.data(), m.norm.data(), rows, D));
   NW_RETURN_IF_ERROR(Grow(logits, rows * V, stream));
   NW_RETURN_IF_ERROR(Lin(hu.data(), rows, D, m.head, V, logits.data(), true));

@@ -160,7 +160,10 @@ __global__ void __launch_bounds__(kHeads * 32) SparseAttentionKernel(SparseAtten
 #pragma unroll
     for (int c = 0; c < kDimsPerThread; ++c) {
       const int dim = threadIdx.x + c * kThreads;
-      if (dim < d) out[h * d + dim] = acc[h][c] * scorr[h];
+      if (dim < d) {
+        const float v = acc[h][c] * scorr[h];
+        out[h * d + dim] = p.round_bf16 ? quant::RoundBf16(v) : v;
+      }
     }
   }
 }
@@ -240,6 +243,10 @@ Status LaunchSparseAttention(const SparseAttentionParams& p, cudaStream_t stream
   }
   if (p.head_dim > kMaxDim) {
     return Status::InvalidArgument("SparseAttention: head_dim above 512");
+  }
+  if (p.bf16_values && p.head_dim == detail::kFewHeadsDim && p.n_heads <= detail::kFewHeadsMax &&
+      (p.kv_format == KvFormat::kFp32 || p.kv_format == KvFormat::kBf16)) {
+    return detail::LaunchSparseAttentionFewHeads(p, stream);
   }
   if (p.n_heads <= 4) return LaunchSimt<4>(p, stream);
   return LaunchSimt<8>(p, stream);

@@ -14,6 +14,12 @@
 //   tensor cores (q bf16): mma.sync m16n8k16 bf16 for Q K^T and P V with fp32 accumulation and
 //     an online softmax over 64-entry tiles (FlashAttention-2 style; probabilities rounded to bf16
 //     for P V); head_dim 128 or 512, n_heads <= 64, kv kBf16 or kV4Fp8.
+//   few heads, bf16 values (q fp32, bf16_values): q and the KV rows hold bf16 values (what the
+//     precision profiles that round activations and KV to bf16 store). With head_dim 128, at most
+//     8 heads and kFp32 or kBf16 KV, one warp per query runs S^T = K Q^T and O^T = V^T P^T on
+//     mma.sync (heads are the 8 columns, so no row is padding; P split into three bf16 pieces
+//     that sum to it exactly): every product exact, only the fp32 summation order differs from
+//     the CPU, within SIMT's tolerance. Other shapes take the SIMT path.
 // Both are deterministic run to run. Every set's kv must be 16-byte aligned (vector loads).
 // Thread-safety: launchers are reentrant.
 #pragma once
@@ -40,8 +46,10 @@ struct KvSet {
 struct SparseAttentionParams {
   const void* q = nullptr;  // [m, n_heads, head_dim] fp32 (SIMT) or bf16 (tensor cores)
   bool q_bf16 = false;
+  bool bf16_values = false;     // q (fp32) and KV values are bf16 values: the few-heads kernel
   const float* sink = nullptr;  // [n_heads]
   float* out = nullptr;         // [m, n_heads, head_dim]
+  bool round_bf16 = false;      // out rounded to bf16 as stored (an activation rounding point)
   int64_t m = 0;
   int n_heads = 0;
   int head_dim = 0;

@@ -53,4 +53,9 @@ __device__ __forceinline__ float V4Value(const V4Row& r, const V4KvLayout& l, in
 /// Tensor-core launch (attention_mma.cu); params already validated.
 Status LaunchSparseAttentionMma(const SparseAttentionParams& p, cudaStream_t stream);
 
+/// The few-heads tensor-core kernel for bf16 values (attention_few_heads.cu): its shapes.
+inline constexpr int kFewHeadsDim = 128;
+inline constexpr int kFewHeadsMax = 8;
+Status LaunchSparseAttentionFewHeads(const SparseAttentionParams& p, cudaStream_t stream);
+
 }  // namespace nw::cuda::detail

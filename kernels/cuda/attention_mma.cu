@@ -240,17 +240,18 @@ __global__ void __launch_bounds__(kThreads, 1) SparseAttentionMmaKernel(SparseAt
   }
 
   const float inv0 = 1.0f / l0, inv1 = 1.0f / l1;
+  auto store = [&](float v) { return p.round_bf16 ? quant::RoundBf16(v) : v; };
   float* out = p.out + i * p.n_heads * kDim;
 #pragma unroll
   for (int n = 0; n < kOut; ++n) {
     const int col = dw * kHalf + n * 8 + 2 * t4;
     if (r0 < p.n_heads) {
       *reinterpret_cast<float2*>(out + r0 * kDim + col) =
-          make_float2(o[n][0] * inv0, o[n][1] * inv0);
+          make_float2(store(o[n][0] * inv0), store(o[n][1] * inv0));
     }
     if (r1 < p.n_heads) {
       *reinterpret_cast<float2*>(out + r1 * kDim + col) =
-          make_float2(o[n][2] * inv1, o[n][3] * inv1);
+          make_float2(store(o[n][2] * inv1), store(o[n][3] * inv1));
     }
   }
 }

@@ -7,6 +7,7 @@
 #include "kernels/cuda/common.h"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/linear.h"
+#include "kernels/cuda/linear_tile.cuh"
 
 namespace nw::cuda {
 namespace detail {
@@ -43,33 +44,12 @@ __global__ void __launch_bounds__(kThreads) LinearKernel(LinearParams p) {
   // output tiles, z = batches.
   const int64_t o0 = static_cast<int64_t>(blockIdx.y) * kTn;
 
-  const float* x = p.x;
-  const float* w = p.w;
-  float* y = p.y;
-  int64_t row0 = 0, nrows = 0;
-  if (p.row_index != nullptr) {
-    const int64_t tile = blockIdx.x;
-    if (tile >= p.max_tiles) return;
-    const int32_t e = p.tile_expert[tile];
-    if (e < 0) return;
-    w += static_cast<int64_t>(e) * p.out * p.in;
-    row0 = p.tile_row0[tile];
-    nrows = p.tile_rows[tile];
-  } else {
-    const int64_t b = blockIdx.z;
-    x += b * p.x_batch_stride;
-    w += b * p.w_batch_stride;
-    y += b * p.y_batch_stride;
-    row0 = static_cast<int64_t>(blockIdx.x) * kTm;
-    nrows = std::min<int64_t>(kTm, p.rows - row0);
-  }
-  if (nrows <= 0) return;
-  if (tid < kTm) {
-    const int64_t r = row0 + tid;
-    xrow[tid] =
-        tid < nrows ? (p.row_index != nullptr ? p.row_index[r] : static_cast<int32_t>(r)) : -1;
-  }
-  __syncthreads();
+  detail::LinearTile<float> tile;
+  if (!detail::SetUpLinearTile<kTm>(p, p.w, xrow, &tile)) return;
+  const float* x = tile.x;
+  const float* w = tile.w;
+  float* y = tile.y;
+  const int64_t row0 = tile.row0;
 
   float acc[kRowsPerThread][kOutsPerThread][kLanes];
 #pragma unroll
@@ -184,33 +164,12 @@ __global__ void __launch_bounds__(kThreads) LinearSplitLanesKernel(LinearParams 
   const int og = tid >> 5;        // outputs og*kO .. (one group per warp)
   const int64_t o0 = static_cast<int64_t>(blockIdx.y) * kOuts;
 
-  const float* x = p.x;
-  const float* w = p.w;
-  float* y = p.y;
-  int64_t row0 = 0, nrows = 0;
-  if (p.row_index != nullptr) {
-    const int64_t tile = blockIdx.x;
-    if (tile >= p.max_tiles) return;
-    const int32_t e = p.tile_expert[tile];
-    if (e < 0) return;
-    w += static_cast<int64_t>(e) * p.out * p.in;
-    row0 = p.tile_row0[tile];
-    nrows = p.tile_rows[tile];
-  } else {
-    const int64_t b = blockIdx.z;
-    x += b * p.x_batch_stride;
-    w += b * p.w_batch_stride;
-    y += b * p.y_batch_stride;
-    row0 = static_cast<int64_t>(blockIdx.x) * kRows;
-    nrows = std::min<int64_t>(kRows, p.rows - row0);
-  }
-  if (nrows <= 0) return;
-  if (tid < kRows) {
-    const int64_t r = row0 + tid;
-    xrow[tid] =
-        tid < nrows ? (p.row_index != nullptr ? p.row_index[r] : static_cast<int32_t>(r)) : -1;
-  }
-  __syncthreads();
+  detail::LinearTile<float> tile;
+  if (!detail::SetUpLinearTile<kRows>(p, p.w, xrow, &tile)) return;
+  const float* x = tile.x;
+  const float* w = tile.w;
+  float* y = tile.y;
+  const int64_t row0 = tile.row0;
 
   float acc[kR][kO];
 #pragma unroll

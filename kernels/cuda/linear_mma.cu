@@ -6,11 +6,16 @@
 // 32 (w / 2) .. +31 (four n8 tiles), over 64-wide k tiles staged in shared memory as bf16.
 // Every product of two bf16 values is exact in fp32; the summation order is the tensor cores',
 // fixed for a shape, so results are deterministic run to run.
+// Split k: a dense product whose tiles would leave most multiprocessors idle (few rows, or few
+// outputs over a long k: the mHC mixing linear, 24 outputs over 1,024 inputs) splits k into up to
+// kMaxSplits ranges, one grid z each, writing fp32 partial tiles; a second kernel adds them in
+// range order (deterministic) and applies the output rounding.
 #include <algorithm>
 
 #include "kernels/cuda/common.h"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/linear.h"
+#include "kernels/cuda/linear_tile.cuh"
 #include "kernels/cuda/mma.cuh"
 #include "kernels/quant/scalar.h"
 
@@ -46,41 +51,41 @@ __device__ __forceinline__ void SplitBf16(float v, uint16_t (&out)[kParts]) {
   }
 }
 
+constexpr int kMaxSplits = 8;
+constexpr int64_t kMinSplitK = 256;  // k per range at least
+
+// Split k (count > 1; dense, batches 1): grid z = range z of `chunk` inputs, written to
+// partial[z][rows][out].
+struct SplitK {
+  int count = 1;
+  int64_t chunk = 0;
+  float* partial = nullptr;
+};
+
 template <int kXParts, int kWParts>
-__global__ void __launch_bounds__(kThreads) LinearMmaKernel(LinearParams p) {
+__global__ void __launch_bounds__(kThreads) LinearMmaKernel(LinearParams p, SplitK split) {
   __shared__ __align__(16) uint16_t xs[kXParts][kTm * kStride];
   __shared__ __align__(16) uint16_t ws[kWParts][kTn * kStride];
   __shared__ int32_t xrow[kTm];
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
   const int64_t o0 = static_cast<int64_t>(blockIdx.y) * kTn;
 
-  const float* x = p.x;
-  const uint16_t* w = p.w_bf16;
-  float* y = p.y;
-  int64_t row0 = 0, nrows = 0;
-  if (p.row_index != nullptr) {
-    const int64_t tile = blockIdx.x;
-    if (tile >= p.max_tiles) return;
-    const int32_t e = p.tile_expert[tile];
-    if (e < 0) return;
-    w += static_cast<int64_t>(e) * p.out * p.in;
-    row0 = p.tile_row0[tile];
-    nrows = p.tile_rows[tile];
-  } else {
-    const int64_t b = blockIdx.z;
-    x += b * p.x_batch_stride;
-    w += b * p.w_batch_stride;
-    y += b * p.y_batch_stride;
-    row0 = static_cast<int64_t>(blockIdx.x) * kTm;
-    nrows = std::min<int64_t>(kTm, p.rows - row0);
+  int64_t k_begin = 0, k_end = p.in;
+  if (split.count > 1) {
+    k_begin = static_cast<int64_t>(blockIdx.z) * split.chunk;
+    k_end = min(p.in, k_begin + split.chunk);
+    p.y = split.partial + static_cast<int64_t>(blockIdx.z) * p.rows * p.out;
+    p.y_stride = p.out;
+    p.batches = 1;
+    p.x_batch_stride = p.w_batch_stride = p.y_batch_stride = 0;  // z is the range, not a batch
+    p.round_bf16 = false;
   }
-  if (nrows <= 0) return;
-  if (tid < kTm) {
-    const int64_t r = row0 + tid;
-    xrow[tid] =
-        tid < nrows ? (p.row_index != nullptr ? p.row_index[r] : static_cast<int32_t>(r)) : -1;
-  }
-  __syncthreads();
+  LinearTile<uint16_t> tile;
+  if (!SetUpLinearTile<kTm>(p, p.w_bf16, xrow, &tile)) return;
+  const float* x = tile.x;
+  const uint16_t* w = tile.w;
+  float* y = tile.y;
+  const int64_t row0 = tile.row0;
 
   // Vector loads when every row starts 16-byte aligned (x: 4 floats, w: 8 bf16).
   const bool xvec =
@@ -93,14 +98,14 @@ __global__ void __launch_bounds__(kThreads) LinearMmaKernel(LinearParams p) {
 #pragma unroll
     for (int i = 0; i < 4; ++i) acc[nt][i] = 0.0f;
 
-  for (int64_t k0 = 0; k0 < p.in; k0 += kTk) {
+  for (int64_t k0 = k_begin; k0 < k_end; k0 += kTk) {
     // x tile: 32 rows x 64 k as kXParts bf16 pieces (zeros past the edges).
     if (xvec) {
       for (int c = tid; c < kTm * (kTk / 4); c += kThreads) {
         const int r = c / (kTk / 4), kk = (c % (kTk / 4)) * 4;
         const int32_t xr = xrow[r];
         float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        if (xr >= 0 && k0 + kk < p.in) {
+        if (xr >= 0 && k0 + kk < k_end) {
           v = *reinterpret_cast<const float4*>(x + static_cast<int64_t>(xr) * p.x_stride + k0 + kk);
         }
         uint16_t e0[kXParts], e1[kXParts], e2[kXParts], e3[kXParts];
@@ -120,8 +125,9 @@ __global__ void __launch_bounds__(kThreads) LinearMmaKernel(LinearParams p) {
       for (int c = tid; c < kTm * kTk; c += kThreads) {
         const int r = c / kTk, kk = c % kTk;
         const int32_t xr = xrow[r];
-        const float v =
-            (xr >= 0 && k0 + kk < p.in) ? x[static_cast<int64_t>(xr) * p.x_stride + k0 + kk] : 0.0f;
+        const float v = (xr >= 0 && k0 + kk < k_end)
+                            ? x[static_cast<int64_t>(xr) * p.x_stride + k0 + kk]
+                            : 0.0f;
         uint16_t e[kXParts];
         SplitBf16<kXParts>(v, e);
 #pragma unroll
@@ -136,7 +142,7 @@ __global__ void __launch_bounds__(kThreads) LinearMmaKernel(LinearParams p) {
         for (int c = tid; c < kTn * (kTk / 8); c += kThreads) {
           const int o = c / (kTk / 8), kk = (c % (kTk / 8)) * 8;
           uint4 v = make_uint4(0, 0, 0, 0);
-          if (o0 + o < p.out && k0 + kk < p.in) {
+          if (o0 + o < p.out && k0 + kk < k_end) {
             v = *reinterpret_cast<const uint4*>(wp + (o0 + o) * p.in + k0 + kk);
           }
           *reinterpret_cast<uint4*>(ws[part] + o * kStride + kk) = v;
@@ -145,7 +151,7 @@ __global__ void __launch_bounds__(kThreads) LinearMmaKernel(LinearParams p) {
         for (int c = tid; c < kTn * kTk; c += kThreads) {
           const int o = c / kTk, kk = c % kTk;
           ws[part][o * kStride + kk] =
-              (o0 + o < p.out && k0 + kk < p.in) ? wp[(o0 + o) * p.in + k0 + kk] : uint16_t{0};
+              (o0 + o < p.out && k0 + kk < k_end) ? wp[(o0 + o) * p.in + k0 + kk] : uint16_t{0};
         }
       }
     }
@@ -197,13 +203,53 @@ __global__ void __launch_bounds__(kThreads) LinearMmaKernel(LinearParams p) {
   }
 }
 
+// y[r, o] = sum over ranges z in order of partial[z][r][o], rounded when asked.
+__global__ void LinearSplitSumKernel(LinearParams p, SplitK split) {
+  const int64_t total = p.rows * p.out;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    float v = split.partial[i];
+    for (int z = 1; z < split.count; ++z) v += split.partial[z * total + i];
+    if (p.round_bf16) v = quant::RoundBf16(v);
+    p.y[(i / p.out) * p.y_stride + i % p.out] = v;
+  }
+}
+
 template <int kXParts, int kWParts>
 Status LaunchAs(const LinearParams& p, cudaStream_t stream) {
   const bool gathered = p.row_index != nullptr;
-  const dim3 grid(static_cast<unsigned>(gathered ? p.max_tiles : (p.rows + kTm - 1) / kTm),
-                  static_cast<unsigned>((p.out + kTn - 1) / kTn), static_cast<unsigned>(p.batches));
-  LinearMmaKernel<kXParts, kWParts><<<grid, kThreads, 0, stream>>>(p);
-  return NW_CUDA_LAUNCH_STATUS("LinearMmaKernel");
+  const int64_t row_tiles = gathered ? p.max_tiles : (p.rows + kTm - 1) / kTm;
+  const int64_t out_tiles = (p.out + kTn - 1) / kTn;
+  SplitK split;
+  const int64_t blocks = row_tiles * out_tiles * p.batches;
+  const int64_t want = 4LL * MultiprocessorCount();
+  if (!gathered && p.batches == 1 && blocks < want && p.in >= 2 * kMinSplitK) {
+    const int64_t by_k = p.in / kMinSplitK;
+    split.count =
+        static_cast<int>(std::min<int64_t>({kMaxSplits, by_k, (want + blocks - 1) / blocks}));
+  }
+  if (split.count > 1) {
+    split.chunk = (p.in + split.count - 1) / split.count;
+    split.chunk = (split.chunk + kTk - 1) / kTk * kTk;
+    split.count = static_cast<int>((p.in + split.chunk - 1) / split.chunk);
+  }
+  if (split.count <= 1) {
+    const dim3 grid(static_cast<unsigned>(row_tiles), static_cast<unsigned>(out_tiles),
+                    static_cast<unsigned>(p.batches));
+    LinearMmaKernel<kXParts, kWParts><<<grid, kThreads, 0, stream>>>(p, SplitK{});
+    return NW_CUDA_LAUNCH_STATUS("LinearMmaKernel");
+  }
+  NW_ASSIGN_OR_RETURN(auto partial, DeviceBuffer<float>::AllocateOn(
+                                        static_cast<size_t>(split.count * p.rows * p.out), stream));
+  split.partial = partial.data();
+  const dim3 grid(static_cast<unsigned>(row_tiles), static_cast<unsigned>(out_tiles),
+                  static_cast<unsigned>(split.count));
+  LinearMmaKernel<kXParts, kWParts><<<grid, kThreads, 0, stream>>>(p, split);
+  NW_RETURN_IF_ERROR(NW_CUDA_LAUNCH_STATUS("LinearMmaKernel (split k)"));
+  const int64_t total = p.rows * p.out;
+  LinearSplitSumKernel<<<static_cast<unsigned>(std::clamp<int64_t>((total + 255) / 256, 1, want)),
+                         256, 0, stream>>>(p, split);
+  return NW_CUDA_LAUNCH_STATUS("LinearSplitSumKernel");
 }
 
 }  // namespace

@@ -1,10 +1,11 @@
 // mHC on the GPU; see mhc.h. Pre: one warp per token (the Sinkhorn across its lanes); post: one
-// thread per output value.
+// thread per (token, value) computing that value of all n streams, so each input is read once.
 #include <string>
 
 #include "kernels/cuda/common.h"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/mhc.h"
+#include "kernels/quant/scalar.h"
 
 namespace nw::cuda {
 namespace {
@@ -143,7 +144,7 @@ __global__ void __launch_bounds__(kThreads) MhcPreKernel(MhcPreParams p) {
       float s = 0.0f;
       for (int i = 0; i < n; ++i)
         s = detail::AddRn(s, detail::MulRn(s_pre[i], x[static_cast<int64_t>(i) * p.dim + d]));
-      u[d] = s;
+      u[d] = p.round_bf16 ? quant::RoundBf16(s) : s;
     }
     __syncwarp();  // s_pre is rewritten by the warp's next token
   }
@@ -152,18 +153,27 @@ __global__ void __launch_bounds__(kThreads) MhcPreKernel(MhcPreParams p) {
 __global__ void __launch_bounds__(kThreads) MhcPostKernel(MhcPostParams p) {
   const int n = p.n;
   const int64_t nd = static_cast<int64_t>(n) * p.dim;
-  const int64_t total = p.tokens * nd;
+  const int64_t total = p.tokens * p.dim;
   for (int64_t idx = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; idx < total;
        idx += static_cast<int64_t>(gridDim.x) * kThreads) {
-    const int64_t t = idx / nd;
-    const int j = static_cast<int>((idx % nd) / p.dim);
+    const int64_t t = idx / p.dim;
     const int64_t d = idx % p.dim;
     const float* co = p.coeffs + t * (2 * n + n * n);
-    const float* x = p.x + t * nd;
-    float residual = 0.0f;
-    for (int i = 0; i < n; ++i)
-      residual = detail::AddRn(residual, detail::MulRn(co[2 * n + i * n + j], x[i * p.dim + d]));
-    p.x_out[idx] = detail::AddRn(detail::MulRn(co[n + j], p.y[t * p.dim + d]), residual);
+    const float* x = p.x + t * nd + d;
+    float xi[kMaxHcMult];
+#pragma unroll
+    for (int i = 0; i < kMaxHcMult; ++i) xi[i] = i < n ? x[i * p.dim] : 0.0f;
+    const float yv = p.y[idx];
+    float* out = p.x_out + t * nd + d;
+    for (int j = 0; j < n; ++j) {
+      float residual = 0.0f;
+#pragma unroll
+      for (int i = 0; i < kMaxHcMult; ++i) {
+        if (i < n) residual = detail::AddRn(residual, detail::MulRn(co[2 * n + i * n + j], xi[i]));
+      }
+      const float v = detail::AddRn(detail::MulRn(co[n + j], yv), residual);
+      out[j * p.dim] = p.round_bf16 ? quant::RoundBf16(v) : v;
+    }
   }
 }
 
@@ -192,7 +202,7 @@ Status LaunchMhcPost(const MhcPostParams& p, cudaStream_t stream) {
     return Status::InvalidArgument("MhcPost: null pointer");
   }
   if (p.x == p.x_out) return Status::InvalidArgument("MhcPost: x_out must not alias x");
-  MhcPostKernel<<<GridFor(p.tokens * p.n * p.dim, kThreads), kThreads, 0, stream>>>(p);
+  MhcPostKernel<<<GridFor(p.tokens * p.dim, kThreads), kThreads, 0, stream>>>(p);
   return NW_CUDA_LAUNCH_STATUS("MhcPostKernel");
 }
 

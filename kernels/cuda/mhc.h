@@ -11,7 +11,9 @@
 //   comb = Sinkhorn(softmax rows of mix[2n + ...] * scale[2] + base[2n + ...]) (engine/cpu/mhc.h)
 //   u    = sum_i pre_i * X_i
 // Head (head = true): only pre (rows = n, one scale) and u.
-// Post: X'_j = post_j * y + sum_i comb[i][j] * X_i.
+// Post: X'_j = post_j * y + sum_i comb[i][j] * X_i (one thread per (token, value), all n streams).
+// round_bf16 (both) rounds each u / X' value to bf16 as it is stored: an activation rounding point,
+// bit-identical to a separate bf16 FakeQuant pass.
 // Thread-safety: launchers are reentrant.
 #pragma once
 
@@ -39,6 +41,7 @@ struct MhcPreParams {
   float hc_eps = 1e-6f;
   float norm_eps = 1e-6f;
   bool head = false;
+  bool round_bf16 = false;
 };
 Status LaunchMhcPre(const MhcPreParams& p, cudaStream_t stream);
 
@@ -50,6 +53,7 @@ struct MhcPostParams {
   int64_t tokens = 0;
   int n = 4;
   int dim = 0;
+  bool round_bf16 = false;
 };
 Status LaunchMhcPost(const MhcPostParams& p, cudaStream_t stream);
 

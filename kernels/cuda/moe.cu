@@ -4,6 +4,7 @@
 #include "kernels/cuda/common.h"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/moe.h"
+#include "kernels/quant/scalar.h"
 
 namespace nw::cuda {
 namespace {
@@ -236,7 +237,8 @@ __global__ void __launch_bounds__(kThreads) MoeCombineKernel(MoeCombineParams p)
       const int64_t row = p.position[t * p.k + j];
       acc = detail::AddRn(acc, p.expert_out[row * p.dim + d]);
     }
-    p.out[i] = detail::AddRn(acc, p.shared[i]);
+    const float v = detail::AddRn(acc, p.shared[i]);
+    p.out[i] = p.round_bf16 ? quant::RoundBf16(v) : v;
   }
 }
 

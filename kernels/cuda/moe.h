@@ -99,6 +99,7 @@ struct MoeCombineParams {
   int64_t tokens = 0;
   int k = 0;
   int64_t dim = 0;
+  bool round_bf16 = false;  // out rounded to bf16 as stored (an activation rounding point)
 };
 Status LaunchMoeCombine(const MoeCombineParams& p, cudaStream_t stream);
 

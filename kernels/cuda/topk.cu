@@ -243,6 +243,225 @@ __global__ void TopKMapKernel(TopKParams p, int64_t width, const int32_t* pos,
   }
 }
 
+// ---- Many short rows, small k: one warp per row ---------------------------------------------
+// The block kernel spends most of a 4,096-entry row on barriers and on shared-memory atomics that
+// all hit the few bins of the top key bits. Here a warp takes a row with no block barriers:
+//   1. the finite minimum and maximum of the row;
+//   2. a 256-bin histogram of the row's values on a linear scale between them (bins are a
+//      monotone function of the rank order: NaN, -inf and the minimum in bin 0, +inf in 255);
+//   3. the threshold bin T; if the entries above T plus those in T fit the warp's candidate
+//      buffer, they are gathered and sorted by (key, lower index) and the first k taken;
+//   4. otherwise the search narrows to T's key interval (its entries' smallest and largest keys)
+//      and repeats with bins linear in the key; an interval of one key is a tie, resolved in index
+//      order by ballots.
+// The result is the same total order as the block kernel's, so the same indices.
+constexpr int kWarpRowsPerBlock = 8;
+constexpr int kWarpBins = 256;
+constexpr int kWarpCandidates = 256;  // >= kTopKWarpMaxK
+static_assert(kWarpCandidates >= kTopKWarpMaxK);
+
+struct WarpTopKShared {
+  uint32_t hist[kWarpBins];
+  unsigned long long items[kWarpCandidates];
+};
+
+__device__ __forceinline__ unsigned long long RankItem(uint32_t key, int64_t i) {
+  return (static_cast<unsigned long long>(key) << 32) |
+         static_cast<unsigned long long>(0xFFFFFFFFu - static_cast<uint32_t>(i));
+}
+
+// Bins of one search level: by value between flo and flo + 256 / fscale (level 0), or linear in
+// the key over [klo, klo + kwidth) (the narrowed levels).
+struct WarpBinner {
+  bool by_value = true;
+  float flo = 0.0f;
+  float fscale = 0.0f;
+  uint32_t klo = 0;
+  uint32_t khi = 0xFFFFFFFFu;
+  unsigned long long kwidth = 1ull << 32;
+  __device__ __forceinline__ bool InRange(uint32_t key) const {
+    return by_value || (key >= klo && key <= khi);
+  }
+  __device__ __forceinline__ bool Above(uint32_t key) const { return !by_value && key > khi; }
+  __device__ __forceinline__ int Bin(float v, uint32_t key) const {
+    if (by_value) {
+      if (!(v > flo)) return 0;  // NaN, -inf, the minimum
+      const float t = __fmul_rn(__fsub_rn(v, flo), fscale);
+      return t < static_cast<float>(kWarpBins - 1) ? static_cast<int>(t) : kWarpBins - 1;
+    }
+    return static_cast<int>(static_cast<unsigned long long>(key - klo) * kWarpBins / kwidth);
+  }
+};
+
+/// Sorts items[0..size) descending within one warp (size a power of two).
+__device__ void WarpBitonicSortDescending(unsigned long long* items, int size, int lane) {
+  for (int block = 2; block <= size; block <<= 1) {
+    for (int stride = block / 2; stride > 0; stride >>= 1) {
+      for (int t = lane; t < size / 2; t += 32) {
+        const int i = (t / stride) * 2 * stride + (t % stride);
+        const int j = i + stride;
+        const bool desc = (i & block) == 0;
+        const unsigned long long a = items[i], b = items[j];
+        if (desc ? a < b : a > b) {
+          items[i] = b;
+          items[j] = a;
+        }
+      }
+      __syncwarp();
+    }
+  }
+}
+
+__global__ void __launch_bounds__(kWarpRowsPerBlock * 32) TopKWarpKernel(TopKParams p) {
+  __shared__ WarpTopKShared shared[kWarpRowsPerBlock];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  WarpTopKShared& s = shared[warp];
+  const unsigned lanes_below = (1u << lane) - 1u;
+  for (int64_t r = static_cast<int64_t>(blockIdx.x) * kWarpRowsPerBlock + warp; r < p.rows;
+       r += static_cast<int64_t>(gridDim.x) * kWarpRowsPerBlock) {
+    const float* row = p.scores + r * p.stride;
+    int32_t* out = p.out + r * p.out_stride;
+    int64_t len = p.n;
+    if (p.lengths != nullptr) len = min(max(static_cast<int64_t>(p.lengths[r]), int64_t{0}), p.n);
+    const int take = static_cast<int>(min(static_cast<int64_t>(p.k), len));
+
+    // Gathers the entries `pick` selects into items[0..) in index order; returns the count.
+    auto gather = [&](auto pick) {
+      uint32_t count = 0;
+      for (int64_t base = 0; base < len; base += 32) {
+        const int64_t i = base + lane;
+        const float v = i < len ? row[i] : 0.0f;
+        const uint32_t key = RankKey(v);
+        const bool sel = i < len && pick(v, key);
+        const unsigned mask = __ballot_sync(detail::kFullMask, sel);
+        if (sel) s.items[count + __popc(mask & lanes_below)] = RankItem(key, i);
+        count += __popc(mask);
+      }
+      return count;
+    };
+
+    uint32_t count = 0;  // candidates gathered into items
+    if (take > 0 && take == len) {
+      count = gather([](float, uint32_t) { return true; });
+    } else if (take > 0) {
+      // 1. Finite range of the row.
+      float lo = INFINITY, hi = -INFINITY;
+      for (int64_t i = lane; i < len; i += 32) {
+        const float v = row[i];
+        if (isfinite(v)) {
+          lo = fminf(lo, v);
+          hi = fmaxf(hi, v);
+        }
+      }
+      for (int o = 16; o > 0; o >>= 1) {
+        lo = fminf(lo, __shfl_xor_sync(detail::kFullMask, lo, o));
+        hi = fmaxf(hi, __shfl_xor_sync(detail::kFullMask, hi, o));
+      }
+      WarpBinner bins;
+      bins.flo = lo;
+      bins.fscale = hi > lo ? __fdiv_rn(static_cast<float>(kWarpBins), __fsub_rn(hi, lo)) : 0.0f;
+      if (!isfinite(bins.fscale)) bins.fscale = 3.0e38f;
+      uint32_t remaining = static_cast<uint32_t>(take);  // still to pick inside the range
+      for (;;) {
+        // 2. Histogram of the entries in range.
+        for (int b = lane; b < kWarpBins; b += 32) s.hist[b] = 0;
+        __syncwarp();
+        for (int64_t i = lane; i < len; i += 32) {
+          const float v = row[i];
+          const uint32_t key = RankKey(v);
+          if (bins.InRange(key)) atomicAdd(&s.hist[bins.Bin(v, key)], 1u);
+        }
+        __syncwarp();
+        // 3. Threshold bin: lane l owns bins 8l .. 8l + 7.
+        uint32_t mine[kWarpBins / 32], local = 0;
+#pragma unroll
+        for (int j = 0; j < kWarpBins / 32; ++j) {
+          mine[j] = s.hist[lane * (kWarpBins / 32) + j];
+          local += mine[j];
+        }
+        uint32_t suffix = local;  // entries in this lane's bins and above
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+          const uint32_t v = __shfl_down_sync(detail::kFullMask, suffix, o);
+          if (lane + o < 32) suffix += v;
+        }
+        uint32_t above = suffix - local, t_bin = 0, t_above = 0, t_count = 0;
+        bool found = false;
+#pragma unroll
+        for (int j = kWarpBins / 32 - 1; j >= 0; --j) {
+          if (!found && above < remaining && above + mine[j] >= remaining) {
+            found = true;
+            t_bin = static_cast<uint32_t>(lane * (kWarpBins / 32) + j);
+            t_above = above;
+            t_count = mine[j];
+          }
+          above += mine[j];
+        }
+        const int src = __ffs(__ballot_sync(detail::kFullMask, found)) - 1;
+        t_bin = __shfl_sync(detail::kFullMask, t_bin, src);
+        t_above = __shfl_sync(detail::kFullMask, t_above, src);
+        t_count = __shfl_sync(detail::kFullMask, t_count, src);
+        const int bin_t = static_cast<int>(t_bin);
+        const uint32_t picked = static_cast<uint32_t>(take) - remaining;  // keys above the range
+        if (picked + t_above + t_count <= static_cast<uint32_t>(kWarpCandidates)) {
+          count = gather([&](float v, uint32_t key) {
+            return bins.Above(key) || (bins.InRange(key) && bins.Bin(v, key) >= bin_t);
+          });
+          break;
+        }
+        // 4. Narrow to bin T's key interval.
+        remaining -= t_above;
+        uint32_t klo = 0xFFFFFFFFu, khi = 0;
+        for (int64_t i = lane; i < len; i += 32) {
+          const float v = row[i];
+          const uint32_t key = RankKey(v);
+          if (bins.InRange(key) && bins.Bin(v, key) == bin_t) {
+            klo = min(klo, key);
+            khi = max(khi, key);
+          }
+        }
+        for (int o = 16; o > 0; o >>= 1) {
+          klo = min(klo, __shfl_xor_sync(detail::kFullMask, klo, o));
+          khi = max(khi, __shfl_xor_sync(detail::kFullMask, khi, o));
+        }
+        bins.by_value = false;
+        bins.klo = klo;
+        bins.khi = khi;
+        bins.kwidth = static_cast<unsigned long long>(khi - klo) + 1ull;
+        if (klo == khi) {
+          // A tie: every key above it, then its first `remaining` entries in index order.
+          uint32_t eq_before = 0;
+          for (int64_t base = 0; base < len; base += 32) {
+            const int64_t i = base + lane;
+            const float v = i < len ? row[i] : 0.0f;
+            const uint32_t key = RankKey(v);
+            const bool gt = i < len && key > khi;
+            const bool eq = i < len && key == khi;
+            const unsigned eq_mask = __ballot_sync(detail::kFullMask, eq);
+            const bool sel = gt || (eq && eq_before + __popc(eq_mask & lanes_below) < remaining);
+            const unsigned mask = __ballot_sync(detail::kFullMask, sel);
+            if (sel) s.items[count + __popc(mask & lanes_below)] = RankItem(key, i);
+            count += __popc(mask);
+            eq_before += __popc(eq_mask);
+          }
+          break;
+        }
+      }
+    }
+    // Rank order, then the indices and the -1 padding.
+    int size = 1;
+    while (size < static_cast<int>(count)) size <<= 1;
+    for (int j = static_cast<int>(count) + lane; j < size; j += 32) s.items[j] = 0ull;
+    __syncwarp();
+    if (count > 1) WarpBitonicSortDescending(s.items, size, lane);
+    for (int j = lane; j < p.k; j += 32) {
+      out[j] =
+          j < take ? static_cast<int32_t>(0xFFFFFFFFu - static_cast<uint32_t>(s.items[j])) : -1;
+    }
+    __syncwarp();  // items are reused by the warp's next row
+  }
+}
+
 }  // namespace
 
 Status LaunchTopK(const TopKParams& params, cudaStream_t stream) {
@@ -260,6 +479,15 @@ Status LaunchTopK(const TopKParams& params, cudaStream_t stream) {
   if (p.out_stride == 0) p.out_stride = p.k;
   if (p.stride < p.n || p.out_stride < p.k) {
     return Status::InvalidArgument("TopK: stride too small");
+  }
+  // Many rows with a small k (prefill's selection over the compressed entries): a warp per row.
+  if (p.k <= kTopKWarpMaxK && p.n <= kTopKCachedLen &&
+      (p.rows >= kTopKWarpMinRows || p.n <= 2048)) {
+    const int64_t blocks = (p.rows + kWarpRowsPerBlock - 1) / kWarpRowsPerBlock;
+    TopKWarpKernel<<<static_cast<unsigned>(
+                         std::clamp<int64_t>(blocks, 1, 64LL * MultiprocessorCount())),
+                     kWarpRowsPerBlock * 32, 0, stream>>>(p);
+    return NW_CUDA_LAUNCH_STATUS("TopKWarpKernel");
   }
   const int64_t cache_len = std::min(p.n, kTopKCachedLen);
   const size_t smem = static_cast<size_t>(cache_len) * sizeof(uint32_t);

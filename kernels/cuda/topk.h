@@ -11,7 +11,12 @@
 // kTopKSegment-entry segments, one block each (so a single million-entry row spreads over 64
 // multiprocessors instead of one): the top-k of every segment, then the top-k of the row's
 // candidates, laid out in ascending index order so ties still go to the lower index. The split
-// allocates its scratch in stream order from the device's pool. Bitwise deterministic.
+// allocates its scratch in stream order from the device's pool. Many rows with a small k (at
+// least kTopKWarpMinRows rows, or rows of at most 2,048 entries; k <= kTopKWarpMaxK; rows up to
+// kTopKCachedLen) go to a warp-per-row kernel instead: a value histogram between the row's finite
+// minimum and maximum, narrowed by key where one bin holds too many entries, with no block
+// barriers (prefill selects a few dozen of a few thousand compressed entries per query). Both give
+// the same indices. Bitwise deterministic.
 // Thread-safety: launchers are reentrant.
 #pragma once
 
@@ -26,6 +31,8 @@ namespace nw::cuda {
 inline constexpr int kMaxTopK = 2048;
 inline constexpr int64_t kTopKCachedLen = 32768;
 inline constexpr int64_t kTopKSegment = 16384;  // >= kMaxTopK
+inline constexpr int kTopKWarpMaxK = 128;
+inline constexpr int64_t kTopKWarpMinRows = 256;
 
 struct TopKParams {
   const float* scores = nullptr;     // [rows, stride]

@@ -25,7 +25,8 @@ struct AttnCase {
   int window;    // set 0 width (window slots)
   int topk;      // set 1 width (compressed selections)
   KvFormat format;
-  bool tensor_cores;  // q in bf16
+  bool tensor_cores;         // q in bf16
+  bool bf16_values = false;  // q fp32 holding bf16 values: the few-heads tensor-core kernel
 };
 
 void RunAttention(const AttnCase& c, uint64_t seed) {
@@ -52,7 +53,13 @@ void RunAttention(const AttnCase& c, uint64_t seed) {
     for (int64_t r = 0; r < rows1; ++r)
       quant::FakeQuantV4Kv(&kv1[r * D], &kv1_cpu[r * D], D, c.rope_dim);
   }
-  if (c.tensor_cores) quant::FakeQuantBf16(q.data(), q.data(), q.size());
+  if (c.tensor_cores || c.bf16_values) quant::FakeQuantBf16(q.data(), q.data(), q.size());
+  if (c.bf16_values) {  // fp32 KV storage holding bf16 values
+    quant::FakeQuantBf16(kv0.data(), kv0.data(), kv0.size());
+    quant::FakeQuantBf16(kv1.data(), kv1.data(), kv1.size());
+    kv0_cpu = kv0;
+    kv1_cpu = kv1;
+  }
 
   // Index sets: window rows (consecutive, with -1 at the start of early queries), compressed
   // rows (random, -1 padded, some out of range, some duplicated); lengths vary by query.
@@ -150,6 +157,7 @@ void RunAttention(const AttnCase& c, uint64_t seed) {
   p.q =
       c.tensor_cores ? static_cast<const void*>(dq16.get()) : static_cast<const void*>(dq32.get());
   p.q_bf16 = c.tensor_cores;
+  p.bf16_values = c.bf16_values;
   p.sink = dsink.get();
   p.out = dout.get();
   p.m = c.m;
@@ -184,6 +192,13 @@ void RunAttention(const AttnCase& c, uint64_t seed) {
   NW_ASSERT_OK(LaunchSparseAttention(p, nullptr));
   NW_ASSERT_SYNC();
   EXPECT_TRUE(BitEqual(dout.Download(), got)) << "run to run";
+  // round_bf16: the outputs rounded as stored, the bits of a separate rounding pass.
+  p.round_bf16 = true;
+  NW_ASSERT_OK(LaunchSparseAttention(p, nullptr));
+  NW_ASSERT_SYNC();
+  std::vector<float> rounded = got;
+  for (float& v : rounded) v = quant::RoundBf16(v);
+  EXPECT_TRUE(BitEqual(dout.Download(), rounded)) << "round_bf16";
 }
 
 TEST(CudaAttention, SimtFp32AndBf16Kv) {
@@ -209,6 +224,21 @@ TEST(CudaAttention, TensorCoresBf16Kv) {
   RunAttention({6, 64, 512, 64, 128, 512, KvFormat::kBf16, true}, seed++);
   RunAttention({7, 4, 128, 64, 128, 64, KvFormat::kBf16, true}, seed++);
   RunAttention({5, 33, 512, 64, 63, 65, KvFormat::kBf16, true}, seed++);
+}
+
+TEST(CudaAttention, FewHeadsBf16ValuesOnTensorCores) {
+  NW_REQUIRE_GPU();
+  uint64_t seed = 40;
+  // The tiny model's shape (4 heads x 128, window 128, top 64), 1 to 8 heads, fp32 and bf16 KV
+  // storage, a 256-entry compressed set (ratio 128) and ragged tiles; within SIMT's tolerance of
+  // the CPU on the same bf16 values.
+  RunAttention({37, 4, 128, 64, 128, 64, KvFormat::kFp32, false, true}, seed++);
+  RunAttention({9, 1, 128, 64, 128, 256, KvFormat::kFp32, false, true}, seed++);
+  RunAttention({10, 8, 128, 64, 33, 65, KvFormat::kBf16, false, true}, seed++);
+  RunAttention({5, 3, 128, 64, 7, 1, KvFormat::kFp32, false, true}, seed++);
+  // Shapes it does not take run the SIMT kernel, same contract.
+  RunAttention({6, 9, 128, 64, 31, 33, KvFormat::kFp32, false, true}, seed++);
+  RunAttention({6, 4, 96, 32, 31, 33, KvFormat::kFp32, false, true}, seed++);
 }
 
 TEST(CudaAttention, TensorCoresV4Fp8Kv) {

@@ -213,20 +213,28 @@ TEST(CudaLinearMma, SplitInputsAndWeightsGiveTheFp32Product) {
 
 TEST(CudaLinearMma, RoundedOutputsEqualASeparateBf16Pass) {
   NW_REQUIRE_GPU();
+  // One grid, and a split k (33 rows over 1,024 inputs: the partial sums' kernel rounds).
+  for (const Dense& split_case : {Dense{300, 256, 200, 256}, Dense{33, 1024, 24, 1024}}) {
+    const Dense& c = split_case;
+    Rng rng(9 + static_cast<uint64_t>(c.in));
+    const std::vector<float> x = RandomBf16(rng, static_cast<size_t>(c.rows * c.in));
+    const std::vector<float> w = RandomBf16(rng, static_cast<size_t>(c.out * c.in));
+    const std::vector<float> plain = RunDense(c, x, w);
+    const std::vector<float> rounded = RunDense(c, x, w, false, false, /*round_bf16=*/true);
+    std::vector<float> want(plain.size());
+    int changed = 0;
+    for (size_t i = 0; i < plain.size(); ++i) {
+      want[i] = quant::RoundBf16(plain[i]);
+      changed += want[i] != plain[i];
+    }
+    EXPECT_GT(changed, 0) << "no output changed by rounding: the test is blind";
+    ExpectBitEqual(rounded, want, "round_bf16 " + std::to_string(c.in));
+  }
   const Dense c{300, 256, 200, 256};
   Rng rng(9);
   const std::vector<float> x = RandomBf16(rng, static_cast<size_t>(c.rows * c.in));
   const std::vector<float> w = RandomBf16(rng, static_cast<size_t>(c.out * c.in));
   const std::vector<float> plain = RunDense(c, x, w);
-  const std::vector<float> rounded = RunDense(c, x, w, false, false, /*round_bf16=*/true);
-  std::vector<float> want(plain.size());
-  int changed = 0;
-  for (size_t i = 0; i < plain.size(); ++i) {
-    want[i] = quant::RoundBf16(plain[i]);
-    changed += want[i] != plain[i];
-  }
-  EXPECT_GT(changed, 0) << "no output changed by rounding: the test is blind";
-  ExpectBitEqual(rounded, want, "round_bf16");
   // The exact kernels have no rounding epilogue: asking for one is an error, not ignored.
   auto dx = Up(x);
   auto dw = Up(w);

@@ -1,5 +1,5 @@
-// MoE dispatch and mHC pre against host references written here from the launchers' contracts
-// (kernels/cuda/moe.h, kernels/cuda/mhc.h), on deterministic random inputs.
+// MoE dispatch and combine, mHC pre and post against host references written here from the
+// launchers' contracts (kernels/cuda/moe.h, kernels/cuda/mhc.h), on deterministic random inputs.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -9,6 +9,7 @@
 
 #include "kernels/cuda/mhc.h"
 #include "kernels/cuda/moe.h"
+#include "kernels/quant/scalar.h"
 #include "tests/cuda/test_util.h"
 
 namespace nw::cuda::testing {
@@ -209,10 +210,108 @@ TEST(CudaMhc, PreMatchesHostReferenceOnTheWarpAndSerialPaths) {
     // Same formulas and orders; the mean square's double sum and exp's last double bit may
     // differ from the host's, a few fp32 ulps after 20 Sinkhorn rounds.
     EXPECT_TRUE(Near(dco.Download(), want_co, Tolerance{1e-7, 4e-6}));
-    EXPECT_TRUE(Near(du.Download(), want_u, Tolerance{1e-6, 4e-6}));
+    const std::vector<float> u = du.Download();
+    EXPECT_TRUE(Near(u, want_u, Tolerance{1e-6, 4e-6}));
     EXPECT_TRUE(dco.GuardsIntact());
     EXPECT_TRUE(du.GuardsIntact());
+    // round_bf16: u rounded as stored, the bits of a separate rounding pass.
+    p.round_bf16 = true;
+    NW_ASSERT_OK(LaunchMhcPre(p, nullptr));
+    NW_ASSERT_SYNC();
+    std::vector<float> rounded = u;
+    for (float& v : rounded) v = quant::RoundBf16(v);
+    EXPECT_TRUE(BitEqual(du.Download(), rounded));
   }
+}
+
+TEST(CudaMhc, PostMatchesHostReferenceBitForBit) {
+  NW_REQUIRE_GPU();
+  for (int n : {1, 4, 8}) {
+    SCOPED_TRACE(::testing::Message() << "n " << n);
+    const int dim = 96;
+    const int64_t tokens = 301;
+    const int cw = 2 * n + n * n;
+    Rng rng(0xB0057 + n);
+    const std::vector<float> x = rng.Vec(static_cast<size_t>(tokens * n * dim), -2.0f, 2.0f);
+    const std::vector<float> y = rng.Vec(static_cast<size_t>(tokens * dim), -3.0f, 3.0f);
+    const std::vector<float> co = rng.Vec(static_cast<size_t>(tokens * cw), 0.0f, 1.0f);
+    // X'_j = post_j * y + sum_i comb[i][j] * X_i, products and sums rounded one by one in order.
+    std::vector<float> want(x.size());
+    for (int64_t t = 0; t < tokens; ++t) {
+      const float* c = co.data() + t * cw;
+      for (int j = 0; j < n; ++j) {
+        for (int d = 0; d < dim; ++d) {
+          float residual = 0.0f;
+          for (int i = 0; i < n; ++i) {
+            const float prod = c[2 * n + i * n + j] * x[static_cast<size_t>((t * n + i) * dim + d)];
+            residual = residual + prod;
+          }
+          const float lead = c[n + j] * y[static_cast<size_t>(t * dim + d)];
+          want[static_cast<size_t>((t * n + j) * dim + d)] = lead + residual;
+        }
+      }
+    }
+    Guarded<float> dx(x), dy(y), dco(co), dout(x.size());
+    MhcPostParams p;
+    p.x = dx.get();
+    p.y = dy.get();
+    p.coeffs = dco.get();
+    p.x_out = dout.get();
+    p.tokens = tokens;
+    p.n = n;
+    p.dim = dim;
+    NW_ASSERT_OK(LaunchMhcPost(p, nullptr));
+    NW_ASSERT_SYNC();
+    EXPECT_TRUE(BitEqual(dout.Download(), want));
+    EXPECT_TRUE(dout.GuardsIntact());
+    p.round_bf16 = true;
+    NW_ASSERT_OK(LaunchMhcPost(p, nullptr));
+    NW_ASSERT_SYNC();
+    for (float& v : want) v = quant::RoundBf16(v);
+    EXPECT_TRUE(BitEqual(dout.Download(), want));
+  }
+}
+
+TEST(CudaMoe, CombineSumsExpertRowsInOrderThenShared) {
+  NW_REQUIRE_GPU();
+  const int64_t tokens = 333, dim = 72;
+  const int k = 3;
+  Rng rng(0xC0B1);
+  const std::vector<float> expert_out = rng.Vec(static_cast<size_t>(tokens * k * dim), -4.0f, 4.0f);
+  const std::vector<float> shared = rng.Vec(static_cast<size_t>(tokens * dim), -4.0f, 4.0f);
+  std::vector<int32_t> position(static_cast<size_t>(tokens * k));
+  for (int64_t s = 0; s < tokens * k; ++s) {  // a permutation of the list rows
+    position[static_cast<size_t>(s)] = static_cast<int32_t>((s * 7 + 3) % (tokens * k));
+  }
+  std::vector<float> want(shared.size());
+  for (int64_t t = 0; t < tokens; ++t) {
+    for (int64_t d = 0; d < dim; ++d) {
+      float acc = 0.0f;
+      for (int j = 0; j < k; ++j) {
+        acc = acc + expert_out[static_cast<size_t>(position[t * k + j] * dim + d)];
+      }
+      want[static_cast<size_t>(t * dim + d)] = acc + shared[static_cast<size_t>(t * dim + d)];
+    }
+  }
+  Guarded<float> de(expert_out), dsh(shared), dout(shared.size());
+  Guarded<int32_t> dpos(position);
+  MoeCombineParams p;
+  p.expert_out = de.get();
+  p.position = dpos.get();
+  p.shared = dsh.get();
+  p.out = dout.get();
+  p.tokens = tokens;
+  p.k = k;
+  p.dim = dim;
+  NW_ASSERT_OK(LaunchMoeCombine(p, nullptr));
+  NW_ASSERT_SYNC();
+  EXPECT_TRUE(BitEqual(dout.Download(), want));
+  p.round_bf16 = true;
+  NW_ASSERT_OK(LaunchMoeCombine(p, nullptr));
+  NW_ASSERT_SYNC();
+  for (float& v : want) v = quant::RoundBf16(v);
+  EXPECT_TRUE(BitEqual(dout.Download(), want));
+  EXPECT_TRUE(dout.GuardsIntact());
 }
 
 }  // namespace

@@ -241,26 +241,28 @@ void PerfIndexer(const std::string& filter) {
   }
 }
 
-// ---- Top-k: k = 512 -----------------------------------------------------------------------------
+// ---- Top-k: k = 512 (V4-Flash), and k = 64 over 4,096 entries (tiny-v4's prefill at 16K) -------
 
 void PerfTopK(const std::string& filter) {
   struct Shape {
     const char* name;
     int64_t rows;
     int64_t n;
+    int k;
   };
-  for (const Shape& s :
-       {Shape{"topk prefill 4096 x 16384", 4096, 16384},
-        Shape{"topk decode 64 x 262144", 64, 262144}, Shape{"topk 1 x 1048576", 1, 1 << 20}}) {
+  for (const Shape& s : {Shape{"topk prefill 4096 x 16384", 4096, 16384, 512},
+                         Shape{"topk decode 64 x 262144", 64, 262144, 512},
+                         Shape{"topk 1 x 1048576", 1, 1 << 20, 512},
+                         Shape{"topk k64 prefill 16384 x 4096", 16384, 4096, 64}}) {
     if (!Want(filter, s.name)) continue;
     auto scores = Upload(RandomF32(static_cast<size_t>(s.rows * s.n), 12, 100.0f));
-    auto out = DeviceBuffer<int32_t>::Allocate(static_cast<size_t>(s.rows * 512));
+    auto out = DeviceBuffer<int32_t>::Allocate(static_cast<size_t>(s.rows * s.k));
     TopKParams p;
     p.scores = scores.data();
     p.out = out->data();
     p.rows = s.rows;
     p.n = s.n;
-    p.k = 512;
+    p.k = s.k;
     Report(s.name, TimeMs([&] { return LaunchTopK(p, nullptr); }), 0, s.rows * s.n * 4.0);
   }
 }
@@ -338,6 +340,53 @@ void PerfAttention(const std::string& filter) {
   }
 }
 
+// ---- Sparse attention, tiny-v4's shape: 4 heads x 128, 128 window + 64 selected, fp32 KV
+// --------- The SIMT kernel against the few-heads tensor-core kernel on the same bf16 values.
+void PerfAttentionFewHeads(const std::string& filter) {
+  const int H = 4, D = 128, W = 128, K = 64;
+  const int64_t m = 32768, rows = 16384;
+  std::vector<float> kv = RandomF32(static_cast<size_t>(rows * D), 30);
+  std::vector<float> q = RandomF32(static_cast<size_t>(m * H * D), 31);
+  for (float& v : kv) v = quant::RoundBf16(v);
+  for (float& v : q) v = quant::RoundBf16(v);
+  auto dkv = Upload(kv);
+  auto dq = Upload(q);
+  auto sink = Upload(RandomF32(static_cast<size_t>(H), 32));
+  Fast g{33};
+  std::vector<int32_t> i0(static_cast<size_t>(m * W)), i1(static_cast<size_t>(m * K));
+  for (int64_t i = 0; i < m; ++i) {
+    const int64_t start = i % (rows - W);
+    for (int j = 0; j < W; ++j)
+      i0[static_cast<size_t>(i * W + j)] = static_cast<int32_t>(start + j);
+    for (int j = 0; j < K; ++j)
+      i1[static_cast<size_t>(i * K + j)] =
+          static_cast<int32_t>(g.Next() % static_cast<uint64_t>(rows));
+  }
+  auto d0 = Upload(i0);
+  auto d1 = Upload(i1);
+  auto out = DeviceBuffer<float>::Allocate(static_cast<size_t>(m * H * D));
+  SparseAttentionParams p;
+  p.q = dq.data();
+  p.sink = sink.data();
+  p.out = out->data();
+  p.m = m;
+  p.n_heads = H;
+  p.head_dim = D;
+  p.scale = 1.0f / std::sqrt(static_cast<float>(D));
+  p.kv_format = KvFormat::kFp32;
+  p.sets[0] = {dkv.data(), rows, d0.data(), nullptr, W};
+  p.sets[1] = {dkv.data(), rows, d1.data(), nullptr, K};
+  const double flops = 4.0 * m * H * (W + K) * D;
+  const double bytes = m * (W + K) * D * 4.0 + m * H * D * 8.0;
+  for (const bool tc : {false, true}) {
+    const char* name = tc ? "attn tiny m=32768 4 heads, few-heads tensor cores"
+                          : "attn tiny m=32768 4 heads, simt fp32";
+    if (!Want(filter, name)) continue;
+    p.bf16_values = tc;
+    Report(name, TimeMs([&] { return LaunchSparseAttention(p, nullptr); }, 2, 10), flops, bytes);
+  }
+}
+
 }  // namespace
 
 int RunPerf(const std::string& filter) {
@@ -350,6 +399,7 @@ int RunPerf(const std::string& filter) {
   PerfIndexer(filter);
   PerfTopK(filter);
   PerfAttention(filter);
+  PerfAttentionFewHeads(filter);
   return 0;
 }
 

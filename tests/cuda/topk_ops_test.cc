@@ -17,7 +17,9 @@ namespace nw::cuda::testing {
 namespace {
 
 /// Scores of one row, by kind: 0 uniform, 1 small integers (ties), 2 all equal, 3 with NaNs,
-/// 4 infinities and signed zeros, 5 all NaN, 6 ascending, 7 descending.
+/// 4 infinities and signed zeros, 5 all NaN, 6 ascending, 7 descending, 8 values in [0, 1) with
+/// rare +-1e30 outliers (a value histogram puts them all in one bin), 9 distinct values a few
+/// ulps apart (1 + m 2^-23).
 void FillRow(float* row, int64_t n, int kind, Rng& rng) {
   const float nan = std::numeric_limits<float>::quiet_NaN();
   for (int64_t i = 0; i < n; ++i) {
@@ -50,6 +52,14 @@ void FillRow(float* row, int64_t n, int kind, Rng& rng) {
       case 6:
         v = static_cast<float>(i);
         break;
+      case 8: {
+        const int64_t r = rng.Int(0, 49);
+        v = r == 0 ? 1e30f : r == 1 ? -1e30f : rng.Uniform(0.0f, 1.0f);
+        break;
+      }
+      case 9:
+        v = 1.0f + static_cast<float>(rng.Int(0, 600)) * 0x1p-23f;
+        break;
       default:
         v = static_cast<float>(n - i);
         break;
@@ -73,8 +83,8 @@ void RunTopK(const TopKCase& c, uint64_t seed) {
   std::vector<float> scores(static_cast<size_t>(c.rows * stride), -1e30f);
   std::vector<int32_t> lengths(static_cast<size_t>(c.rows));
   for (int64_t r = 0; r < c.rows; ++r) {
-    FillRow(scores.data() + r * stride, c.n, static_cast<int>((r + static_cast<int64_t>(seed)) % 8),
-            rng);
+    FillRow(scores.data() + r * stride, c.n,
+            static_cast<int>((r + static_cast<int64_t>(seed)) % 10), rng);
     int64_t len = c.n;
     if (c.ragged) {
       const int64_t pick = rng.Int(0, 5);
@@ -131,6 +141,26 @@ TEST(CudaTopK, SmallAndTileEdges) {
                                                  {9, 2049, 2048, false},
                                                  {4, 3, 1, true},
                                                  {5, 0, 4, false}}) {
+    RunTopK(c, seed++);
+  }
+}
+
+TEST(CudaTopK, ManyShortRowsOneWarpEach) {
+  NW_REQUIRE_GPU();
+  uint64_t seed = 30;
+  // The warp-per-row kernel (k <= kTopKWarpMaxK and at least kTopKWarpMinRows rows, or rows of at
+  // most 2,048 entries): every row kind, ragged lengths, bins narrowed by key (outliers, values a
+  // few ulps apart) and ties larger than its candidate buffer (all equal, small integers).
+  for (const TopKCase& c :
+       std::vector<TopKCase>{{kTopKWarpMinRows, 4096, 64, true},
+                             {kTopKWarpMinRows + 44, 8192, kTopKWarpMaxK, false},
+                             {kTopKWarpMinRows, 257, 64, true},
+                             {20, 2048, 64, true},  // few rows, short enough for a warp each
+                             {20, 2049, 64, true},  // few rows, long: the block kernel
+                             {kTopKWarpMinRows + 3, kTopKCachedLen, 100, true},
+                             {512, 1000, 1, false},
+                             {kTopKWarpMinRows, 130, kTopKWarpMaxK, true},
+                             {kTopKWarpMinRows, 3000, kTopKWarpMaxK + 1, true}}) {  // block
     RunTopK(c, seed++);
   }
 }
