@@ -3,7 +3,7 @@
 // W (one piece, or three that sum to W exactly), mma.sync m16n8k16 and fp32 accumulation. The three
 // shapes of the exact kernel (dense, batched, gathered) with the same grid: a block computes a
 // 32-row x 64-output tile with four warps, warp w rows 16 (w % 2) .. +15 and outputs
-// 32 (w / 2) .. +31 (four n8 tiles), over 64-wide k tiles staged in shared memory as bf16.
+// 32 (w / 2) .. +31 (four n8 tiles), over 64- or 128-wide k tiles staged in shared memory as bf16.
 // Every product of two bf16 values is exact in fp32; the summation order is the tensor cores',
 // fixed for a shape, so results are deterministic run to run.
 // Split k: a dense product whose tiles would leave most multiprocessors idle (few rows, or few
@@ -25,8 +25,12 @@ namespace {
 constexpr int kThreads = 128;
 constexpr int kTm = kLinearTileRows;  // 32 rows per tile (the gathered tiles' height)
 constexpr int kTn = 64;               // outputs per tile
-constexpr int kTk = 64;               // k per shared-memory tile
-constexpr int kStride = kTk + 8;      // bf16 per smem row: conflict-free fragment loads
+// k per shared-memory tile: 128 with one piece on each side (half the staging rounds of a
+// 256-input linear, twice the loads in flight), 64 with three pieces on one side (shared memory).
+template <int kXParts, int kWParts>
+constexpr int TileK() {
+  return kXParts == 1 && kWParts == 1 ? 128 : 64;
+}
 
 __device__ __forceinline__ uint16_t Bf16Bits(float v) {
   const __nv_bfloat16 b = __float2bfloat16_rn(v);
@@ -64,6 +68,8 @@ struct SplitK {
 
 template <int kXParts, int kWParts>
 __global__ void __launch_bounds__(kThreads) LinearMmaKernel(LinearParams p, SplitK split) {
+  constexpr int kTk = TileK<kXParts, kWParts>();
+  constexpr int kStride = kTk + 8;  // bf16 per smem row: conflict-free fragment loads
   __shared__ __align__(16) uint16_t xs[kXParts][kTm * kStride];
   __shared__ __align__(16) uint16_t ws[kWParts][kTn * kStride];
   __shared__ int32_t xrow[kTm];
@@ -230,6 +236,7 @@ Status LaunchAs(const LinearParams& p, cudaStream_t stream) {
   }
   if (split.count > 1) {
     split.chunk = (p.in + split.count - 1) / split.count;
+    constexpr int kTk = TileK<kXParts, kWParts>();
     split.chunk = (split.chunk + kTk - 1) / kTk * kTk;
     split.count = static_cast<int>((p.in + split.chunk - 1) / split.chunk);
   }

@@ -263,7 +263,29 @@ static_assert(kWarpCandidates >= kTopKWarpMaxK);
 struct WarpTopKShared {
   uint32_t hist[kWarpBins];
   unsigned long long items[kWarpCandidates];
+  uint32_t count;
 };
+
+/// Calls f(i, v) for every entry of the row: 16-byte loads of four entries a lane where the row
+/// starts 16-byte aligned, the rest one entry a lane. f must not use warp collectives (lanes run
+/// different trip counts in the tail).
+template <class F>
+__device__ __forceinline__ void ForEachEntry(const float* row, int64_t len, int lane, F&& f) {
+  int64_t done = 0;
+  if ((reinterpret_cast<uintptr_t>(row) & 15u) == 0) {
+    done = len / 128 * 128;
+#pragma unroll 2
+    for (int64_t base = 0; base < done; base += 128) {
+      const int64_t i = base + 4 * lane;
+      const float4 v = *reinterpret_cast<const float4*>(row + i);
+      f(i, v.x);
+      f(i + 1, v.y);
+      f(i + 2, v.z);
+      f(i + 3, v.w);
+    }
+  }
+  for (int64_t i = done + lane; i < len; i += 32) f(i, row[i]);
+}
 
 __device__ __forceinline__ unsigned long long RankItem(uint32_t key, int64_t i) {
   return (static_cast<unsigned long long>(key) << 32) |
@@ -326,18 +348,17 @@ __global__ void __launch_bounds__(kWarpRowsPerBlock * 32) TopKWarpKernel(TopKPar
     const int take = static_cast<int>(min(static_cast<int64_t>(p.k), len));
 
     // Gathers the entries `pick` selects into items[0..) in index order; returns the count.
+    // Gathers the entries `pick` selects into items[0..) (in no particular order: the sort
+    // below orders them by key and index); returns the count.
     auto gather = [&](auto pick) {
-      uint32_t count = 0;
-      for (int64_t base = 0; base < len; base += 32) {
-        const int64_t i = base + lane;
-        const float v = i < len ? row[i] : 0.0f;
+      if (lane == 0) s.count = 0;
+      __syncwarp();
+      ForEachEntry(row, len, lane, [&](int64_t i, float v) {
         const uint32_t key = RankKey(v);
-        const bool sel = i < len && pick(v, key);
-        const unsigned mask = __ballot_sync(detail::kFullMask, sel);
-        if (sel) s.items[count + __popc(mask & lanes_below)] = RankItem(key, i);
-        count += __popc(mask);
-      }
-      return count;
+        if (pick(v, key)) s.items[atomicAdd(&s.count, 1u)] = RankItem(key, i);
+      });
+      __syncwarp();
+      return s.count;
     };
 
     uint32_t count = 0;  // candidates gathered into items
@@ -346,13 +367,12 @@ __global__ void __launch_bounds__(kWarpRowsPerBlock * 32) TopKWarpKernel(TopKPar
     } else if (take > 0) {
       // 1. Finite range of the row.
       float lo = INFINITY, hi = -INFINITY;
-      for (int64_t i = lane; i < len; i += 32) {
-        const float v = row[i];
+      ForEachEntry(row, len, lane, [&](int64_t, float v) {
         if (isfinite(v)) {
           lo = fminf(lo, v);
           hi = fmaxf(hi, v);
         }
-      }
+      });
       for (int o = 16; o > 0; o >>= 1) {
         lo = fminf(lo, __shfl_xor_sync(detail::kFullMask, lo, o));
         hi = fmaxf(hi, __shfl_xor_sync(detail::kFullMask, hi, o));
@@ -366,11 +386,10 @@ __global__ void __launch_bounds__(kWarpRowsPerBlock * 32) TopKWarpKernel(TopKPar
         // 2. Histogram of the entries in range.
         for (int b = lane; b < kWarpBins; b += 32) s.hist[b] = 0;
         __syncwarp();
-        for (int64_t i = lane; i < len; i += 32) {
-          const float v = row[i];
+        ForEachEntry(row, len, lane, [&](int64_t, float v) {
           const uint32_t key = RankKey(v);
           if (bins.InRange(key)) atomicAdd(&s.hist[bins.Bin(v, key)], 1u);
-        }
+        });
         __syncwarp();
         // 3. Threshold bin: lane l owns bins 8l .. 8l + 7.
         uint32_t mine[kWarpBins / 32], local = 0;
@@ -412,14 +431,13 @@ __global__ void __launch_bounds__(kWarpRowsPerBlock * 32) TopKWarpKernel(TopKPar
         // 4. Narrow to bin T's key interval.
         remaining -= t_above;
         uint32_t klo = 0xFFFFFFFFu, khi = 0;
-        for (int64_t i = lane; i < len; i += 32) {
-          const float v = row[i];
+        ForEachEntry(row, len, lane, [&](int64_t, float v) {
           const uint32_t key = RankKey(v);
           if (bins.InRange(key) && bins.Bin(v, key) == bin_t) {
             klo = min(klo, key);
             khi = max(khi, key);
           }
-        }
+        });
         for (int o = 16; o > 0; o >>= 1) {
           klo = min(klo, __shfl_xor_sync(detail::kFullMask, klo, o));
           khi = max(khi, __shfl_xor_sync(detail::kFullMask, khi, o));
