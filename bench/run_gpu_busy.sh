@@ -9,6 +9,34 @@ set -uo pipefail
 export LD_LIBRARY_PATH=$PWD/.device/lib:${LD_LIBRARY_PATH:-}
 OUT=${OUT:-/tmp/nw-throughput}
 mkdir -p "$OUT"
+# Samples utilization.gpu every 100 ms into $1 in the background (pid in $smi).
+sample() {
+  nvidia-smi --query-gpu=utilization.gpu --format=csv,noheader,nounits -lms 100 >"$1" &
+  smi=$!
+}
+# summarize UTIL START END RC DB CAMPAIGN_NAME HOW: one line for the campaign's results stored
+# since START (the campaign's name is its tag: bench/NAME.yaml), appended to throughput.log.
+summarize() {
+  kill "$smi" 2>/dev/null
+  wait "$smi" 2>/dev/null
+  python3 - "$@" <<'PY' | tee -a "$OUT/throughput.log"
+import sqlite3, sys
+util_file, start, end, rc, db, name, how = sys.argv[1:8]
+util = [float(x) for x in open(util_file).read().split() if x.strip()]
+wall = float(end) - float(start)
+rows = sqlite3.connect(db).execute(
+    "select count(*), sum(r.outcome = 'pass') from results r "
+    "join campaign_jobs cj on cj.job_key = r.job_key join campaigns c on c.id = cj.campaign_id "
+    "where c.name = ? and r.created_ms >= ?", (name, int(float(start) * 1000))).fetchone()
+busy = sum(util) / len(util) / 100 if util else float("nan")
+print(f"mixed-length campaign ({name}, {how}): exit {rc}, {rows[0]} jobs ({rows[1]} passed) in "
+      f"{wall:.1f} s = {rows[0] / wall:.2f} jobs/s; GPU busy (nvidia-smi utilization.gpu, "
+      f"{len(util)} samples at 100 ms) {busy:.3f}")
+PY
+}
+# CAMPAIGNS: the 240-job campaign and the 960-job one (bench/mixed-lengths-large.yaml).
+campaigns=${CAMPAIGNS:-bench/mixed-lengths.yaml bench/mixed-lengths-large.yaml}
+
 # MODE=daemon: the same campaigns through a long-running coordinator and GPU worker (`nw
 # coordinator`, `nw worker --gpu 0 --slots SLOTS`), as a team runs campaigns back to back: after a
 # warm-up campaign (CUDA context, weights), each campaign's figure covers `nw submit` to its last
@@ -39,34 +67,16 @@ if [ "${MODE:-run}" = daemon ]; then
   .device/bin/nw submit "$warm" --coordinator "$ep" >>"$OUT/busy-daemon.log" 2>&1
   wait_done
   rm -f "$warm"
-  for campaign in ${CAMPAIGNS:-bench/mixed-lengths.yaml bench/mixed-lengths-large.yaml}; do
+  for campaign in $campaigns; do
     tag=$(basename "$campaign" .yaml)
-    nvidia-smi --query-gpu=utilization.gpu --format=csv,noheader,nounits -lms 100 \
-      >"$OUT/util-daemon-$tag.txt" &
-    smi=$!
+    sample "$OUT/util-daemon-$tag.txt"
     start=$(date +%s.%N)
     # --rerun: the large campaign shares its first eight trials' jobs with the small one.
     .device/bin/nw submit "$campaign" --coordinator "$ep" --rerun >>"$OUT/busy-daemon.log" 2>&1
     wait_done
     rc=$?
-    end=$(date +%s.%N)
-    kill "$smi" 2>/dev/null
-    wait "$smi" 2>/dev/null
-    python3 - "$OUT/util-daemon-$tag.txt" "$start" "$end" "$rc" "$ddb" "$tag" <<'PY' | tee -a "$OUT/throughput.log"
-import sqlite3, sys
-util = [float(x) for x in open(sys.argv[1]).read().split() if x.strip()]
-wall = float(sys.argv[3]) - float(sys.argv[2])
-rows = sqlite3.connect(sys.argv[5]).execute(
-    "select count(*), sum(r.outcome = 'pass') from results r "
-    "join campaign_jobs cj on cj.job_key = r.job_key join campaigns c on c.id = cj.campaign_id "
-    "where c.name = ? and r.created_ms >= ?",
-    (sys.argv[6], int(float(sys.argv[2]) * 1000))).fetchone()
-busy = sum(util) / len(util) / 100 if util else float("nan")
-print(f"mixed-length campaign ({sys.argv[6]}, daemon + nw worker --gpu 0 --slots, submit to last "
-      f"result): wait exit {sys.argv[4]}, {rows[0]} jobs ({rows[1]} passed) in {wall:.1f} s = "
-      f"{rows[0] / wall:.2f} jobs/s; GPU busy (nvidia-smi utilization.gpu, {len(util)} samples at "
-      f"100 ms) {busy:.3f}")
-PY
+    summarize "$OUT/util-daemon-$tag.txt" "$start" "$(date +%s.%N)" "$rc" "$ddb" "$tag" \
+      "daemon + nw worker --gpu 0 --slots, submit to last result"
   done
   kill "$wpid"
   sleep 1
@@ -74,29 +84,15 @@ PY
   wait 2>/dev/null
   exit 0
 fi
-# CAMPAIGNS: the 240-job campaign and the 960-job one (bench/mixed-lengths-large.yaml).
-for campaign in ${CAMPAIGNS:-bench/mixed-lengths.yaml bench/mixed-lengths-large.yaml}; do
+for campaign in $campaigns; do
   tag=$(basename "$campaign" .yaml)
   db=/tmp/nw-$tag.db
   rm -f "$db"
-  nvidia-smi --query-gpu=utilization.gpu --format=csv,noheader,nounits -lms 100 >"$OUT/util-$tag.txt" &
-  smi=$!
+  sample "$OUT/util-$tag.txt"
   start=$(date +%s.%N)
   timeout "${NW_TIMEOUT:-300}" .device/bin/nw run "$campaign" --db "$db" \
     --gpu-slots "${SLOTS:-8}" -q >"$OUT/$tag.log" 2>&1
   rc=$?
-  end=$(date +%s.%N)
-  kill "$smi" 2>/dev/null
-  wait "$smi" 2>/dev/null
-  python3 - "$OUT/util-$tag.txt" "$start" "$end" "$rc" "$db" "$campaign" <<'PY' | tee -a "$OUT/throughput.log"
-import sqlite3, sys
-util = [float(x) for x in open(sys.argv[1]).read().split() if x.strip()]
-wall = float(sys.argv[3]) - float(sys.argv[2])
-rows = sqlite3.connect(sys.argv[5]).execute(
-  "select count(*), sum(outcome = 'pass') from results").fetchone()
-busy = sum(util) / len(util) / 100 if util else float("nan")
-print(f"mixed-length campaign ({sys.argv[6]}, nw run --gpu-slots): exit {sys.argv[4]}, "
-    f"{rows[0]} jobs ({rows[1]} passed) in {wall:.1f} s = {rows[0] / wall:.2f} jobs/s; "
-    f"GPU busy (nvidia-smi utilization.gpu, {len(util)} samples at 100 ms) {busy:.3f}")
-PY
+  summarize "$OUT/util-$tag.txt" "$start" "$(date +%s.%N)" "$rc" "$db" "$tag" \
+    "nw run --gpu-slots, the whole process"
 done
