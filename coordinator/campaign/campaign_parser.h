@@ -110,8 +110,8 @@ std::string Plural(int64_t n, std::string_view word);
 
 class Parser {
  public:
-  Parser(std::string source, const ParseOptions& options)
-      : source_(std::move(source)), options_(options) {}
+  Parser(std::string source, ParseOptions options)
+      : source_(std::move(source)), options_(std::move(options)) {}
 
   Result<Campaign> Run(std::string_view text);
   Result<Criterion> RunCriterionOnly(std::string_view text);
@@ -175,7 +175,9 @@ class Parser {
   Status CheckCells() const;
 
   std::string source_;
-  const ParseOptions& options_;
+  // A copy, not a reference: ParseCampaignCriterion passes a temporary (a reference to it
+  // dangled once the constructor returned; AddressSanitizer's stack-use-after-scope).
+  ParseOptions options_;
   Campaign c_;
   std::map<std::string, PrecisionProfile> custom_;
 };

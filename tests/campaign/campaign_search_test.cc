@@ -135,5 +135,25 @@ TEST(CampaignCriterionTest, LocatedErrors) {
   EXPECT_FALSE(ParseCampaignCriterion("criterion: {pass_rate: 2}\n", "x.yaml").ok());
 }
 
+// ParseCampaignCriterion parses with the default ParseOptions, which the parser once held by
+// reference to a temporary that was gone before the text was read (AddressSanitizer:
+// stack-use-after-scope in LoadRoot); the default YAML guards must apply.
+TEST(CampaignCriterionTest, AppliesTheDefaultYamlGuards) {
+  const ParseOptions defaults;
+  const std::string big = "criterion: {pass_rate: 0.75}\n# " + std::string(defaults.max_bytes, 'x');
+  auto too_big = ParseCampaignCriterion(big, "x.yaml");
+  ASSERT_FALSE(too_big.ok());
+  EXPECT_THAT(too_big.status().ToString(),
+              HasSubstr("more than the limit of " + std::to_string(defaults.max_bytes)));
+
+  std::string deep = "criterion: {pass_rate: 0.75}\nx: ";
+  for (int i = 0; i <= defaults.max_depth; ++i) deep += "[";
+  for (int i = 0; i <= defaults.max_depth; ++i) deep += "]";
+  auto too_deep = ParseCampaignCriterion(deep + "\n", "x.yaml");
+  ASSERT_FALSE(too_deep.ok());
+  EXPECT_THAT(too_deep.status().ToString(),
+              HasSubstr("deeper than " + std::to_string(defaults.max_depth)));
+}
+
 }  // namespace
 }  // namespace nw
