@@ -46,7 +46,13 @@ int64_t Submit(Workspace& ws, const fs::path& campaign) {
 TEST(FaultTest, KillNineOfRandomWorkersThroughoutACampaignOfThousandsOfJobs) {
   Workspace ws("kill-workers");
   ASSERT_TRUE(ws.MakeModel());
-  auto coordinator = ws.StartCoordinator(kFastCoordinator);
+  // More attempts than the default 3: on a loaded machine a live worker can also miss its 300 ms
+  // liveness, and a job that meets two kills and one such loss would fail, which is the
+  // scheduler's contract, not what this test is about (exactly one result per job through the
+  // churn). Seen once with 4 heavy processes on 2 cores: 2,999 of 3,000 done.
+  std::vector<std::string> flags = kFastCoordinator;
+  flags.insert(flags.end(), {"--max-attempts", "10"});
+  auto coordinator = ws.StartCoordinator(flags);
   const int64_t jobs = Submit(ws, ws.Campaign("churn", 30, 20, 5));  // 3000 jobs
   ASSERT_EQ(jobs, 3000);
 
@@ -73,7 +79,9 @@ TEST(FaultTest, KillNineOfRandomWorkersThroughoutACampaignOfThousandsOfJobs) {
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  ASSERT_EQ(DoneJobs(db, "churn"), jobs) << coordinator->Log();
+  ASSERT_EQ(DoneJobs(db, "churn"), jobs)
+      << coordinator->Log() << "\nfailed jobs: "
+      << db.Int("SELECT COUNT(*) FROM jobs WHERE state = 'failed'");
   EXPECT_GE(kills, 5);
   ExpectEveryJobExactlyOnce(db, "churn", jobs);
   std::cout << "kill -9 of " << kills << " workers; attempts lost with them: "
