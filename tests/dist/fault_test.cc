@@ -80,8 +80,8 @@ TEST(FaultTest, KillNineOfRandomWorkersThroughoutACampaignOfThousandsOfJobs) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   ASSERT_EQ(DoneJobs(db, "churn"), jobs)
-      << coordinator->Log() << "\nfailed jobs: "
-      << db.Int("SELECT COUNT(*) FROM jobs WHERE state = 'failed'");
+      << coordinator->Log()
+      << "\nfailed jobs: " << db.Int("SELECT COUNT(*) FROM jobs WHERE state = 'failed'");
   EXPECT_GE(kills, 5);
   ExpectEveryJobExactlyOnce(db, "churn", jobs);
   std::cout << "kill -9 of " << kills << " workers; attempts lost with them: "
