@@ -63,12 +63,17 @@ Status CopyD2D(float* dst, const float* src, int64_t n, cudaStream_t stream) {
   return Status::Ok();
 }
 
-// A store of rows: one contiguous buffer, or pages of a shared pool through a page table.
+// A store of rows: one contiguous buffer, or pages of a shared pool through a page table. The
+// compressed KV's store keeps a bf16 copy of every row too (same rows, same page mapping) when
+// its values are bf16 values (bf16 activations, KV rounded): the attention reads that copy, half
+// the bytes of the fp32 rows, and ExportState the fp32 rows.
 struct RowStore {
   int64_t width = 0;
-  DevTensor contiguous;       // [capacity, width]
-  DevTensor* pool = nullptr;  // paged: the pool ([pages * 64, width])
-  int* next_page = nullptr;   // paged: the pool's next free page
+  DevTensor contiguous;                      // [capacity, width]
+  DeviceBuffer<uint16_t> contiguous16;       // its bf16 copy, when kept
+  DevTensor* pool = nullptr;                 // paged: the pool ([pages * 64, width])
+  DeviceBuffer<uint16_t>* pool16 = nullptr;  // paged: the pool's bf16 copy, when kept
+  int* next_page = nullptr;                  // paged: the pool's next free page
   int64_t pool_pages = 0;
   std::vector<int32_t> pages;  // paged: logical page -> physical page
   DeviceBuffer<int32_t> pages_dev;
@@ -76,6 +81,11 @@ struct RowStore {
   bool paged() const { return pool != nullptr; }
   float* base() { return paged() ? pool->data() : contiguous.data(); }
   const float* base() const { return paged() ? pool->data() : contiguous.data(); }
+  // The bf16 copy's rows (null when none is kept).
+  uint16_t* base16() {
+    if (paged()) return pool16 != nullptr ? pool16->data() : nullptr;
+    return contiguous16.size() > 0 ? contiguous16.data() : nullptr;
+  }
   int64_t rows() const {
     return paged() ? pool_pages * kPageSize : static_cast<int64_t>(contiguous.size()) / width;
   }
@@ -171,6 +181,15 @@ bool IndexerOnTensorCores(const PrecisionProfile& p) {
   return BF16ExactIndexFormat(p.index_q) && BF16ExactIndexFormat(p.index_k);
 }
 
+// True when the attention's queries and KV rows hold bf16 values: bf16 activations, and KV
+// rounded to bf16 or to V4's fp8 layout (e4m3 codes times power-of-two scales, rope dims in
+// bf16; exact in bf16 unless a 64-value block's largest magnitude is below 2^-118, which RMS-
+// normed KV rows do not reach). The sequence then keeps bf16 copies of the KV rows for the
+// attention (half the bytes read; kernels/cuda/attention.h "few heads, bf16 values").
+bool KvBf16Copy(const PrecisionProfile& p) {
+  return p.activations == NumFormat::kBf16 && p.kv != NumFormat::kFp32;
+}
+
 }  // namespace
 
 struct CudaSequence::Impl {
@@ -191,7 +210,10 @@ struct CudaSequence::Impl {
   int64_t key_begin = 0;
 
   DevTensor kv_pool, idx_pool;
+  DeviceBuffer<uint16_t> kv_pool16;  // kv_pool's bf16 copy (kv_bf16_copy)
   int kv_next_page = 0, idx_next_page = 0;
+  // The attention reads bf16 copies of the window and the compressed KV (KvBf16Copy).
+  bool kv_bf16_copy = false;
   // Checkpoint(): per layer the ring and both compressor states, then the position and probe
   // row counts (-1: no mark).
   std::vector<DevTensor> mark_buffers;
@@ -208,6 +230,7 @@ struct CudaSequence::Impl {
   DevTensor X, Xn, mix, coeffs, u, xn, y, qr, qh, kvbuf, o, oa, ckv, cscore, ikv, iscore, iq, iw,
       ent, scores, glog, rweights, lweights, g1, g3, Y, sh1, sh3, S, hmix, hu, hn, logits;
   DeviceBuffer<uint16_t> iq16, ikeys16;  // bf16 copies for the tensor-core indexer
+  DeviceBuffer<uint16_t> kvbuf16;        // kvbuf's bf16 copy (kv_bf16_copy)
   DeviceBuffer<int32_t> pr_rank;
   DeviceBuffer<uint8_t> pr_hit;
   DevTensor pr_score, pr_kth, pr_next;
@@ -325,6 +348,7 @@ struct CudaSequence::Impl {
 Status CudaSequence::Impl::Init() {
   topk = spec.index_topk > 0 ? spec.index_topk : cfg.index_topk;
   act_bf16 = spec.precision.activations == NumFormat::kBf16;
+  kv_bf16_copy = KvBf16Copy(spec.precision);
   if (cfg.num_indexer_layers() > 0 && (topk < 1 || topk > kMaxTopK)) {
     return Status::InvalidArgument("index_topk " + std::to_string(topk) + " is outside [1, " +
                                    std::to_string(kMaxTopK) + "] on the CUDA backends");
@@ -351,6 +375,9 @@ Status CudaSequence::Impl::Init() {
         idx_pool,
         DevTensor::AllocateOn(static_cast<size_t>(std::max<int64_t>(idx_pages, 1) * kPageSize * cI),
                               stream));
+    if (kv_bf16_copy) {
+      NW_ASSIGN_OR_RETURN(kv_pool16, DeviceBuffer<uint16_t>::AllocateOn(kv_pool.size(), stream));
+    }
   }
   layers.resize(static_cast<size_t>(cfg.n_layers));
   for (int l = 0; l < cfg.n_layers; ++l) {
@@ -359,10 +386,11 @@ Status CudaSequence::Impl::Init() {
     NW_ASSIGN_OR_RETURN(L.ring,
                         DevTensor::AllocateOn(static_cast<size_t>(cfg.window_size * d), stream));
     auto make_store = [&](RowStore& st, int64_t width, int64_t entries, DevTensor* pool, int* next,
-                          int64_t pool_pages) -> Status {
+                          int64_t pool_pages, DeviceBuffer<uint16_t>* pool16) -> Status {
       st.width = width;
       if (paged) {
         st.pool = pool;
+        st.pool16 = pool16;
         st.next_page = next;
         st.pool_pages = pool_pages;
         NW_ASSIGN_OR_RETURN(
@@ -374,11 +402,15 @@ Status CudaSequence::Impl::Init() {
       NW_ASSIGN_OR_RETURN(st.contiguous,
                           DevTensor::AllocateOn(
                               static_cast<size_t>(std::max<int64_t>(entries, 1) * width), stream));
+      if (pool16 != nullptr) {
+        NW_ASSIGN_OR_RETURN(st.contiguous16,
+                            DeviceBuffer<uint16_t>::AllocateOn(st.contiguous.size(), stream));
+      }
       return Status::Ok();
     };
     if (L.ratio > 0) {
-      NW_RETURN_IF_ERROR(
-          make_store(L.comp, d, spec.max_tokens / L.ratio, &kv_pool, &kv_next_page, kv_pages));
+      NW_RETURN_IF_ERROR(make_store(L.comp, d, spec.max_tokens / L.ratio, &kv_pool, &kv_next_page,
+                                    kv_pages, kv_bf16_copy ? &kv_pool16 : nullptr));
       const int64_t coff = L.ratio == 4 ? 2 : 1;
       L.kv_state.span = coff * L.ratio;
       L.kv_state.width = coff * d;
@@ -390,8 +422,8 @@ Status CudaSequence::Impl::Init() {
           DevTensor::AllocateOn(static_cast<size_t>(L.kv_state.span * L.kv_state.width), stream));
     }
     if (L.ratio == 4) {
-      NW_RETURN_IF_ERROR(
-          make_store(L.ikeys, cI, spec.max_tokens / 4, &idx_pool, &idx_next_page, idx_pages));
+      NW_RETURN_IF_ERROR(make_store(L.ikeys, cI, spec.max_tokens / 4, &idx_pool, &idx_next_page,
+                                    idx_pages, nullptr));
       L.ix_state.span = 8;
       L.ix_state.width = 2 * cI;
       NW_ASSIGN_OR_RETURN(L.ix_state.kv,
@@ -450,6 +482,7 @@ Status CudaSequence::Impl::EnsureScratch(int64_t n) {
   NW_RETURN_IF_ERROR(Grow(qr, n * q, stream));
   NW_RETURN_IF_ERROR(Grow(qh, n * H * d, stream));
   NW_RETURN_IF_ERROR(Grow(kvbuf, (W + n) * d, stream));
+  if (kv_bf16_copy) NW_RETURN_IF_ERROR(Grow(kvbuf16, (W + n) * d, stream));
   NW_RETURN_IF_ERROR(Grow(o, n * H * d, stream));
   NW_RETURN_IF_ERROR(Grow(oa, n * g * R, stream));
   NW_RETURN_IF_ERROR(Grow(ckv, (128 + n) * 2 * d, stream));
@@ -546,6 +579,7 @@ Status CudaSequence::Impl::Compress(const DevCompressor& c, bool indexer, const 
     StoreRowsParams sr;
     sr.src = ent.data();
     sr.dst = store.base();
+    sr.dst_bf16 = store.base16();
     sr.pages = store.table();
     sr.page_size = kPageSize;
     sr.first_entry = first_entry;
@@ -813,12 +847,24 @@ Status CudaSequence::Impl::Attention(int l, int64_t n, int64_t s) {
   sp.scale = static_cast<float>(std::pow(static_cast<double>(d), -0.5));
   sp.kv_format = KvFormat::kFp32;
   sp.sets[0].kv = kvbuf.data();
+  if (kv_bf16_copy) {  // the window's rows and the chunk's as bf16 (exact: bf16 values)
+    PackBf16Params pk;
+    pk.x = kvbuf.data();
+    pk.y = kvbuf16.data();
+    pk.rows = W + n;
+    pk.cols = static_cast<int>(d);
+    pk.x_stride = pk.y_stride = d;
+    NW_RETURN_IF_ERROR(LaunchPackBf16(pk, stream));
+    sp.kv_format = KvFormat::kBf16;
+    sp.sets[0].kv = kvbuf16.data();
+  }
   sp.sets[0].rows = W + n;
   sp.sets[0].indices = win_idx.data();
   sp.sets[0].lengths = win_len.data();
   sp.sets[0].index_stride = W;
   if (ratio > 0) {
-    sp.sets[1].kv = L.comp.base();
+    sp.sets[1].kv = kv_bf16_copy ? static_cast<const void*>(L.comp.base16())
+                                 : static_cast<const void*>(L.comp.base());
     sp.sets[1].rows = L.comp.rows();
     sp.sets[1].indices = comp_idx.data();
     sp.sets[1].lengths = comp_len.data();
@@ -827,7 +873,7 @@ Status CudaSequence::Impl::Attention(int l, int64_t n, int64_t s) {
   sp.round_bf16 = act_bf16;  // o is an activation rounding point
   // q and every KV row are bf16 values under bf16 activations with rounded KV (Norm, Rope and Kv
   // round them): the few-heads tensor-core kernel then applies (kernels/cuda/attention.h).
-  sp.bf16_values = act_bf16 && prof.kv != NumFormat::kFp32;
+  sp.bf16_values = kv_bf16_copy;
   NW_RETURN_IF_ERROR(LaunchSparseAttention(sp, stream));
   NW_RETURN_IF_ERROR(Rope(o.data(), n * H, d, static_cast<int>(nope), static_cast<int>(H),
                           positions.data(), cos, sin, true));
@@ -1089,9 +1135,9 @@ int64_t CudaSequence::Impl::StateBytes() const {
     b += static_cast<int64_t>(L.ring.bytes() + L.comp.contiguous.bytes() +
                               L.ikeys.contiguous.bytes() + L.kv_state.kv.bytes() +
                               L.kv_state.score.bytes() + L.ix_state.kv.bytes() +
-                              L.ix_state.score.bytes());
+                              L.ix_state.score.bytes() + L.comp.contiguous16.bytes());
   }
-  return b + static_cast<int64_t>(kv_pool.bytes() + idx_pool.bytes());
+  return b + static_cast<int64_t>(kv_pool.bytes() + kv_pool16.bytes() + idx_pool.bytes());
 }
 
 // ---- CudaSequence ------------------------------------------------------------------------------
@@ -1116,19 +1162,20 @@ Status CudaSequence::CheckFits(const ModelConfig& cfg, int64_t prefill_chunk,
   const double f = 4.0;  // bytes per stored value
   const double T = static_cast<double>(spec.max_tokens);
   double need = 4.0 * T * (cfg.rope_head_dim / 2) * f;  // four RoPE tables
+  const bool kv_copy = KvBf16Copy(spec.precision);      // + 2 bytes a compressed KV value
   for (int l = 0; l < cfg.n_layers; ++l) {
     const int r = cfg.ratio(l);
     need += static_cast<double>(cfg.window_size) * cfg.head_dim * f;
-    if (r > 0) need += (T / r + kPageSize) * cfg.head_dim * f;
+    if (r > 0) need += (T / r + kPageSize) * cfg.head_dim * (kv_copy ? f + 2.0 : f);
     if (r == 4) need += (T / 4 + kPageSize) * cfg.index_head_dim * f;
   }
   const double chunk = prefill_chunk > 0 ? std::min<double>(T, prefill_chunk) : T;
-  const double per_row = 2.0 * cfg.hc_mult * cfg.dim + 8.0 * cfg.dim + cfg.q_lora_rank +
-                         3.0 * cfg.n_heads * cfg.head_dim + cfg.o_groups * cfg.o_lora_rank +
-                         8.0 * cfg.head_dim + (4.0 + cfg.index_n_heads) * cfg.index_head_dim +
-                         cfg.n_activated_experts * (2.0 * cfg.moe_inter_dim + cfg.dim) +
-                         2.0 * cfg.moe_inter_dim + cfg.vocab_size + cfg.window_size +
-                         std::max(cfg.index_topk, 1) + T / 128;
+  const double per_row =
+      2.0 * cfg.hc_mult * cfg.dim + 8.0 * cfg.dim + cfg.q_lora_rank +
+      3.0 * cfg.n_heads * cfg.head_dim + cfg.o_groups * cfg.o_lora_rank +
+      (kv_copy ? 8.5 : 8.0) * cfg.head_dim + (4.0 + cfg.index_n_heads) * cfg.index_head_dim +
+      cfg.n_activated_experts * (2.0 * cfg.moe_inter_dim + cfg.dim) + 2.0 * cfg.moe_inter_dim +
+      cfg.vocab_size + cfg.window_size + std::max(cfg.index_topk, 1) + T / 128;
   need += chunk * per_row * f;
   size_t free_bytes = 0, total_bytes = 0;
   NW_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&free_bytes, &total_bytes));
@@ -1337,13 +1384,27 @@ Status CudaSequence::ImportState(const cpu::SequenceState& st) {
   NW_RETURN_IF_ERROR(CheckSequenceState(cfg, st, im.spec.max_tokens));
   const int64_t pos = st.position;
   const int64_t W = cfg.window_size, d = cfg.head_dim;
+  // The rows go up in one copy and into their (page-mapped) places, and the bf16 copy where the
+  // store keeps one, through the kernel the forward pass stores them with.
   auto put_rows = [&](RowStore& s, int64_t count, const std::vector<float>& in) -> Status {
     NW_RETURN_IF_ERROR(s.Reserve(count, im.stream));
-    for (int64_t i = 0; i < count; ++i) {
-      NW_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
-          s.base() + s.Row(i) * s.width, in.data() + i * s.width,
-          static_cast<size_t>(s.width) * sizeof(float), cudaMemcpyHostToDevice, im.stream));
-    }
+    if (count == 0) return Status::Ok();
+    NW_ASSIGN_OR_RETURN(DevTensor rows,
+                        DevTensor::AllocateOn(static_cast<size_t>(count * s.width), im.stream));
+    NW_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(rows.data(), in.data(),
+                                            static_cast<size_t>(count * s.width) * sizeof(float),
+                                            cudaMemcpyHostToDevice, im.stream));
+    StoreRowsParams sr;
+    sr.src = rows.data();
+    sr.dst = s.base();
+    sr.dst_bf16 = s.base16();
+    sr.pages = s.table();
+    sr.page_size = kPageSize;
+    sr.first_entry = 0;
+    sr.n = count;
+    sr.dim = s.width;
+    NW_RETURN_IF_ERROR(LaunchStoreRows(sr, im.stream));
+    NW_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(im.stream));  // `in` is read until here
     return Status::Ok();
   };
   auto put_state = [&](CompState& c, const std::vector<float>& kv,

@@ -19,7 +19,9 @@
 // (64-row pages from one per-sequence pool, addressed through per-layer page tables, read by the
 // paged indexer and the attention through mapped entry ids; "cuda-paged"). The sliding window is
 // a ring of window_size rows per layer in both. Stored values are fp32 (already rounded to the
-// profile's KV and index-key formats), as in the CPU simulation.
+// profile's KV and index-key formats), as in the CPU simulation. Under bf16 activations with KV
+// rounded (bf16 or fp8), the compressed KV also keeps a bf16 copy of its rows (exact: they are
+// bf16 values), which the attention reads with the window's rows packed to bf16 per chunk.
 // Thread-safety: one thread at a time; the DeviceModel must outlive the sequence.
 #pragma once
 
@@ -87,7 +89,8 @@ class CudaSequence final : public BackendSequence {
 
 /// Bytes of KV / index state one token adds at this shape (fp32 storage): per compressed layer
 /// head_dim floats per `ratio` tokens, per indexer layer index_head_dim floats per 4 tokens; the
-/// window ring (window_size rows per layer) and compressor states are a fixed cost on top.
+/// window ring (window_size rows per layer) and compressor states are a fixed cost on top. Under
+/// the profiles that keep a bf16 copy of the compressed KV, that copy adds half its bytes.
 int64_t StateBytesPerToken(const ModelConfig& cfg);
 
 }  // namespace nw::cuda

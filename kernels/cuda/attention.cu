@@ -245,7 +245,7 @@ Status LaunchSparseAttention(const SparseAttentionParams& p, cudaStream_t stream
     return Status::InvalidArgument("SparseAttention: head_dim above 512");
   }
   if (p.bf16_values && p.head_dim == detail::kFewHeadsDim && p.n_heads <= detail::kFewHeadsMax &&
-      (p.kv_format == KvFormat::kFp32 || p.kv_format == KvFormat::kBf16)) {
+      p.kv_format == KvFormat::kBf16) {
     return detail::LaunchSparseAttentionFewHeads(p, stream);
   }
   if (p.n_heads <= 4) return LaunchSimt<4>(p, stream);

@@ -16,10 +16,11 @@
 //     for P V); head_dim 128 or 512, n_heads <= 64, kv kBf16 or kV4Fp8.
 //   few heads, bf16 values (q fp32, bf16_values): q and the KV rows hold bf16 values (what the
 //     precision profiles that round activations and KV to bf16 store). With head_dim 128, at most
-//     8 heads and kFp32 or kBf16 KV, one warp per query runs S^T = K Q^T and O^T = V^T P^T on
-//     mma.sync (heads are the 8 columns, so no row is padding; P split into three bf16 pieces
-//     that sum to it exactly): every product exact, only the fp32 summation order differs from
-//     the CPU, within SIMT's tolerance. Other shapes take the SIMT path.
+//     8 heads and kBf16 KV, one warp per query runs S^T = K Q^T and O^T = V^T P^T on mma.sync
+//     (heads are the 8 columns, so no row is padding; P split into three bf16 pieces that sum to
+//     it exactly), the next 32 rows on their way by cp.async meanwhile: every product exact,
+//     only the fp32 summation order differs from the CPU, within SIMT's tolerance. Other shapes
+//     and kFp32 KV take the SIMT path.
 // Both are deterministic run to run. Every set's kv must be 16-byte aligned (vector loads).
 // Thread-safety: launchers are reentrant.
 #pragma once

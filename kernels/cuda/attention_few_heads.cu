@@ -1,7 +1,10 @@
 // Sparse attention on tensor cores for models with few heads (see attention.h,
-// SparseAttentionParams::bf16_values): q and the KV rows hold bf16 values in fp32 (or bf16)
-// storage, as under the precision profiles that round activations and KV to bf16. One warp per
-// query, four queries a block, no block barriers. Per 32-entry tile of the query's own entries:
+// SparseAttentionParams::bf16_values): q holds bf16 values in fp32 storage and the KV rows are
+// bf16, as under the precision profiles that round activations and KV to bf16. One warp per
+// query, two queries a block, no block barriers. The query's entries go in 32-entry tiles through
+// two shared-memory buffers: while the warp computes one tile, cp.async brings the next tile's
+// rows (16-byte pieces, zero-filled for -1 and out-of-range slots), so the gather's latency hides
+// behind the tensor-core work. Per tile:
 //   S^T = K Q^T on mma.sync m16n8k16: entries are the 16 rows of A, heads (padded to 8) the 8
 //     columns of B, so no work is spent on padding rows; bf16 times bf16 is exact, the sums are
 //     fp32;
@@ -22,7 +25,7 @@ namespace {
 
 constexpr int kDim = kFewHeadsDim;
 constexpr int kHeadsPad = 8;         // the n of m16n8k16
-constexpr int kWarps = 4;            // queries per block
+constexpr int kWarps = 2;            // queries per block (5 blocks fit an SM's shared memory)
 constexpr int kTile = 32;            // entries per tile (one lane each for the slots)
 constexpr int kStride = kDim + 8;    // bf16 per staged row: conflict-free fragments
 constexpr int kPStride = kTile + 8;  // bf16 per P row
@@ -30,11 +33,36 @@ constexpr int kPieces = 3;
 
 struct WarpSmem {
   uint16_t q[kHeadsPad * kStride];
-  uint16_t kv[kTile * kStride];
+  uint16_t kv[2][kTile * kStride];  // the tile being computed and the next one in flight
   uint16_t p[kPieces][kHeadsPad * kPStride];
-  int64_t row[kTile];
-  int set[kTile];
 };
+
+// Starts the copies of the tile of entries s0 .. s0 + 31 into `kv` (one group of cp.async) and
+// returns the tile's valid-entry mask (bit r: entry s0 + r has a row). Lane r finds entry
+// s0 + r's row; a lane then copies 16-byte piece lane % 16 of rows lane / 16, + 2, ...
+__device__ __forceinline__ uint32_t StageTile(const SparseAttentionParams& p, int64_t i,
+                                              int64_t len0, int64_t total, int64_t s0, uint16_t* kv,
+                                              int lane) {
+  const int64_t e = s0 + lane;
+  const uint16_t* src = nullptr;
+  if (e < total) {
+    const Slot slot = SlotAt(p, i, len0, e);
+    if (slot.row >= 0) src = static_cast<const uint16_t*>(p.sets[slot.set].kv) + slot.row * kDim;
+  }
+  const uint32_t valid = __ballot_sync(kFullMask, src != nullptr);
+  const int piece = lane & 15;
+  const void* dummy = p.q;  // a mapped address for the zero-filled copies
+#pragma unroll
+  for (int it = 0; it < kTile / 2; ++it) {
+    const int r = 2 * it + (lane >> 4);
+    const auto row = reinterpret_cast<const uint16_t*>(
+        __shfl_sync(kFullMask, reinterpret_cast<uintptr_t>(src), r));
+    CpAsync16(kv + r * kStride + piece * 8, row != nullptr ? row + piece * 8 : dummy,
+              row != nullptr);
+  }
+  CpAsyncCommit();
+  return valid;
+}
 
 __device__ __forceinline__ uint16_t Bf16Of(float v) {
   const __nv_bfloat16 b = __float2bfloat16_rn(v);
@@ -49,7 +77,6 @@ __device__ __forceinline__ float FloatOfBf16(uint16_t u) {
   return f;
 }
 
-template <KvFormat kFormat>
 __global__ void __launch_bounds__(kWarps * 32)
     SparseAttentionFewHeadsKernel(SparseAttentionParams p) {
   extern __shared__ uint4 smem_raw[];
@@ -84,35 +111,17 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
   for (int dt = 0; dt < kDim / 16; ++dt) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.0f;
 
-  for (int64_t s0 = 0; s0 < total; s0 += kTile) {
-    {
-      const int64_t e = s0 + lane;
-      Slot slot{0, -1};
-      if (e < total) slot = SlotAt(p, i, len0, e);
-      s.set[lane] = slot.set;
-      s.row[lane] = slot.row;
+  uint32_t valid = total > 0 ? StageTile(p, i, len0, total, 0, s.kv[0], lane) : 0u;
+  for (int64_t s0 = 0, t = 0; s0 < total; s0 += kTile, ++t) {
+    const uint16_t* kv = s.kv[t & 1];
+    uint32_t next_valid = 0;
+    if (s0 + kTile < total) {
+      next_valid = StageTile(p, i, len0, total, s0 + kTile, s.kv[(t + 1) & 1], lane);
+    } else {
+      CpAsyncCommit();  // an empty group: the wait below then always leaves one in flight
     }
-    __syncwarp();
-    // Stage the tile's rows as bf16: a lane takes 4 dims of every row.
-    for (int r = 0; r < kTile; ++r) {
-      const int64_t row = s.row[r];
-      uint2 packed = make_uint2(0u, 0u);
-      if (row >= 0) {
-        if constexpr (kFormat == KvFormat::kFp32) {
-          const float4 v = *reinterpret_cast<const float4*>(
-              static_cast<const float*>(p.sets[s.set[r]].kv) + row * kDim + 4 * lane);
-          packed.x =
-              static_cast<uint32_t>(Bf16Of(v.x)) | (static_cast<uint32_t>(Bf16Of(v.y)) << 16);
-          packed.y =
-              static_cast<uint32_t>(Bf16Of(v.z)) | (static_cast<uint32_t>(Bf16Of(v.w)) << 16);
-        } else {
-          packed = *reinterpret_cast<const uint2*>(
-              static_cast<const uint16_t*>(p.sets[s.set[r]].kv) + row * kDim + 4 * lane);
-        }
-      }
-      *reinterpret_cast<uint2*>(s.kv + r * kStride + 4 * lane) = packed;
-    }
-    __syncwarp();
+    CpAsyncWait<1>();  // this lane's copies of the current tile have landed
+    __syncwarp();      // and every lane's
 
     // S^T: two 16-entry tiles; z[mt][0..1] entry 16 mt + g, heads 2 t4 (+1); [2..3] entry + 8.
     float z[2][4];
@@ -121,7 +130,7 @@ __global__ void __launch_bounds__(kWarps * 32)
       z[mt][0] = z[mt][1] = z[mt][2] = z[mt][3] = 0.0f;
 #pragma unroll
       for (int kk = 0; kk < kDim / 16; ++kk) {
-        const uint16_t* ap = s.kv + (mt * 16 + g) * kStride + kk * 16 + 2 * t4;
+        const uint16_t* ap = kv + (mt * 16 + g) * kStride + kk * 16 + 2 * t4;
         uint32_t a[4];
         a[0] = *reinterpret_cast<const uint32_t*>(ap);
         a[1] = *reinterpret_cast<const uint32_t*>(ap + 8 * kStride);
@@ -138,11 +147,11 @@ __global__ void __launch_bounds__(kWarps * 32)
     for (int mt = 0; mt < 2; ++mt) {
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
-        const bool valid = s.row[mt * 16 + g + 8 * half] >= 0;
+        const bool has_row = (valid >> (mt * 16 + g + 8 * half)) & 1u;
 #pragma unroll
         for (int j = 0; j < 2; ++j) {
           float& v = z[mt][2 * half + j];
-          v = valid ? v * p.scale : -INFINITY;
+          v = has_row ? v * p.scale : -INFINITY;
           tile_max[j] = fmaxf(tile_max[j], v);
         }
       }
@@ -207,7 +216,7 @@ __global__ void __launch_bounds__(kWarps * 32)
         b[piece][1] = *reinterpret_cast<const uint32_t*>(bp + 8);
       }
       // ldmatrix rows: matrix mi covers entries kk 16 + 8 (mi >> 1) .., dims + 8 (mi & 1).
-      const uint16_t* vrow = s.kv + (kk * 16 + (mi >> 1) * 8 + rr) * kStride + (mi & 1) * 8;
+      const uint16_t* vrow = kv + (kk * 16 + (mi >> 1) * 8 + rr) * kStride + (mi & 1) * 8;
 #pragma unroll
       for (int dt = 0; dt < kDim / 16; ++dt) {
         uint32_t a[4];
@@ -218,8 +227,10 @@ __global__ void __launch_bounds__(kWarps * 32)
         }
       }
     }
-    __syncwarp();  // the tile's rows, slots and P are rewritten by the next tile
+    __syncwarp();  // this buffer and P are rewritten by the next tiles
+    valid = next_valid;
   }
+  CpAsyncWait<0>();  // nothing left in flight (the last tile's empty group)
 
   // Normalise and store: lane (g, t4) holds dims 16 dt + g (+8) of heads 2 t4 (+1).
   float* out = p.out + i * H * kDim;
@@ -239,29 +250,27 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 }
 
-template <KvFormat kFormat>
-Status LaunchAs(const SparseAttentionParams& p, cudaStream_t stream) {
+Status Launch(const SparseAttentionParams& p, cudaStream_t stream) {
   const size_t smem = sizeof(WarpSmem) * kWarps;
-  void (*kernel)(SparseAttentionParams) = SparseAttentionFewHeadsKernel<kFormat>;
-  NW_RETURN_IF_ERROR(AllowDynamicSharedMemory(reinterpret_cast<const void*>(kernel), smem,
-                                              "SparseAttentionFewHeadsKernel"));
-  kernel<<<static_cast<unsigned>((p.m + kWarps - 1) / kWarps), kWarps * 32, smem, stream>>>(p);
+  NW_RETURN_IF_ERROR(
+      AllowDynamicSharedMemory(reinterpret_cast<const void*>(&SparseAttentionFewHeadsKernel), smem,
+                               "SparseAttentionFewHeadsKernel"));
+  SparseAttentionFewHeadsKernel<<<static_cast<unsigned>((p.m + kWarps - 1) / kWarps), kWarps * 32,
+                                  smem, stream>>>(p);
   return NW_CUDA_LAUNCH_STATUS("SparseAttentionFewHeadsKernel");
 }
 
 }  // namespace
 
 Status LaunchSparseAttentionFewHeads(const SparseAttentionParams& p, cudaStream_t stream) {
-  if (p.head_dim != kDim || p.n_heads > kFewHeadsMax ||
-      (p.kv_format != KvFormat::kFp32 && p.kv_format != KvFormat::kBf16)) {
+  if (p.head_dim != kDim || p.n_heads > kFewHeadsMax || p.kv_format != KvFormat::kBf16) {
     return Status::InvalidArgument(
-        "SparseAttention (bf16 values): need head_dim 128, at most 8 heads and fp32 or bf16 KV");
+        "SparseAttention (bf16 values): need head_dim 128, at most 8 heads and bf16 KV");
   }
   if ((reinterpret_cast<uintptr_t>(p.q) % 16) != 0) {
     return Status::InvalidArgument("SparseAttention (bf16 values): q must be 16-byte aligned");
   }
-  return p.kv_format == KvFormat::kFp32 ? LaunchAs<KvFormat::kFp32>(p, stream)
-                                        : LaunchAs<KvFormat::kBf16>(p, stream);
+  return Launch(p, stream);
 }
 
 }  // namespace nw::cuda::detail

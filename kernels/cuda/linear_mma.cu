@@ -1,16 +1,23 @@
 // Linear layers on tensor cores (see linear.h, LinearParams::w_bf16): y = x W^T with x rounded to
-// bf16 as it is staged (or split into three bf16 pieces that sum to it exactly), the bf16 copy of
-// W (one piece, or three that sum to W exactly), mma.sync m16n8k16 and fp32 accumulation. The three
-// shapes of the exact kernel (dense, batched, gathered) with the same grid: a block computes a
-// 32-row x 64-output tile with four warps, warp w rows 16 (w % 2) .. +15 and outputs
-// 32 (w / 2) .. +31 (four n8 tiles), over 64- or 128-wide k tiles staged in shared memory as bf16.
+// bf16 (or split into three bf16 pieces that sum to it exactly), the bf16 copy of W (one piece,
+// or three that sum to W exactly), mma.sync m16n8k16 and fp32 accumulation. The three shapes of
+// the exact kernel (dense, batched, gathered) with the same grid: a block computes a 32-row x
+// 64-output tile with four warps, warp w rows 16 (w % 2) .. +15 and outputs 32 (w / 2) .. +31
+// (four n8 tiles), over 32-wide k tiles.
 // Every product of two bf16 values is exact in fp32; the summation order is the tensor cores',
 // fixed for a shape, so results are deterministic run to run.
+// Staging: k tiles go through Stages() shared-memory buffers (four with one W piece, two with
+// three: under the 48 KB a block gets without opting in), x as fp32 and W as bf16 pieces. When
+// every row of x and W starts 16-byte aligned, cp.async brings tiles Stages() - 1 ahead of the
+// MMAs (zero-filled past the edges), so the loads of later tiles fly while this one's run;
+// otherwise a tile is staged element by element, in the same buffers. The A fragments are
+// rounded (or split) from the fp32 tile as they are loaded.
 // Split k: a dense product whose tiles would leave most multiprocessors idle (few rows, or few
 // outputs over a long k: the mHC mixing linear, 24 outputs over 1,024 inputs) splits k into up to
 // kMaxSplits ranges, one grid z each, writing fp32 partial tiles; a second kernel adds them in
 // range order (deterministic) and applies the output rounding.
 #include <algorithm>
+#include <cstring>
 
 #include "kernels/cuda/common.h"
 #include "kernels/cuda/device_util.cuh"
@@ -25,33 +32,25 @@ namespace {
 constexpr int kThreads = 128;
 constexpr int kTm = kLinearTileRows;  // 32 rows per tile (the gathered tiles' height)
 constexpr int kTn = 64;               // outputs per tile
-// k per shared-memory tile: 128 with one piece on each side (half the staging rounds of a
-// 256-input linear, twice the loads in flight), 64 with three pieces on one side (shared memory).
-template <int kXParts, int kWParts>
-constexpr int TileK() {
-  return kXParts == 1 && kWParts == 1 ? 128 : 64;
-}
-
-__device__ __forceinline__ uint16_t Bf16Bits(float v) {
-  const __nv_bfloat16 b = __float2bfloat16_rn(v);
-  uint16_t u;
-  memcpy(&u, &b, sizeof(u));
-  return u;
-}
+constexpr int kTk = 32;               // k per staged tile
+constexpr int kXStride = kTk + 8;     // floats per staged x row: conflict-free float2 reads
+constexpr int kWStride = kTk + 8;     // bf16 per staged W row: conflict-free fragment loads
 
 // x -> up to three bf16 pieces: hi = bf16(x), mid = bf16(x - hi), lo = bf16(x - hi - mid); each
 // difference is exact in fp32 and the pieces sum to x exactly (24 significand bits in three 8-bit
-// pieces).
+// pieces). One piece is bf16(x), round to nearest even.
+// The pieces of two consecutive x values as kParts packed bf16 pairs (first in the low half).
 template <int kParts>
-__device__ __forceinline__ void SplitBf16(float v, uint16_t (&out)[kParts]) {
-  float r = v;
+__device__ __forceinline__ void PackPieces(float2 v, uint32_t (&out)[kParts]) {
 #pragma unroll
   for (int i = 0; i < kParts; ++i) {
-    out[i] = Bf16Bits(r);
-    uint32_t bits = static_cast<uint32_t>(out[i]) << 16;
-    float piece;
-    memcpy(&piece, &bits, sizeof(piece));
-    r = r - piece;
+    const __nv_bfloat162 b = __floats2bfloat162_rn(v.x, v.y);
+    memcpy(&out[i], &b, sizeof(out[i]));
+    if (i + 1 < kParts) {
+      const float2 f = __bfloat1622float2(b);
+      v.x -= f.x;
+      v.y -= f.y;
+    }
   }
 }
 
@@ -66,12 +65,78 @@ struct SplitK {
   float* partial = nullptr;
 };
 
+// One stage's buffers.
+template <int kWParts>
+struct Stage {
+  float x[kTm * kXStride];
+  uint16_t w[kWParts][kTn * kWStride];
+};
+
+// Buffers: a tile being computed, the rest on their way.
+template <int kWParts>
+constexpr int Stages() {
+  return kWParts == 1 ? 4 : 2;
+}
+template <int kWParts>
+constexpr size_t SmemBytes() {
+  return sizeof(Stage<kWParts>) * Stages<kWParts>();
+}
+static_assert(SmemBytes<1>() <= 48 * 1024 && SmemBytes<3>() <= 48 * 1024,
+              "the linear kernels launch without opting in to more shared memory");
+
+// Stages k tile [k0, k0 + kTk) of the block's rows and outputs into `st` (zeros past the edges):
+// by cp.async when `async` (16-byte aligned rows), else element by element.
+template <int kWParts>
+__device__ __forceinline__ void StageTile(const LinearParams& p, const float* x, const uint16_t* w,
+                                          const int32_t* xrow, int64_t o0, int64_t k0,
+                                          int64_t k_end, bool async, Stage<kWParts>& st, int tid) {
+  if (async) {
+    // x: 32 rows x 8 pieces of 4 floats; W: 64 rows x 4 pieces of 8 bf16 (in % 8 == 0: a piece
+    // is wholly inside k_end or wholly past it).
+#pragma unroll
+    for (int j = 0; j < kTm * (kTk / 4) / kThreads; ++j) {
+      const int c = tid + j * kThreads;
+      const int r = c / (kTk / 4), kk = (c % (kTk / 4)) * 4;
+      const int32_t xr = xrow[r];
+      const bool ok = xr >= 0 && k0 + kk < k_end;
+      CpAsync16(st.x + r * kXStride + kk,
+                ok ? x + static_cast<int64_t>(xr) * p.x_stride + k0 + kk : x, ok);
+    }
+#pragma unroll
+    for (int part = 0; part < kWParts; ++part) {
+      const uint16_t* wp = w + part * p.w_piece_stride;
+#pragma unroll
+      for (int j = 0; j < kTn * (kTk / 8) / kThreads; ++j) {
+        const int c = tid + j * kThreads;
+        const int o = c / (kTk / 8), kk = (c % (kTk / 8)) * 8;
+        const bool ok = o0 + o < p.out && k0 + kk < k_end;
+        CpAsync16(st.w[part] + o * kWStride + kk, ok ? wp + (o0 + o) * p.in + k0 + kk : wp, ok);
+      }
+    }
+    return;
+  }
+  for (int c = tid; c < kTm * kTk; c += kThreads) {
+    const int r = c / kTk, kk = c % kTk;
+    const int32_t xr = xrow[r];
+    st.x[r * kXStride + kk] =
+        (xr >= 0 && k0 + kk < k_end) ? x[static_cast<int64_t>(xr) * p.x_stride + k0 + kk] : 0.0f;
+  }
+#pragma unroll 1
+  for (int part = 0; part < kWParts; ++part) {
+    const uint16_t* wp = w + part * p.w_piece_stride;
+    for (int c = tid; c < kTn * kTk; c += kThreads) {
+      const int o = c / kTk, kk = c % kTk;
+      st.w[part][o * kWStride + kk] =
+          (o0 + o < p.out && k0 + kk < k_end) ? wp[(o0 + o) * p.in + k0 + kk] : uint16_t{0};
+    }
+  }
+}
+
 template <int kXParts, int kWParts>
 __global__ void __launch_bounds__(kThreads) LinearMmaKernel(LinearParams p, SplitK split) {
-  constexpr int kTk = TileK<kXParts, kWParts>();
-  constexpr int kStride = kTk + 8;  // bf16 per smem row: conflict-free fragment loads
-  __shared__ __align__(16) uint16_t xs[kXParts][kTm * kStride];
-  __shared__ __align__(16) uint16_t ws[kWParts][kTn * kStride];
+  constexpr int kStages = Stages<kWParts>();
+  extern __shared__ uint4 smem_raw[];
+  Stage<kWParts>* stages = reinterpret_cast<Stage<kWParts>*>(smem_raw);
   __shared__ int32_t xrow[kTm];
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
   const int64_t o0 = static_cast<int64_t>(blockIdx.y) * kTn;
@@ -93,10 +158,10 @@ __global__ void __launch_bounds__(kThreads) LinearMmaKernel(LinearParams p, Spli
   float* y = tile.y;
   const int64_t row0 = tile.row0;
 
-  // Vector loads when every row starts 16-byte aligned (x: 4 floats, w: 8 bf16).
-  const bool xvec =
-      p.in % 4 == 0 && p.x_stride % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
-  const bool wvec = p.in % 8 == 0 && reinterpret_cast<uintptr_t>(w) % 16 == 0;
+  // cp.async when every row starts 16-byte aligned (x: 4 floats, w: 8 bf16).
+  const bool async =
+      p.in % 8 == 0 && p.x_stride % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
+      reinterpret_cast<uintptr_t>(w) % 16 == 0 && (kWParts == 1 || p.w_piece_stride % 8 == 0);
   const int wr = (warp & 1) * 16, wc = (warp >> 1) * 32;
   float acc[4][4];
 #pragma unroll
@@ -104,80 +169,43 @@ __global__ void __launch_bounds__(kThreads) LinearMmaKernel(LinearParams p, Spli
 #pragma unroll
     for (int i = 0; i < 4; ++i) acc[nt][i] = 0.0f;
 
-  for (int64_t k0 = k_begin; k0 < k_end; k0 += kTk) {
-    // x tile: 32 rows x 64 k as kXParts bf16 pieces (zeros past the edges).
-    if (xvec) {
-      for (int c = tid; c < kTm * (kTk / 4); c += kThreads) {
-        const int r = c / (kTk / 4), kk = (c % (kTk / 4)) * 4;
-        const int32_t xr = xrow[r];
-        float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        if (xr >= 0 && k0 + kk < k_end) {
-          v = *reinterpret_cast<const float4*>(x + static_cast<int64_t>(xr) * p.x_stride + k0 + kk);
-        }
-        uint16_t e0[kXParts], e1[kXParts], e2[kXParts], e3[kXParts];
-        SplitBf16<kXParts>(v.x, e0);
-        SplitBf16<kXParts>(v.y, e1);
-        SplitBf16<kXParts>(v.z, e2);
-        SplitBf16<kXParts>(v.w, e3);
+  const int64_t tiles = (k_end - k_begin + kTk - 1) / kTk;
 #pragma unroll
-        for (int part = 0; part < kXParts; ++part) {
-          uint2 packed;
-          packed.x = static_cast<uint32_t>(e0[part]) | (static_cast<uint32_t>(e1[part]) << 16);
-          packed.y = static_cast<uint32_t>(e2[part]) | (static_cast<uint32_t>(e3[part]) << 16);
-          *reinterpret_cast<uint2*>(xs[part] + r * kStride + kk) = packed;
-        }
-      }
-    } else {
-      for (int c = tid; c < kTm * kTk; c += kThreads) {
-        const int r = c / kTk, kk = c % kTk;
-        const int32_t xr = xrow[r];
-        const float v = (xr >= 0 && k0 + kk < k_end)
-                            ? x[static_cast<int64_t>(xr) * p.x_stride + k0 + kk]
-                            : 0.0f;
-        uint16_t e[kXParts];
-        SplitBf16<kXParts>(v, e);
-#pragma unroll
-        for (int part = 0; part < kXParts; ++part) xs[part][r * kStride + kk] = e[part];
-      }
+  for (int t = 0; t < kStages - 1; ++t) {
+    if (t < tiles) {
+      StageTile<kWParts>(p, x, w, xrow, o0, k_begin + t * kTk, k_end, async, stages[t], tid);
     }
-    // w tile: 64 outputs x 64 k, each of the kWParts pieces.
-#pragma unroll 1
-    for (int part = 0; part < kWParts; ++part) {
-      const uint16_t* wp = w + part * p.w_piece_stride;
-      if (wvec) {
-        for (int c = tid; c < kTn * (kTk / 8); c += kThreads) {
-          const int o = c / (kTk / 8), kk = (c % (kTk / 8)) * 8;
-          uint4 v = make_uint4(0, 0, 0, 0);
-          if (o0 + o < p.out && k0 + kk < k_end) {
-            v = *reinterpret_cast<const uint4*>(wp + (o0 + o) * p.in + k0 + kk);
-          }
-          *reinterpret_cast<uint4*>(ws[part] + o * kStride + kk) = v;
-        }
-      } else {
-        for (int c = tid; c < kTn * kTk; c += kThreads) {
-          const int o = c / kTk, kk = c % kTk;
-          ws[part][o * kStride + kk] =
-              (o0 + o < p.out && k0 + kk < k_end) ? wp[(o0 + o) * p.in + k0 + kk] : uint16_t{0};
-        }
+    CpAsyncCommit();  // one group a tile, empty ones included: the wait below counts them
+  }
+  for (int64_t t = 0; t < tiles; ++t) {
+    CpAsyncWait<kStages - 2>();  // this thread's copies of tile t have landed
+    __syncthreads();             // everyone's; and tile t - 1's buffer is free again
+    {
+      const int64_t ahead = t + kStages - 1;
+      if (ahead < tiles) {
+        StageTile<kWParts>(p, x, w, xrow, o0, k_begin + ahead * kTk, k_end, async,
+                           stages[ahead % kStages], tid);
       }
+      CpAsyncCommit();
     }
-    __syncthreads();
+    const Stage<kWParts>& st = stages[t % kStages];
 #pragma unroll
     for (int s = 0; s < kTk / 16; ++s) {
-      uint32_t a[kXParts][4];
+      uint32_t a[kXParts][4];  // the A fragment of each x piece
+      const float* ap = st.x + (wr + g) * kXStride + s * 16 + 2 * t4;
+      const int offsets[4] = {0, 8 * kXStride, 8, 8 * kXStride + 8};
 #pragma unroll
-      for (int part = 0; part < kXParts; ++part) {
-        const uint16_t* ap = xs[part] + (wr + g) * kStride + s * 16 + 2 * t4;
-        a[part][0] = *reinterpret_cast<const uint32_t*>(ap);
-        a[part][1] = *reinterpret_cast<const uint32_t*>(ap + 8 * kStride);
-        a[part][2] = *reinterpret_cast<const uint32_t*>(ap + 8);
-        a[part][3] = *reinterpret_cast<const uint32_t*>(ap + 8 * kStride + 8);
+      for (int i = 0; i < 4; ++i) {
+        uint32_t pieces[kXParts];
+        PackPieces<kXParts>(*reinterpret_cast<const float2*>(ap + offsets[i]), pieces);
+#pragma unroll
+        for (int part = 0; part < kXParts; ++part) a[part][i] = pieces[part];
       }
 #pragma unroll
       for (int nt = 0; nt < 4; ++nt) {
 #pragma unroll
         for (int wpart = kWParts - 1; wpart >= 0; --wpart) {
-          const uint16_t* bp = ws[wpart] + (wc + nt * 8 + g) * kStride + s * 16 + 2 * t4;
+          const uint16_t* bp = st.w[wpart] + (wc + nt * 8 + g) * kWStride + s * 16 + 2 * t4;
           const uint32_t b0 = *reinterpret_cast<const uint32_t*>(bp);
           const uint32_t b1 = *reinterpret_cast<const uint32_t*>(bp + 8);
           // Smallest pieces first.
@@ -186,8 +214,8 @@ __global__ void __launch_bounds__(kThreads) LinearMmaKernel(LinearParams p, Spli
         }
       }
     }
-    __syncthreads();
   }
+  CpAsyncWait<0>();  // the trailing empty groups
 
   // C fragment: rows g and g + 8 of the warp's 16, outputs 2 t4 and 2 t4 + 1 of each n8 tile.
 #pragma unroll
@@ -236,14 +264,14 @@ Status LaunchAs(const LinearParams& p, cudaStream_t stream) {
   }
   if (split.count > 1) {
     split.chunk = (p.in + split.count - 1) / split.count;
-    constexpr int kTk = TileK<kXParts, kWParts>();
     split.chunk = (split.chunk + kTk - 1) / kTk * kTk;
     split.count = static_cast<int>((p.in + split.chunk - 1) / split.chunk);
   }
+  constexpr size_t smem = SmemBytes<kWParts>();
   if (split.count <= 1) {
     const dim3 grid(static_cast<unsigned>(row_tiles), static_cast<unsigned>(out_tiles),
                     static_cast<unsigned>(p.batches));
-    LinearMmaKernel<kXParts, kWParts><<<grid, kThreads, 0, stream>>>(p, SplitK{});
+    LinearMmaKernel<kXParts, kWParts><<<grid, kThreads, smem, stream>>>(p, SplitK{});
     return NW_CUDA_LAUNCH_STATUS("LinearMmaKernel");
   }
   NW_ASSIGN_OR_RETURN(auto partial, DeviceBuffer<float>::AllocateOn(
@@ -251,7 +279,7 @@ Status LaunchAs(const LinearParams& p, cudaStream_t stream) {
   split.partial = partial.data();
   const dim3 grid(static_cast<unsigned>(row_tiles), static_cast<unsigned>(out_tiles),
                   static_cast<unsigned>(split.count));
-  LinearMmaKernel<kXParts, kWParts><<<grid, kThreads, 0, stream>>>(p, split);
+  LinearMmaKernel<kXParts, kWParts><<<grid, kThreads, smem, stream>>>(p, split);
   NW_RETURN_IF_ERROR(NW_CUDA_LAUNCH_STATUS("LinearMmaKernel (split k)"));
   const int64_t total = p.rows * p.out;
   LinearSplitSumKernel<<<static_cast<unsigned>(std::clamp<int64_t>((total + 255) / 256, 1, want)),

@@ -57,3 +57,25 @@ __device__ __forceinline__ void LdMatrixX4Trans(uint32_t (&r)[4], const void* ro
 }
 
 }  // namespace nw::cuda::detail
+
+namespace nw::cuda::detail {
+
+/// cp.async of 16 bytes global -> shared (bypassing L1), zero-filled when `valid` is false (no
+/// global read then; `src` must still be a mapped address). Completes at CpAsyncWait.
+__device__ __forceinline__ void CpAsync16(void* dst_shared, const void* src, bool valid) {
+  const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst_shared));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src),
+               "r"(valid ? 16 : 0)
+               : "memory");
+}
+/// Closes this thread's cp.async group.
+__device__ __forceinline__ void CpAsyncCommit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+/// Waits until at most `kPending` of this thread's committed groups are still in flight.
+template <int kPending>
+__device__ __forceinline__ void CpAsyncWait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+
+}  // namespace nw::cuda::detail

@@ -119,7 +119,9 @@ __global__ void __launch_bounds__(kThreads) StoreRowsKernel(StoreRowsParams p) {
         p.pages == nullptr
             ? e
             : static_cast<int64_t>(p.pages[e / p.page_size]) * p.page_size + e % p.page_size;
-    p.dst[row * p.dim + c] = p.src[i];
+    const float v = p.src[i];
+    p.dst[row * p.dim + c] = v;
+    if (p.dst_bf16 != nullptr) p.dst_bf16[row * p.dim + c] = quant::FloatToBf16Bits(v);
   }
 }
 

@@ -81,10 +81,13 @@ struct RingUpdateParams {
 Status LaunchRingUpdate(const RingUpdateParams& p, cudaStream_t stream);
 
 /// Copies rows of a store into rows addressed through a page table (or contiguous when pages is
-/// null): dst[map(first_entry + i), :] = src[i, :] for i < n.
+/// null): dst[map(first_entry + i), :] = src[i, :] for i < n; with dst_bf16 also the same rows as
+/// bf16 bits (round to nearest even; exact for the stores that hold bf16 values: the bf16 copy
+/// of the compressed KV the attention reads under the bf16 profiles).
 struct StoreRowsParams {
   const float* src = nullptr;  // [n, dim]
   float* dst = nullptr;
+  uint16_t* dst_bf16 = nullptr;  // optional, same row layout as dst
   const int32_t* pages = nullptr;
   int page_size = 64;
   int64_t first_entry = 0;

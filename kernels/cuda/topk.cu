@@ -58,21 +58,31 @@ __device__ void FindThresholdBin(TopKShared& s, int bins, uint32_t remaining) {
   __syncthreads();
 }
 
-/// Sorts s.items[0..size) descending (size a power of two, <= kMaxTopK).
-__device__ void BitonicSortDescending(unsigned long long* items, int size) {
+struct BlockBarrier {
+  __device__ void operator()() const { __syncthreads(); }
+};
+struct WarpBarrier {
+  __device__ void operator()() const { __syncwarp(); }
+};
+
+/// Sorts items[0..size) (size a power of two) with a bitonic network, descending or ascending:
+/// the calling group's threads first, first + step, ... take the compare-exchanges of a stage,
+/// and `barrier` (the block's or the warp's) separates the stages.
+template <bool kDescending, class T, class Barrier>
+__device__ void BitonicSort(T* items, int size, int first, int step, Barrier barrier) {
   for (int block = 2; block <= size; block <<= 1) {
     for (int stride = block / 2; stride > 0; stride >>= 1) {
-      for (int t = threadIdx.x; t < size / 2; t += kThreads) {
+      for (int t = first; t < size / 2; t += step) {
         const int i = (t / stride) * 2 * stride + (t % stride);
         const int j = i + stride;
-        const bool desc = (i & block) == 0;
-        const unsigned long long a = items[i], b = items[j];
-        if (desc ? a < b : a > b) {
+        const bool leading = (i & block) == 0;  // sorted in the requested direction
+        const T a = items[i], b = items[j];
+        if (leading == kDescending ? a < b : a > b) {
           items[i] = b;
           items[j] = a;
         }
       }
-      __syncthreads();
+      barrier();
     }
   }
 }
@@ -170,7 +180,7 @@ __global__ void __launch_bounds__(kThreads)
     while (size < take) size <<= 1;
     for (int j = take + threadIdx.x; j < size; j += kThreads) s.items[j] = 0ull;
     __syncthreads();
-    if (take > 1) BitonicSortDescending(s.items, size);
+    if (take > 1) BitonicSort<true>(s.items, size, threadIdx.x, kThreads, BlockBarrier{});
     for (int j = threadIdx.x; j < p.k; j += kThreads) {
       out[j] =
           j < take ? static_cast<int32_t>(0xFFFFFFFFu - static_cast<uint32_t>(s.items[j])) : -1;
@@ -196,22 +206,8 @@ __global__ void __launch_bounds__(kThreads)
     items[j] = local < 0 ? 0xFFFFFFFFu : static_cast<uint32_t>(off + local);
   }
   __syncthreads();
-  // Ascending bitonic sort (-1 as 0xFFFFFFFF goes last).
-  for (int block = 2; block <= size; block <<= 1) {
-    for (int stride = block / 2; stride > 0; stride >>= 1) {
-      for (int t = threadIdx.x; t < size / 2; t += kThreads) {
-        const int i = (t / stride) * 2 * stride + (t % stride);
-        const int j = i + stride;
-        const bool asc = (i & block) == 0;
-        const uint32_t a = items[i], b = items[j];
-        if (asc ? a > b : a < b) {
-          items[i] = b;
-          items[j] = a;
-        }
-      }
-      __syncthreads();
-    }
-  }
+  // Ascending (-1 as 0xFFFFFFFF goes last).
+  BitonicSort<false>(items, size, threadIdx.x, kThreads, BlockBarrier{});
   const float* row = p.scores + r * p.stride;
   const int64_t width = seg.count * p.k;
   for (int j = threadIdx.x; j < p.k; j += kThreads) {
@@ -314,25 +310,6 @@ struct WarpBinner {
     return static_cast<int>(static_cast<unsigned long long>(key - klo) * kWarpBins / kwidth);
   }
 };
-
-/// Sorts items[0..size) descending within one warp (size a power of two).
-__device__ void WarpBitonicSortDescending(unsigned long long* items, int size, int lane) {
-  for (int block = 2; block <= size; block <<= 1) {
-    for (int stride = block / 2; stride > 0; stride >>= 1) {
-      for (int t = lane; t < size / 2; t += 32) {
-        const int i = (t / stride) * 2 * stride + (t % stride);
-        const int j = i + stride;
-        const bool desc = (i & block) == 0;
-        const unsigned long long a = items[i], b = items[j];
-        if (desc ? a < b : a > b) {
-          items[i] = b;
-          items[j] = a;
-        }
-      }
-      __syncwarp();
-    }
-  }
-}
 
 __global__ void __launch_bounds__(kWarpRowsPerBlock * 32) TopKWarpKernel(TopKParams p) {
   __shared__ WarpTopKShared shared[kWarpRowsPerBlock];
@@ -471,7 +448,7 @@ __global__ void __launch_bounds__(kWarpRowsPerBlock * 32) TopKWarpKernel(TopKPar
     while (size < static_cast<int>(count)) size <<= 1;
     for (int j = static_cast<int>(count) + lane; j < size; j += 32) s.items[j] = 0ull;
     __syncwarp();
-    if (count > 1) WarpBitonicSortDescending(s.items, size, lane);
+    if (count > 1) BitonicSort<true>(s.items, size, lane, 32, WarpBarrier{});
     for (int j = lane; j < p.k; j += 32) {
       out[j] =
           j < take ? static_cast<int32_t>(0xFFFFFFFFu - static_cast<uint32_t>(s.items[j])) : -1;

@@ -229,14 +229,18 @@ TEST(CudaAttention, TensorCoresBf16Kv) {
 TEST(CudaAttention, FewHeadsBf16ValuesOnTensorCores) {
   NW_REQUIRE_GPU();
   uint64_t seed = 40;
-  // The tiny model's shape (4 heads x 128, window 128, top 64), 1 to 8 heads, fp32 and bf16 KV
-  // storage, a 256-entry compressed set (ratio 128) and ragged tiles; within SIMT's tolerance of
-  // the CPU on the same bf16 values.
-  RunAttention({37, 4, 128, 64, 128, 64, KvFormat::kFp32, false, true}, seed++);
-  RunAttention({9, 1, 128, 64, 128, 256, KvFormat::kFp32, false, true}, seed++);
+  // The tiny model's shape (4 heads x 128, window 128, top 64), 1 to 8 heads, bf16 KV, a
+  // 256-entry compressed set (ratio 128: 12 tiles through the two staging buffers), ragged
+  // tiles, an odd query count (a block's second warp idle), queries with no entry and with only
+  // invalid ones; within SIMT's tolerance of the CPU on the same bf16 values.
+  RunAttention({37, 4, 128, 64, 128, 64, KvFormat::kBf16, false, true}, seed++);
+  RunAttention({9, 1, 128, 64, 128, 256, KvFormat::kBf16, false, true}, seed++);
   RunAttention({10, 8, 128, 64, 33, 65, KvFormat::kBf16, false, true}, seed++);
-  RunAttention({5, 3, 128, 64, 7, 1, KvFormat::kFp32, false, true}, seed++);
-  // Shapes it does not take run the SIMT kernel, same contract.
+  RunAttention({5, 3, 128, 64, 7, 1, KvFormat::kBf16, false, true}, seed++);
+  RunAttention({301, 4, 128, 64, 128, 128, KvFormat::kBf16, false, true}, seed++);
+  // What it does not take (fp32 KV storage, more heads, another head_dim) runs the SIMT kernel,
+  // same contract.
+  RunAttention({37, 4, 128, 64, 128, 64, KvFormat::kFp32, false, true}, seed++);
   RunAttention({6, 9, 128, 64, 31, 33, KvFormat::kFp32, false, true}, seed++);
   RunAttention({6, 4, 96, 32, 31, 33, KvFormat::kFp32, false, true}, seed++);
 }

@@ -1,5 +1,5 @@
 // RoPE (forward and inverse, YaRN tables), RMSNorm, Hadamard, argmax and compressor pooling
-// against kernels/cpu on deterministic random inputs.
+// against kernels/cpu on deterministic random inputs; the store of compressed rows.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -17,6 +17,7 @@
 #include "kernels/cuda/compress.h"
 #include "kernels/cuda/norm.h"
 #include "kernels/cuda/rope.h"
+#include "kernels/cuda/sequence_ops.h"
 #include "kernels/quant/quant.h"
 #include "tests/cuda/test_util.h"
 
@@ -387,6 +388,56 @@ TEST(CudaCompress, MatchesCpuPooling) {
   bad.first_entry = 2;  // needs tokens 4..11
   bad.n_entries = 1;
   EXPECT_EQ(LaunchCompressPool(bad, nullptr).code(), StatusCode::kInvalidArgument);
+}
+
+// ---- Store rows -----------------------------------------------------------------------------
+
+// Rows land at their page-mapped (or contiguous) places, the bf16 copy holds each value's bf16
+// bits, and nothing outside the written rows changes.
+TEST(CudaStoreRows, PagedRowsAndTheirBf16Copy) {
+  NW_REQUIRE_GPU();
+  constexpr int kDim = 24, kPage = 4;
+  const std::vector<int32_t> pages = {3, 0, 2, 1};  // logical page -> physical page
+  for (const bool paged : {false, true}) {
+    SCOPED_TRACE(paged ? "paged" : "contiguous");
+    Rng rng(paged ? 71 : 70);
+    const int64_t first = 5, n = 9, rows = kPage * static_cast<int64_t>(pages.size());
+    std::vector<float> src(static_cast<size_t>(n * kDim));
+    for (float& v : src) v = rng.Wide();
+    src[3] = std::numeric_limits<float>::quiet_NaN();
+    const std::vector<float> before(static_cast<size_t>(rows * kDim), -7.0f);
+    const std::vector<uint16_t> before16(before.size(), 0xABCD);
+    Guarded<float> dsrc(src), ddst(before);
+    Guarded<uint16_t> ddst16(before16);
+    Guarded<int32_t> dpages(pages);
+    StoreRowsParams p;
+    p.src = dsrc.get();
+    p.dst = ddst.get();
+    p.dst_bf16 = ddst16.get();
+    p.pages = paged ? dpages.get() : nullptr;
+    p.page_size = kPage;
+    p.first_entry = first;
+    p.n = n;
+    p.dim = kDim;
+    NW_ASSERT_OK(LaunchStoreRows(p, nullptr));
+    NW_ASSERT_SYNC();
+    std::vector<float> want = before;
+    std::vector<uint16_t> want16 = before16;
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t e = first + i;
+      const int64_t row =
+          paged ? int64_t{pages[static_cast<size_t>(e / kPage)]} * kPage + e % kPage : e;
+      for (int c = 0; c < kDim; ++c) {
+        const float v = src[static_cast<size_t>(i * kDim + c)];
+        want[static_cast<size_t>(row * kDim + c)] = v;
+        want16[static_cast<size_t>(row * kDim + c)] = quant::FloatToBf16Bits(v);
+      }
+    }
+    EXPECT_TRUE(BitEqual(ddst.Download(), want));
+    EXPECT_EQ(ddst16.Download(), want16);
+    EXPECT_TRUE(ddst.GuardsIntact());
+    EXPECT_TRUE(ddst16.GuardsIntact());
+  }
 }
 
 }  // namespace
