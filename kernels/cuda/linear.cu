@@ -45,7 +45,7 @@ __global__ void __launch_bounds__(kThreads) LinearKernel(LinearParams p) {
   const int64_t o0 = static_cast<int64_t>(blockIdx.y) * kTn;
 
   detail::LinearTile<float> tile;
-  if (!detail::SetUpLinearTile<kTm>(p, p.w, xrow, &tile)) return;
+  if (!detail::SetUpLinearTile<kTm>(p, p.w, blockIdx.x, xrow, &tile)) return;
   const float* x = tile.x;
   const float* w = tile.w;
   float* y = tile.y;
@@ -165,7 +165,7 @@ __global__ void __launch_bounds__(kThreads) LinearSplitLanesKernel(LinearParams 
   const int64_t o0 = static_cast<int64_t>(blockIdx.y) * kOuts;
 
   detail::LinearTile<float> tile;
-  if (!detail::SetUpLinearTile<kRows>(p, p.w, xrow, &tile)) return;
+  if (!detail::SetUpLinearTile<kRows>(p, p.w, blockIdx.x, xrow, &tile)) return;
   const float* x = tile.x;
   const float* w = tile.w;
   float* y = tile.y;

@@ -1,21 +1,21 @@
 // Linear layers on tensor cores (see linear.h, LinearParams::w_bf16): y = x W^T with x rounded to
 // bf16 (or split into three bf16 pieces that sum to it exactly), the bf16 copy of W (one piece,
 // or three that sum to W exactly), mma.sync m16n8k16 and fp32 accumulation. The three shapes of
-// the exact kernel (dense, batched, gathered) with the same grid: a block computes a 32-row x
+// the exact kernel (dense, batched, gathered): a block computes a 32-row x
 // 64-output tile with four warps, warp w rows 16 (w % 2) .. +15 and outputs 32 (w / 2) .. +31
 // (four n8 tiles), over 32-wide k tiles.
 // Every product of two bf16 values is exact in fp32; the summation order is the tensor cores',
 // fixed for a shape, so results are deterministic run to run.
-// Staging: k tiles go through Stages() shared-memory buffers (four with one W piece, two with
-// three: under the 48 KB a block gets without opting in), x as fp32 and W as bf16 pieces. When
-// every row of x and W starts 16-byte aligned, cp.async brings tiles Stages() - 1 ahead of the
-// MMAs (zero-filled past the edges), so the loads of later tiles fly while this one's run;
-// otherwise a tile is staged element by element, in the same buffers. The A fragments are
-// rounded (or split) from the fp32 tile as they are loaded.
-// Split k: a dense product whose tiles would leave most multiprocessors idle (few rows, or few
-// outputs over a long k: the mHC mixing linear, 24 outputs over 1,024 inputs) splits k into up to
-// kMaxSplits ranges, one grid z each, writing fp32 partial tiles; a second kernel adds them in
-// range order (deterministic) and applies the output rounding.
+// Staging: k tiles go through Stages() shared-memory buffers (three with one W piece, two with
+// three: under the 48 KB a block gets without opting in, and room for seven blocks an SM), x as
+// fp32 and W as bf16 pieces. When every row of x and W starts 16-byte aligned, cp.async brings
+// tiles Stages() - 1 ahead of the MMAs (zero-filled past the edges), so the loads of later tiles
+// fly while this one's run; otherwise a tile is staged element by element, in the same buffers. The
+// A fragments are rounded (or split) from the fp32 tile as they are loaded. Split k: a dense
+// product whose tiles would leave most multiprocessors idle (few rows, or few outputs over a long
+// k: the mHC mixing linear, 24 outputs over 1,024 inputs) splits k into up to kMaxSplits ranges,
+// one grid z each, writing fp32 partial tiles; a second kernel adds them in range order
+// (deterministic) and applies the output rounding.
 #include <algorithm>
 #include <cstring>
 
@@ -75,7 +75,7 @@ struct Stage {
 // Buffers: a tile being computed, the rest on their way.
 template <int kWParts>
 constexpr int Stages() {
-  return kWParts == 1 ? 4 : 2;
+  return kWParts == 1 ? 3 : 2;
 }
 template <int kWParts>
 constexpr size_t SmemBytes() {
@@ -139,7 +139,11 @@ __global__ void __launch_bounds__(kThreads) LinearMmaKernel(LinearParams p, Spli
   Stage<kWParts>* stages = reinterpret_cast<Stage<kWParts>*>(smem_raw);
   __shared__ int32_t xrow[kTm];
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
-  const int64_t o0 = static_cast<int64_t>(blockIdx.y) * kTn;
+  // grid x = row tiles x output tiles, output tiles fastest: the blocks that read the same x rows
+  // run together, so each x tile comes from DRAM once.
+  const int64_t out_tiles = (p.out + kTn - 1) / kTn;
+  const int64_t o0 = static_cast<int64_t>(blockIdx.x % out_tiles) * kTn;
+  const int64_t row_tile = blockIdx.x / out_tiles;
 
   int64_t k_begin = 0, k_end = p.in;
   if (split.count > 1) {
@@ -152,7 +156,7 @@ __global__ void __launch_bounds__(kThreads) LinearMmaKernel(LinearParams p, Spli
     p.round_bf16 = false;
   }
   LinearTile<uint16_t> tile;
-  if (!SetUpLinearTile<kTm>(p, p.w_bf16, xrow, &tile)) return;
+  if (!SetUpLinearTile<kTm>(p, p.w_bf16, row_tile, xrow, &tile)) return;
   const float* x = tile.x;
   const uint16_t* w = tile.w;
   float* y = tile.y;
@@ -269,7 +273,7 @@ Status LaunchAs(const LinearParams& p, cudaStream_t stream) {
   }
   constexpr size_t smem = SmemBytes<kWParts>();
   if (split.count <= 1) {
-    const dim3 grid(static_cast<unsigned>(row_tiles), static_cast<unsigned>(out_tiles),
+    const dim3 grid(static_cast<unsigned>(row_tiles * out_tiles), 1,
                     static_cast<unsigned>(p.batches));
     LinearMmaKernel<kXParts, kWParts><<<grid, kThreads, smem, stream>>>(p, SplitK{});
     return NW_CUDA_LAUNCH_STATUS("LinearMmaKernel");
@@ -277,7 +281,7 @@ Status LaunchAs(const LinearParams& p, cudaStream_t stream) {
   NW_ASSIGN_OR_RETURN(auto partial, DeviceBuffer<float>::AllocateOn(
                                         static_cast<size_t>(split.count * p.rows * p.out), stream));
   split.partial = partial.data();
-  const dim3 grid(static_cast<unsigned>(row_tiles), static_cast<unsigned>(out_tiles),
+  const dim3 grid(static_cast<unsigned>(row_tiles * out_tiles), 1,
                   static_cast<unsigned>(split.count));
   LinearMmaKernel<kXParts, kWParts><<<grid, kThreads, smem, stream>>>(p, split);
   NW_RETURN_IF_ERROR(NW_CUDA_LAUNCH_STATUS("LinearMmaKernel (split k)"));

@@ -17,19 +17,19 @@ struct LinearTile {
   int64_t row0 = 0;
 };
 
-/// Fills `tile` and xrow[0..kRows) (the x row of each tile row, -1 past the tile's rows) for this
-/// block: grid x = row tiles (or the gathered tile list), y = output tiles, z = batches. Returns
-/// false, before any barrier and the same for every thread of the block, when the block has no
-/// rows; otherwise ends with a barrier. Needs blockDim.x >= kRows.
+/// Fills `tile` and xrow[0..kRows) (the x row of each tile row, -1 past the tile's rows) for the
+/// block's row tile `row_tile` (an index into the gathered tile list when there is one); grid z =
+/// batches. Returns false, before any barrier and the same for every thread of the block, when
+/// the block has no rows; otherwise ends with a barrier. Needs blockDim.x >= kRows.
 template <int kRows, typename W>
-__device__ __forceinline__ bool SetUpLinearTile(const LinearParams& p, const W* w, int32_t* xrow,
-                                                LinearTile<W>* tile) {
+__device__ __forceinline__ bool SetUpLinearTile(const LinearParams& p, const W* w, int64_t row_tile,
+                                                int32_t* xrow, LinearTile<W>* tile) {
   tile->x = p.x;
   tile->w = w;
   tile->y = p.y;
   int64_t nrows = 0;
   if (p.row_index != nullptr) {
-    const int64_t t = blockIdx.x;
+    const int64_t t = row_tile;
     if (t >= p.max_tiles) return false;
     const int32_t e = p.tile_expert[t];
     if (e < 0) return false;
@@ -41,7 +41,7 @@ __device__ __forceinline__ bool SetUpLinearTile(const LinearParams& p, const W* 
     tile->x += b * p.x_batch_stride;
     tile->w += b * p.w_batch_stride;
     tile->y += b * p.y_batch_stride;
-    tile->row0 = static_cast<int64_t>(blockIdx.x) * kRows;
+    tile->row0 = row_tile * kRows;
     nrows = p.rows - tile->row0 < kRows ? p.rows - tile->row0 : kRows;
   }
   if (nrows <= 0) return false;

@@ -48,7 +48,67 @@ __device__ __forceinline__ int32_t MapEntry(const AttnIndicesParams& p, int64_t 
   return p.pages[i / p.page_size] * p.page_size + static_cast<int32_t>(i % p.page_size);
 }
 
-// One block per query.
+// One warp per query, for selections of at most kWarpSel entries (the tiny models' top-64): the
+// window and kAll lists as AttnIndicesKernel writes them; a selection's sorted order from ranks
+// (entry i goes to the number of valid entries below it, ties by position, so a duplicate keeps
+// its place as in a stable sort), with no block barrier.
+constexpr int kWarpSel = 128;
+__global__ void __launch_bounds__(kThreads) AttnIndicesWarpKernel(AttnIndicesParams p) {
+  constexpr int kSlots = kWarpSel / 32;
+  const int lane = threadIdx.x & 31;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * (kThreads / 32);
+  for (int64_t t = static_cast<int64_t>(blockIdx.x) * (kThreads / 32) + (threadIdx.x >> 5);
+       t < p.tokens; t += warps) {
+    const int64_t pos = p.first_pos + t;
+    const int64_t w0 = pos - p.window + 1 > 0 ? pos - p.window + 1 : 0;
+    const int64_t wn = pos - w0 + 1;
+    for (int64_t j = lane; j < wn; j += 32) {
+      const int64_t q = w0 + j;
+      p.win_idx[t * p.window + j] =
+          static_cast<int32_t>(q >= p.first_pos ? p.window + (q - p.first_pos) : q % p.window);
+    }
+    if (lane == 0) p.win_len[t] = static_cast<int32_t>(wn);
+    if (p.mode == CompressedMode::kAll) {
+      const int64_t visible = (pos + 1) / p.ratio;
+      for (int64_t i = lane; i < visible; i += 32)
+        p.comp_idx[t * p.comp_stride + i] = MapEntry(p, i);
+      if (lane == 0) p.comp_len[t] = static_cast<int32_t>(visible);
+    } else if (p.mode == CompressedMode::kSelected) {
+      int32_t key[kSlots];
+      int rank[kSlots];
+      int count = 0;
+#pragma unroll
+      for (int s = 0; s < kSlots; ++s) {
+        const int i = lane + 32 * s;
+        key[s] = i < p.sel_width ? p.sel[t * p.sel_width + i] : -1;
+        rank[s] = 0;
+        count += __popc(__ballot_sync(detail::kFullMask, key[s] >= 0));
+      }
+#pragma unroll
+      for (int s2 = 0; s2 < kSlots; ++s2) {
+        if (32 * s2 >= p.sel_width) break;  // the same for every lane
+        for (int l = 0; l < 32; ++l) {
+          const int32_t other = __shfl_sync(detail::kFullMask, key[s2], l);
+          const int other_i = 32 * s2 + l;
+#pragma unroll
+          for (int s = 0; s < kSlots; ++s) {
+            const int i = lane + 32 * s;
+            rank[s] += other >= 0 && (other < key[s] || (other == key[s] && other_i < i)) ? 1 : 0;
+          }
+        }
+      }
+#pragma unroll
+      for (int s = 0; s < kSlots; ++s) {
+        if (key[s] >= 0) p.comp_idx[t * p.comp_stride + rank[s]] = MapEntry(p, key[s]);
+      }
+      if (lane == 0) p.comp_len[t] = count;
+    } else if (lane == 0 && p.comp_len != nullptr) {
+      p.comp_len[t] = 0;
+    }
+  }
+}
+
+// One block per query (selections wider than kWarpSel).
 __global__ void __launch_bounds__(kThreads) AttnIndicesKernel(AttnIndicesParams p) {
   __shared__ int32_t keys[kMaxSel];
   for (int64_t t = blockIdx.x; t < p.tokens; t += gridDim.x) {
@@ -298,6 +358,10 @@ Status LaunchAttnIndices(const AttnIndicesParams& p, cudaStream_t stream) {
     if (p.mode == CompressedMode::kAll && p.comp_stride < (p.first_pos + p.tokens) / p.ratio) {
       return Status::InvalidArgument("AttnIndices: comp_stride below the visible entries");
     }
+  }
+  if (p.mode != CompressedMode::kSelected || p.sel_width <= kWarpSel) {
+    AttnIndicesWarpKernel<<<GridFor(p.tokens * 32), kThreads, 0, stream>>>(p);
+    return NW_CUDA_LAUNCH_STATUS("AttnIndicesWarpKernel");
   }
   const unsigned blocks = static_cast<unsigned>(p.tokens < 65535 * 8 ? p.tokens : 65535 * 8);
   AttnIndicesKernel<<<blocks, kThreads, 0, stream>>>(p);

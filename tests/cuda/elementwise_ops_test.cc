@@ -1,5 +1,6 @@
 // RoPE (forward and inverse, YaRN tables), RMSNorm, Hadamard, argmax and compressor pooling
-// against kernels/cpu on deterministic random inputs; the store of compressed rows.
+// against kernels/cpu on deterministic random inputs; the store of compressed rows and the
+// attention's entry lists.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -390,7 +391,7 @@ TEST(CudaCompress, MatchesCpuPooling) {
   EXPECT_EQ(LaunchCompressPool(bad, nullptr).code(), StatusCode::kInvalidArgument);
 }
 
-// ---- Store rows -----------------------------------------------------------------------------
+// ---- Sequence glue: stored rows, entry lists ----------------------------------------------
 
 // Rows land at their page-mapped (or contiguous) places, the bf16 copy holds each value's bf16
 // bits, and nothing outside the written rows changes.
@@ -437,6 +438,82 @@ TEST(CudaStoreRows, PagedRowsAndTheirBf16Copy) {
     EXPECT_EQ(ddst16.Download(), want16);
     EXPECT_TRUE(ddst.GuardsIntact());
     EXPECT_TRUE(ddst16.GuardsIntact());
+  }
+}
+
+// Entry lists against a host version of sequence_ops.h's contract: the window rows, kAll through a
+// page table, and kSelected sorted ascending with -1 dropped and duplicates kept, for selections
+// of the warp kernel's width (64) and of the block kernel's (200).
+TEST(CudaAttnIndices, WindowAllAndSelectedListsMatchTheContract) {
+  NW_REQUIRE_GPU();
+  constexpr int kW = 16, kPage = 4;
+  const int64_t first = 37, tokens = 45, ratio = 4;
+  const std::vector<int32_t> pages = {5, 1, 7, 0, 3, 2, 6, 4, 8, 9, 10, 11, 12, 13, 14, 15};
+  for (const CompressedMode mode :
+       {CompressedMode::kNone, CompressedMode::kAll, CompressedMode::kSelected}) {
+    for (const int width : {64, 200}) {
+      if (mode != CompressedMode::kSelected && width != 64) continue;
+      SCOPED_TRACE(::testing::Message() << "mode " << static_cast<int>(mode) << " width " << width);
+      Rng rng(static_cast<uint64_t>(90 + width + static_cast<int>(mode)));
+      std::vector<int32_t> sel(static_cast<size_t>(tokens * width));
+      for (int32_t& v : sel) {
+        const int64_t r = rng.Int(0, 9);
+        v = r == 0 ? -1 : static_cast<int32_t>(rng.Int(0, 20));  // duplicates are common
+      }
+      const int64_t stride = std::max<int64_t>(width, (first + tokens) / ratio);
+      Guarded<int32_t> dsel(sel), dpages(pages);
+      Guarded<int32_t> wi(static_cast<size_t>(tokens * kW)), wl(static_cast<size_t>(tokens));
+      Guarded<int32_t> ci(static_cast<size_t>(tokens * stride)), cl(static_cast<size_t>(tokens));
+      wi.Fill(0x7F);
+      ci.Fill(0x7F);
+      AttnIndicesParams p;
+      p.tokens = tokens;
+      p.first_pos = first;
+      p.window = kW;
+      p.win_idx = wi.get();
+      p.win_len = wl.get();
+      p.mode = mode;
+      p.ratio = static_cast<int>(ratio);
+      p.sel = dsel.get();
+      p.sel_width = width;
+      p.pages = mode == CompressedMode::kAll ? dpages.get() : nullptr;
+      p.page_size = kPage;
+      p.comp_idx = ci.get();
+      p.comp_len = cl.get();
+      p.comp_stride = stride;
+      NW_ASSERT_OK(LaunchAttnIndices(p, nullptr));
+      NW_ASSERT_SYNC();
+      const std::vector<int32_t> win = wi.Download(), wlen = wl.Download(), comp = ci.Download(),
+                                 clen = cl.Download();
+      for (int64_t t = 0; t < tokens; ++t) {
+        const int64_t pos = first + t, w0 = std::max<int64_t>(0, pos - kW + 1);
+        ASSERT_EQ(wlen[static_cast<size_t>(t)], pos - w0 + 1) << "token " << t;
+        for (int64_t q = w0; q <= pos; ++q) {
+          const int64_t want = q >= first ? kW + (q - first) : q % kW;
+          ASSERT_EQ(win[static_cast<size_t>(t * kW + q - w0)], want) << "token " << t;
+        }
+        std::vector<int32_t> want;
+        if (mode == CompressedMode::kAll) {
+          for (int64_t i = 0; i < (pos + 1) / ratio; ++i) {
+            want.push_back(pages[static_cast<size_t>(i / kPage)] * kPage +
+                           static_cast<int32_t>(i % kPage));
+          }
+        } else if (mode == CompressedMode::kSelected) {
+          for (int i = 0; i < width; ++i) {
+            const int32_t v = sel[static_cast<size_t>(t * width + i)];
+            if (v >= 0) want.push_back(v);
+          }
+          std::sort(want.begin(), want.end());
+        }
+        ASSERT_EQ(clen[static_cast<size_t>(t)], static_cast<int32_t>(want.size())) << "token " << t;
+        const std::vector<int32_t> got(
+            comp.begin() + t * stride,
+            comp.begin() + t * stride + static_cast<int64_t>(want.size()));
+        EXPECT_EQ(got, want) << "token " << t;
+      }
+      EXPECT_TRUE(ci.GuardsIntact());
+      EXPECT_TRUE(wi.GuardsIntact());
+    }
   }
 }
 

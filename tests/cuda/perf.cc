@@ -17,6 +17,7 @@
 #include "kernels/cuda/blas.h"
 #include "kernels/cuda/common.h"
 #include "kernels/cuda/indexer.h"
+#include "kernels/cuda/linear.h"
 #include "kernels/cuda/topk.h"
 #include "kernels/quant/scalar.h"
 
@@ -399,6 +400,44 @@ void PerfAttentionFewHeads(const std::string& filter) {
   }
 }
 
+// The tiny model's tensor-core linears at 32,768 rows (bf16 profile; x fp32 holding bf16 values,
+// y fp32): bytes are x once, W once and y once, the floor a memory-bound product reaches.
+void PerfLinearTiny(const std::string& filter) {
+  struct Shape {
+    const char* name;
+    int64_t in, out;
+    int w_pieces;
+  };
+  const Shape shapes[] = {
+      {"linear tiny m=32768 256->128 (wkv, wq_a)", 256, 128, 1},
+      {"linear tiny m=32768 128->512 (wq_b)", 128, 512, 1},
+      {"linear tiny m=32768 256->256 (compressor)", 256, 256, 1},
+      {"linear tiny m=32768 1024->24, W in 3 pieces (mHC)", 1024, 24, 3},
+  };
+  const int64_t m = 32768;
+  for (const Shape& sh : shapes) {
+    if (!Want(filter, sh.name)) continue;
+    std::vector<float> x = RandomF32(static_cast<size_t>(m * sh.in), 40);
+    for (float& v : x) v = quant::RoundBf16(v);
+    auto dx = Upload(x);
+    auto dw = Upload(RandomBf16(static_cast<size_t>(sh.w_pieces * sh.out * sh.in), 41));
+    auto y = DeviceBuffer<float>::Allocate(static_cast<size_t>(m * sh.out));
+    LinearParams p;
+    p.x = dx.data();
+    p.w_bf16 = dw.data();
+    p.w_pieces = sh.w_pieces;
+    p.w_piece_stride = sh.out * sh.in;
+    p.y = y->data();
+    p.rows = m;
+    p.in = sh.in;
+    p.out = sh.out;
+    p.round_bf16 = true;
+    const double flops = 2.0 * m * sh.in * sh.out * sh.w_pieces;
+    const double bytes = m * sh.in * 4.0 + sh.w_pieces * sh.out * sh.in * 2.0 + m * sh.out * 4.0;
+    Report(sh.name, TimeMs([&] { return LaunchLinear(p, nullptr); }, 3, 20), flops, bytes);
+  }
+}
+
 }  // namespace
 
 int RunPerf(const std::string& filter) {
@@ -412,6 +451,7 @@ int RunPerf(const std::string& filter) {
   PerfTopK(filter);
   PerfAttention(filter);
   PerfAttentionFewHeads(filter);
+  PerfLinearTiny(filter);
   return 0;
 }
 
