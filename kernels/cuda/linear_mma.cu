@@ -84,37 +84,68 @@ constexpr size_t SmemBytes() {
 static_assert(SmemBytes<1>() <= 48 * 1024 && SmemBytes<3>() <= 48 * 1024,
               "the linear kernels launch without opting in to more shared memory");
 
-// Stages k tile [k0, k0 + kTk) of the block's rows and outputs into `st` (zeros past the edges):
-// by cp.async when `async` (16-byte aligned rows), else element by element.
+// What a thread stages of every k tile: 16-byte pieces of x rows (4 floats) and of W rows (8
+// bf16), the same rows and k offsets in each tile, so the sources are found once per block.
 template <int kWParts>
-__device__ __forceinline__ void StageTile(const LinearParams& p, const float* x, const uint16_t* w,
-                                          const int32_t* xrow, int64_t o0, int64_t k0,
-                                          int64_t k_end, bool async, Stage<kWParts>& st, int tid) {
-  if (async) {
-    // x: 32 rows x 8 pieces of 4 floats; W: 64 rows x 4 pieces of 8 bf16 (in % 8 == 0: a piece
-    // is wholly inside k_end or wholly past it).
+struct TileCopies {
+  static constexpr int kX = kTm * (kTk / 4) / kThreads;  // x pieces a thread copies
+  static constexpr int kW = kTn * (kTk / 8) / kThreads;  // W pieces of each W piece
+  static_assert(kThreads % (kTk / 4) == 0 && kThreads % (kTk / 8) == 0);
+  const float* x_src[kX];     // the row's x at this thread's k offset, null past the rows
+  const uint16_t* w_src[kW];  // the output's W row at this thread's k offset, null past out
+  int x_kk, w_kk;             // the k offsets within a tile
+
+  __device__ __forceinline__ TileCopies(const LinearParams& p, const float* x, const uint16_t* w,
+                                        const int32_t* xrow, int64_t o0, int tid) {
+    x_kk = (tid % (kTk / 4)) * 4;
+    w_kk = (tid % (kTk / 8)) * 8;
 #pragma unroll
-    for (int j = 0; j < kTm * (kTk / 4) / kThreads; ++j) {
-      const int c = tid + j * kThreads;
-      const int r = c / (kTk / 4), kk = (c % (kTk / 4)) * 4;
-      const int32_t xr = xrow[r];
-      const bool ok = xr >= 0 && k0 + kk < k_end;
-      CpAsync16(st.x + r * kXStride + kk,
-                ok ? x + static_cast<int64_t>(xr) * p.x_stride + k0 + kk : x, ok);
+    for (int j = 0; j < kX; ++j) {
+      const int32_t xr = xrow[XRow(tid, j)];
+      x_src[j] = xr >= 0 ? x + static_cast<int64_t>(xr) * p.x_stride + x_kk : nullptr;
+    }
+#pragma unroll
+    for (int j = 0; j < kW; ++j) {
+      const int64_t o = o0 + WRow(tid, j);
+      w_src[j] = o < p.out ? w + o * p.in + w_kk : nullptr;
+    }
+  }
+  static __device__ __forceinline__ int XRow(int tid, int j) {
+    return (tid + j * kThreads) / (kTk / 4);
+  }
+  static __device__ __forceinline__ int WRow(int tid, int j) {
+    return (tid + j * kThreads) / (kTk / 8);
+  }
+
+  // Starts the copies of k tile [k0, k0 + kTk) into `st`, zero-filled past the edges (in % 8 ==
+  // 0: a piece is wholly inside k_end or wholly past it).
+  __device__ __forceinline__ void Start(const LinearParams& p, int64_t k0, int64_t k_end,
+                                        Stage<kWParts>& st, int tid) const {
+    const bool x_in = k0 + x_kk < k_end, w_in = k0 + w_kk < k_end;
+#pragma unroll
+    for (int j = 0; j < kX; ++j) {
+      const bool ok = x_in && x_src[j] != nullptr;
+      CpAsync16(st.x + XRow(tid, j) * kXStride + x_kk, ok ? x_src[j] + k0 : p.x, ok);
     }
 #pragma unroll
     for (int part = 0; part < kWParts; ++part) {
-      const uint16_t* wp = w + part * p.w_piece_stride;
 #pragma unroll
-      for (int j = 0; j < kTn * (kTk / 8) / kThreads; ++j) {
-        const int c = tid + j * kThreads;
-        const int o = c / (kTk / 8), kk = (c % (kTk / 8)) * 8;
-        const bool ok = o0 + o < p.out && k0 + kk < k_end;
-        CpAsync16(st.w[part] + o * kWStride + kk, ok ? wp + (o0 + o) * p.in + k0 + kk : wp, ok);
+      for (int j = 0; j < kW; ++j) {
+        const bool ok = w_in && w_src[j] != nullptr;
+        CpAsync16(st.w[part] + WRow(tid, j) * kWStride + w_kk,
+                  ok ? w_src[j] + part * p.w_piece_stride + k0 : p.w_bf16, ok);
       }
     }
-    return;
   }
+};
+
+// Stages k tile [k0, k0 + kTk) element by element (rows not 16-byte aligned), zeros past the
+// edges.
+template <int kWParts>
+__device__ __forceinline__ void StageTileScalar(const LinearParams& p, const float* x,
+                                                const uint16_t* w, const int32_t* xrow, int64_t o0,
+                                                int64_t k0, int64_t k_end, Stage<kWParts>& st,
+                                                int tid) {
   for (int c = tid; c < kTm * kTk; c += kThreads) {
     const int r = c / kTk, kk = c % kTk;
     const int32_t xr = xrow[r];
@@ -174,11 +205,19 @@ __global__ void __launch_bounds__(kThreads) LinearMmaKernel(LinearParams p, Spli
     for (int i = 0; i < 4; ++i) acc[nt][i] = 0.0f;
 
   const int64_t tiles = (k_end - k_begin + kTk - 1) / kTk;
+  const TileCopies<kWParts> copies(p, x, w, xrow, o0, tid);
+  auto stage = [&](int64_t tile_index) {
+    const int64_t k0 = k_begin + tile_index * kTk;
+    Stage<kWParts>& st = stages[tile_index % kStages];
+    if (async) {
+      copies.Start(p, k0, k_end, st, tid);
+    } else {
+      StageTileScalar<kWParts>(p, x, w, xrow, o0, k0, k_end, st, tid);
+    }
+  };
 #pragma unroll
   for (int t = 0; t < kStages - 1; ++t) {
-    if (t < tiles) {
-      StageTile<kWParts>(p, x, w, xrow, o0, k_begin + t * kTk, k_end, async, stages[t], tid);
-    }
+    if (t < tiles) stage(t);
     CpAsyncCommit();  // one group a tile, empty ones included: the wait below counts them
   }
   for (int64_t t = 0; t < tiles; ++t) {
@@ -186,10 +225,7 @@ __global__ void __launch_bounds__(kThreads) LinearMmaKernel(LinearParams p, Spli
     __syncthreads();             // everyone's; and tile t - 1's buffer is free again
     {
       const int64_t ahead = t + kStages - 1;
-      if (ahead < tiles) {
-        StageTile<kWParts>(p, x, w, xrow, o0, k_begin + ahead * kTk, k_end, async,
-                           stages[ahead % kStages], tid);
-      }
+      if (ahead < tiles) stage(ahead);
       CpAsyncCommit();
     }
     const Stage<kWParts>& st = stages[t % kStages];
@@ -205,16 +241,27 @@ __global__ void __launch_bounds__(kThreads) LinearMmaKernel(LinearParams p, Spli
 #pragma unroll
         for (int part = 0; part < kXParts; ++part) a[part][i] = pieces[part];
       }
+      // Smallest pieces first; each n8 tile's products in the same order as ever.
 #pragma unroll
-      for (int nt = 0; nt < 4; ++nt) {
+      for (int wpart = kWParts - 1; wpart >= 0; --wpart) {
+        uint32_t b[4][2];  // B fragments of the four n8 tiles, two ldmatrix.x4
 #pragma unroll
-        for (int wpart = kWParts - 1; wpart >= 0; --wpart) {
-          const uint16_t* bp = st.w[wpart] + (wc + nt * 8 + g) * kWStride + s * 16 + 2 * t4;
-          const uint32_t b0 = *reinterpret_cast<const uint32_t*>(bp);
-          const uint32_t b1 = *reinterpret_cast<const uint32_t*>(bp + 8);
-          // Smallest pieces first.
+        for (int q = 0; q < 2; ++q) {
+          const int mi = lane >> 3;  // matrix: n8 tile 2 q + mi / 2, k half mi % 2
+          uint32_t r[4];
+          LdMatrixX4(r, st.w[wpart] + (wc + (2 * q + (mi >> 1)) * 8 + (lane & 7)) * kWStride +
+                            s * 16 + (mi & 1) * 8);
+          b[2 * q][0] = r[0];
+          b[2 * q][1] = r[1];
+          b[2 * q + 1][0] = r[2];
+          b[2 * q + 1][1] = r[3];
+        }
 #pragma unroll
-          for (int xpart = kXParts - 1; xpart >= 0; --xpart) MmaBf16(acc[nt], a[xpart], b0, b1);
+        for (int nt = 0; nt < 4; ++nt) {
+#pragma unroll
+          for (int xpart = kXParts - 1; xpart >= 0; --xpart) {
+            MmaBf16(acc[nt], a[xpart], b[nt][0], b[nt][1]);
+          }
         }
       }
     }

@@ -1,5 +1,7 @@
-// mHC on the GPU; see mhc.h. Pre: one warp per token (the Sinkhorn across its lanes); post: one
-// thread per (token, value) computing that value of all n streams, so each input is read once.
+// mHC on the GPU; see mhc.h. Pre: one warp per token (the Sinkhorn across its lanes, or, for
+// chunks of many tokens, one thread per token in a second kernel: same bits); post: one thread per
+// (token, value), or four values with vector loads, computing them in all n streams, so each
+// input is read once.
 #include <string>
 
 #include "kernels/cuda/common.h"
@@ -18,6 +20,11 @@ __device__ __forceinline__ float ExpF(float x) {
 __device__ __forceinline__ float SigmoidF(float x) { return 1.0f / detail::AddRn(1.0f, ExpF(-x)); }
 
 constexpr int kPreWarps = kThreads / 32;
+constexpr int kSinkhornThreads = 128;
+// From this many tokens on, the Sinkhorn runs one token a thread in its own kernel (independent
+// chains of 20 rounds fill the SMs) instead of across a warp's lanes (one chain a warp, the
+// pre kernel's occupancy the limit); below it, one launch fewer matters more (decode steps).
+constexpr int64_t kDeferSinkhornTokens = 256;
 
 unsigned GridFor(int64_t work, int threads) {
   const int64_t blocks = (work + threads - 1) / threads;
@@ -32,40 +39,68 @@ __device__ __forceinline__ float OrderedSum(float x, int src0, int stride, int n
   return s;
 }
 
-// The Sinkhorn of one token's n x n logits c (row-major), serially: row softmax + eps, one
-// column normalisation, then (iters - 1) x {rows, columns}.
-__device__ void SinkhornSerial(float* c, int n, int iters, float eps) {
+// The Sinkhorn of one token's n x n logits c (row-major, element i at c[i * stride]), serially:
+// row softmax + eps, one column normalisation, then (iters - 1) x {rows, columns}.
+__device__ __forceinline__ void SinkhornSerial(float* c, int stride, int n, int iters, float eps) {
+  auto at = [&](int j, int k) -> float& { return c[(j * n + k) * stride]; };
   for (int j = 0; j < n; ++j) {
-    float* r = c + j * n;
-    float mx = r[0];
-    for (int k = 1; k < n; ++k) mx = fmaxf(mx, r[k]);
+    float mx = at(j, 0);
+    for (int k = 1; k < n; ++k) mx = fmaxf(mx, at(j, k));
     float sum = 0.0f;
     for (int k = 0; k < n; ++k) {
-      r[k] = ExpF(detail::SubRn(r[k], mx));
-      sum = detail::AddRn(sum, r[k]);
+      at(j, k) = ExpF(detail::SubRn(at(j, k), mx));
+      sum = detail::AddRn(sum, at(j, k));
     }
-    for (int k = 0; k < n; ++k) r[k] = detail::AddRn(r[k] / sum, eps);
+    for (int k = 0; k < n; ++k) at(j, k) = detail::AddRn(at(j, k) / sum, eps);
   }
   auto columns = [&]() {
     for (int k = 0; k < n; ++k) {
       float sum = 0.0f;
-      for (int j = 0; j < n; ++j) sum = detail::AddRn(sum, c[j * n + k]);
+      for (int j = 0; j < n; ++j) sum = detail::AddRn(sum, at(j, k));
       const float den = detail::AddRn(sum, eps);
-      for (int j = 0; j < n; ++j) c[j * n + k] = c[j * n + k] / den;
+      for (int j = 0; j < n; ++j) at(j, k) = at(j, k) / den;
     }
   };
   auto rows = [&]() {
     for (int j = 0; j < n; ++j) {
       float sum = 0.0f;
-      for (int k = 0; k < n; ++k) sum = detail::AddRn(sum, c[j * n + k]);
+      for (int k = 0; k < n; ++k) sum = detail::AddRn(sum, at(j, k));
       const float den = detail::AddRn(sum, eps);
-      for (int k = 0; k < n; ++k) c[j * n + k] = c[j * n + k] / den;
+      for (int k = 0; k < n; ++k) at(j, k) = at(j, k) / den;
     }
   };
   columns();
   for (int it = 1; it < iters; ++it) {
     rows();
     columns();
+  }
+}
+
+// The Sinkhorn of many tokens, one thread each (LaunchMhcPre's deferred form): the logits
+// MhcPreKernel left in coeffs[t, 2n ..) become the comb matrix. kN > 0: n = kN, the matrix in
+// registers and every loop unrolled, so the n rows' (or columns') sums run side by side and a
+// round's dependent chain is one sum and one division long; kN = 0: any n, the matrix in shared
+// memory laid out element-major (thread t's element i at i * blockDim + t: no bank conflicts).
+// The serial order of every sum either way, so the bits of the in-warp form.
+template <int kN>
+__global__ void __launch_bounds__(kSinkhornThreads) MhcSinkhornKernel(MhcPreParams p) {
+  extern __shared__ float comb[];
+  const int n = kN > 0 ? kN : p.n, nn = n * n, cw = 2 * n + nn;
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * kSinkhornThreads + threadIdx.x;
+  if (t >= p.tokens) return;
+  float* co = p.coeffs + t * cw + 2 * n;
+  if constexpr (kN > 0) {
+    float c[kN * kN];
+#pragma unroll
+    for (int i = 0; i < kN * kN; ++i) c[i] = co[i];
+    SinkhornSerial(c, 1, kN, p.sinkhorn_iters, p.hc_eps);
+#pragma unroll
+    for (int i = 0; i < kN * kN; ++i) co[i] = c[i];
+  } else {
+    float* c = comb + threadIdx.x;
+    for (int i = 0; i < nn; ++i) c[i * kSinkhornThreads] = co[i];
+    SinkhornSerial(c, kSinkhornThreads, n, p.sinkhorn_iters, p.hc_eps);
+    for (int i = 0; i < nn; ++i) co[i] = c[i * kSinkhornThreads];
   }
 }
 
@@ -88,7 +123,8 @@ __device__ float SinkhornWarp(float c, int lane, int n, int iters, float eps) {
 }
 
 // One warp per token.
-__global__ void __launch_bounds__(kThreads) MhcPreKernel(MhcPreParams p) {
+// defer_sinkhorn: the comb logits are left in coeffs for MhcSinkhornKernel.
+__global__ void __launch_bounds__(kThreads) MhcPreKernel(MhcPreParams p, bool defer_sinkhorn) {
   __shared__ float s_pre_all[kPreWarps][kMaxHcMult];
   __shared__ float s_comb_all[kPreWarps][kMaxHcMult * kMaxHcMult];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -127,14 +163,16 @@ __global__ void __launch_bounds__(kThreads) MhcPreKernel(MhcPreParams p) {
         const float m = detail::MulRn(raw[2 * n + i], rs);
         return detail::AddRn(detail::MulRn(m, p.scale[2]), p.base[2 * n + i]);
       };
-      if (nn <= 32) {
+      if (defer_sinkhorn) {
+        for (int i = lane; i < nn; i += 32) co[2 * n + i] = logit(i);
+      } else if (nn <= 32) {
         const float c =
             SinkhornWarp(lane < nn ? logit(lane) : 0.0f, lane, n, p.sinkhorn_iters, p.hc_eps);
         if (lane < nn) co[2 * n + lane] = c;
       } else if (lane == 0) {
         float* c = s_comb_all[warp];
         for (int i = 0; i < nn; ++i) c[i] = logit(i);
-        SinkhornSerial(c, n, p.sinkhorn_iters, p.hc_eps);
+        SinkhornSerial(c, 1, n, p.sinkhorn_iters, p.hc_eps);
         for (int i = 0; i < nn; ++i) co[2 * n + i] = c[i];
       }
     }
@@ -177,6 +215,55 @@ __global__ void __launch_bounds__(kThreads) MhcPostKernel(MhcPostParams p) {
   }
 }
 
+// MhcPostKernel four values at a time (dim % 4 == 0, 16-byte aligned rows): float4 loads and
+// stores, the coefficients read once for four values; each value's arithmetic as there.
+__global__ void __launch_bounds__(kThreads) MhcPostVec4Kernel(MhcPostParams p) {
+  const int n = p.n;
+  const int64_t nd = static_cast<int64_t>(n) * p.dim, quads = p.dim / 4;
+  const int64_t total = p.tokens * quads;
+  for (int64_t idx = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x; idx < total;
+       idx += static_cast<int64_t>(gridDim.x) * kThreads) {
+    const int64_t t = idx / quads;
+    const int64_t d = (idx % quads) * 4;
+    const float* co = p.coeffs + t * (2 * n + n * n);
+    const float* x = p.x + t * nd + d;
+    float4 xi[kMaxHcMult];
+#pragma unroll
+    for (int i = 0; i < kMaxHcMult; ++i) {
+      xi[i] = i < n ? *reinterpret_cast<const float4*>(x + i * p.dim)
+                    : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+    const float4 yv = *reinterpret_cast<const float4*>(p.y + t * p.dim + d);
+    float* out = p.x_out + t * nd + d;
+    for (int j = 0; j < n; ++j) {
+      float4 residual = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+      for (int i = 0; i < kMaxHcMult; ++i) {
+        if (i < n) {
+          const float c = co[2 * n + i * n + j];
+          residual.x = detail::AddRn(residual.x, detail::MulRn(c, xi[i].x));
+          residual.y = detail::AddRn(residual.y, detail::MulRn(c, xi[i].y));
+          residual.z = detail::AddRn(residual.z, detail::MulRn(c, xi[i].z));
+          residual.w = detail::AddRn(residual.w, detail::MulRn(c, xi[i].w));
+        }
+      }
+      const float post = co[n + j];
+      float4 v;
+      v.x = detail::AddRn(detail::MulRn(post, yv.x), residual.x);
+      v.y = detail::AddRn(detail::MulRn(post, yv.y), residual.y);
+      v.z = detail::AddRn(detail::MulRn(post, yv.z), residual.z);
+      v.w = detail::AddRn(detail::MulRn(post, yv.w), residual.w);
+      if (p.round_bf16) {
+        v.x = quant::RoundBf16(v.x);
+        v.y = quant::RoundBf16(v.y);
+        v.z = quant::RoundBf16(v.z);
+        v.w = quant::RoundBf16(v.w);
+      }
+      *reinterpret_cast<float4*>(out + j * p.dim) = v;
+    }
+  }
+}
+
 }  // namespace
 
 Status LaunchMhcPre(const MhcPreParams& p, cudaStream_t stream) {
@@ -189,8 +276,19 @@ Status LaunchMhcPre(const MhcPreParams& p, cudaStream_t stream) {
       p.u == nullptr || (!p.head && p.coeffs == nullptr)) {
     return Status::InvalidArgument("MhcPre: null pointer");
   }
-  MhcPreKernel<<<GridFor(p.tokens * 32, kThreads), kThreads, 0, stream>>>(p);
-  return NW_CUDA_LAUNCH_STATUS("MhcPreKernel");
+  const bool defer = !p.head && p.tokens >= kDeferSinkhornTokens;
+  MhcPreKernel<<<GridFor(p.tokens * 32, kThreads), kThreads, 0, stream>>>(p, defer);
+  NW_RETURN_IF_ERROR(NW_CUDA_LAUNCH_STATUS("MhcPreKernel"));
+  if (!defer) return Status::Ok();
+  const unsigned blocks =
+      static_cast<unsigned>((p.tokens + kSinkhornThreads - 1) / kSinkhornThreads);
+  if (p.n == 4) {  // tiny-v4 and V4
+    MhcSinkhornKernel<4><<<blocks, kSinkhornThreads, 0, stream>>>(p);
+    return NW_CUDA_LAUNCH_STATUS("MhcSinkhornKernel");
+  }
+  const size_t smem = sizeof(float) * p.n * p.n * kSinkhornThreads;  // <= 32 KB (n <= 8)
+  MhcSinkhornKernel<0><<<blocks, kSinkhornThreads, smem, stream>>>(p);
+  return NW_CUDA_LAUNCH_STATUS("MhcSinkhornKernel");
 }
 
 Status LaunchMhcPost(const MhcPostParams& p, cudaStream_t stream) {
@@ -202,6 +300,11 @@ Status LaunchMhcPost(const MhcPostParams& p, cudaStream_t stream) {
     return Status::InvalidArgument("MhcPost: null pointer");
   }
   if (p.x == p.x_out) return Status::InvalidArgument("MhcPost: x_out must not alias x");
+  const auto aligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
+  if (p.dim % 4 == 0 && aligned(p.x) && aligned(p.y) && aligned(p.x_out)) {
+    MhcPostVec4Kernel<<<GridFor(p.tokens * (p.dim / 4), kThreads), kThreads, 0, stream>>>(p);
+    return NW_CUDA_LAUNCH_STATUS("MhcPostVec4Kernel");
+  }
   MhcPostKernel<<<GridFor(p.tokens * p.dim, kThreads), kThreads, 0, stream>>>(p);
   return NW_CUDA_LAUNCH_STATUS("MhcPostKernel");
 }

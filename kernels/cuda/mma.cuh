@@ -47,6 +47,16 @@ __device__ __forceinline__ uint32_t PackBf16x2(float lo, float hi) {
 
 namespace nw::cuda::detail {
 
+/// ldmatrix .x4: lanes 8j..8j+7 give the row addresses (16 bytes each) of 8x8 matrix j; r[j]
+/// receives row lane / 4, elements 2 (lane % 4) and + 1 of matrix j (the mma B-fragment layout of
+/// a matrix stored [n][k]).
+__device__ __forceinline__ void LdMatrixX4(uint32_t (&r)[4], const void* row_address) {
+  const uint32_t a = static_cast<uint32_t>(__cvta_generic_to_shared(row_address));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
+}
+
 /// ldmatrix .x4 .trans: lanes 8j..8j+7 give the row addresses (16 bytes each) of 8x8 matrix j;
 /// r[j] receives matrix j transposed into the mma B-fragment layout (elements [2t, 2t+1][g]).
 __device__ __forceinline__ void LdMatrixX4Trans(uint32_t (&r)[4], const void* row_address) {

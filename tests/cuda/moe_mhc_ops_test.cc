@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "kernels/cuda/mhc.h"
@@ -176,7 +177,7 @@ void HostMhcPre(const float* x, const float* raw, const std::vector<float>& base
 TEST(CudaMhc, PreMatchesHostReferenceOnTheWarpAndSerialPaths) {
   NW_REQUIRE_GPU();
   // n = 4 (tiny-v4, V4: the Sinkhorn across 16 lanes), n = 5 (25 lanes) and n = 8 (64 > 32:
-  // serial on lane 0).
+  // serial on lane 0); each also one token a thread (chunks of 256 tokens or more).
   for (int n : {4, 5, 8}) {
     SCOPED_TRACE(::testing::Message() << "n " << n);
     const int dim = 96, iters = 20;
@@ -214,6 +215,20 @@ TEST(CudaMhc, PreMatchesHostReferenceOnTheWarpAndSerialPaths) {
     EXPECT_TRUE(Near(u, want_u, Tolerance{1e-6, 4e-6}));
     EXPECT_TRUE(dco.GuardsIntact());
     EXPECT_TRUE(du.GuardsIntact());
+    // 777 tokens take the Sinkhorn one token a thread in a second kernel; 100 tokens (below
+    // the 256 from which it does) across each warp's lanes or on lane 0: the same bits.
+    const std::vector<float> co_all = dco.Download();
+    Guarded<float> du_few(100 * dim), dco_few(100 * cw);
+    MhcPreParams few = p;
+    few.tokens = 100;
+    few.u = du_few.get();
+    few.coeffs = dco_few.get();
+    NW_ASSERT_OK(LaunchMhcPre(few, nullptr));
+    NW_ASSERT_SYNC();
+    EXPECT_TRUE(
+        BitEqual(dco_few.Download(), std::vector<float>(co_all.begin(), co_all.begin() + 100 * cw)))
+        << "in-warp vs one token a thread";
+    EXPECT_TRUE(BitEqual(du_few.Download(), std::vector<float>(u.begin(), u.begin() + 100 * dim)));
     // round_bf16: u rounded as stored, the bits of a separate rounding pass.
     p.round_bf16 = true;
     NW_ASSERT_OK(LaunchMhcPre(p, nullptr));
@@ -226,9 +241,10 @@ TEST(CudaMhc, PreMatchesHostReferenceOnTheWarpAndSerialPaths) {
 
 TEST(CudaMhc, PostMatchesHostReferenceBitForBit) {
   NW_REQUIRE_GPU();
-  for (int n : {1, 4, 8}) {
-    SCOPED_TRACE(::testing::Message() << "n " << n);
-    const int dim = 96;
+  // dim 96: four values a thread (vector loads); 30: one value a thread.
+  for (const auto& [n, dim] :
+       std::vector<std::pair<int, int>>{{1, 96}, {4, 96}, {8, 96}, {4, 30}}) {
+    SCOPED_TRACE(::testing::Message() << "n " << n << " dim " << dim);
     const int64_t tokens = 301;
     const int cw = 2 * n + n * n;
     Rng rng(0xB0057 + n);
