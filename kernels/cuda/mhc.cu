@@ -21,10 +21,6 @@ __device__ __forceinline__ float SigmoidF(float x) { return 1.0f / detail::AddRn
 
 constexpr int kPreWarps = kThreads / 32;
 constexpr int kSinkhornThreads = 128;
-// From this many tokens on, the Sinkhorn runs one token a thread in its own kernel (independent
-// chains of 20 rounds fill the SMs) instead of across a warp's lanes (one chain a warp, the
-// pre kernel's occupancy the limit); below it, one launch fewer matters more (decode steps).
-constexpr int64_t kDeferSinkhornTokens = 256;
 
 unsigned GridFor(int64_t work, int threads) {
   const int64_t blocks = (work + threads - 1) / threads;

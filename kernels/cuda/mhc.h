@@ -26,6 +26,13 @@
 namespace nw::cuda {
 
 inline constexpr int kMaxHcMult = 8;
+/// From this many tokens in one LaunchMhcPre (non-head), the Sinkhorn runs one token a thread in
+/// a second kernel (independent 20-round chains fill the SMs) instead of across each warp's lanes
+/// (one chain a warp, the pre kernel's occupancy the limit). Measured on the H200 at n = 4: the
+/// second kernel lost at 8,192 tokens (26 us a launch, one warp per scheduler on half the SMs) and
+/// won at 32,768; below the switch, one launch fewer matters more (decode steps, short chunks).
+/// Both forms give the same bits.
+inline constexpr int64_t kDeferSinkhornTokens = 16384;
 
 struct MhcPreParams {
   const float* x = nullptr;        // [tokens, n * dim] residual streams

@@ -177,11 +177,12 @@ void HostMhcPre(const float* x, const float* raw, const std::vector<float>& base
 TEST(CudaMhc, PreMatchesHostReferenceOnTheWarpAndSerialPaths) {
   NW_REQUIRE_GPU();
   // n = 4 (tiny-v4, V4: the Sinkhorn across 16 lanes), n = 5 (25 lanes) and n = 8 (64 > 32:
-  // serial on lane 0); each also one token a thread (chunks of 256 tokens or more).
+  // serial on lane 0); each also one token a thread (kDeferSinkhornTokens tokens or more).
   for (int n : {4, 5, 8}) {
     SCOPED_TRACE(::testing::Message() << "n " << n);
     const int dim = 96, iters = 20;
-    const int64_t tokens = 777;  // not a multiple of the 8 tokens a block takes
+    // Past the switch to one token a thread, and not a multiple of the 8 tokens a block takes.
+    const int64_t tokens = kDeferSinkhornTokens + 77;
     const int mix_rows = (2 + n) * n, cw = 2 * n + n * n;
     Rng rng(0xC0FFEE + n);
     const std::vector<float> x = rng.Vec(static_cast<size_t>(tokens * n * dim), -2.0f, 2.0f);
@@ -215,8 +216,8 @@ TEST(CudaMhc, PreMatchesHostReferenceOnTheWarpAndSerialPaths) {
     EXPECT_TRUE(Near(u, want_u, Tolerance{1e-6, 4e-6}));
     EXPECT_TRUE(dco.GuardsIntact());
     EXPECT_TRUE(du.GuardsIntact());
-    // 777 tokens take the Sinkhorn one token a thread in a second kernel; 100 tokens (below
-    // the 256 from which it does) across each warp's lanes or on lane 0: the same bits.
+    // These tokens take the Sinkhorn one token a thread in a second kernel; 100 tokens (below
+    // kDeferSinkhornTokens) across each warp's lanes or on lane 0: the same bits.
     const std::vector<float> co_all = dco.Download();
     Guarded<float> du_few(100 * dim), dco_few(100 * cw);
     MhcPreParams few = p;

@@ -1,0 +1,251 @@
+// The W-resident tensor-core linear (linear.h): dense and batched products with many rows and a
+// weight matrix small enough to sit whole in shared memory (the tiny model's projections: 128 to
+// 512 outputs over 128 or 256 inputs). The tiled kernel (linear_mma.cu) gives each block a
+// 32 x 64 tile, so every block stages its W slice again from L2 and x is read once per 64
+// outputs; its blocks live for a handful of k tiles, so the pipeline's start and end dominate.
+// Here a persistent block (grid: as many as fit at once) loads all of W (each piece) into shared
+// memory once, then streams its 32-row tiles of x through kStages cp.async buffers, 64 inputs at
+// a time, one pipeline across all of its tiles; eight warps split a tile as 2 (16 rows each) x 4
+// (a quarter of the outputs each, up to 16 n8 tiles).
+// Same arithmetic as the tiled kernel: A fragments rounded or split from the fp32 x tile as they
+// load, for each k16 step in ascending order the W pieces smallest first and for each the x
+// pieces smallest first, steps up to the next multiple of 32 inputs (the tiled kernel's k tiles:
+// the padding's zero products included), so each output is the same sequence of mma.sync
+// operations on the same accumulator and the results are the tiled kernel's bits. It only runs
+// where the tiled kernel would not split k (LaunchLinearMma decides).
+#include <algorithm>
+
+#include "kernels/cuda/common.h"
+#include "kernels/cuda/linear.h"
+#include "kernels/cuda/linear_pieces.cuh"
+#include "kernels/cuda/mma.cuh"
+#include "kernels/quant/scalar.h"
+
+namespace nw::cuda::detail {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kTm = kLinearTileRows;  // 32 rows a tile
+constexpr int kTk = 64;               // inputs a staged x tile
+constexpr int kXStride = kTk + 8;     // floats a staged x row (== 8 mod 32: float2 reads
+                                      // conflict-free)
+constexpr int kStages = 4;
+constexpr int kMaxNt = 16;                  // n8 tiles a warp (instantiated for 4, 8 and 16:
+                                            // fewer accumulators, more blocks an SM)
+constexpr int64_t kMaxOut = 4 * kMaxNt * 8;  // 512
+// From this many rows a dense product goes resident under kAuto: below it the tiled kernel's
+// grid is small and loading all of W in every block costs more than it saves (decode steps).
+constexpr int64_t kMinRows = 4096;
+
+struct Shape {
+  int out_pad = 0;    // outputs rounded up to 64 (each warp an even number of n8 tiles)
+  int in_pad = 0;     // inputs rounded up to kTk (staged W row width)
+  int in_steps = 0;   // inputs rounded up to 32, the tiled kernel's k range: k16 steps below it
+  int w_stride = 0;   // bf16 a staged W row: in_pad + 8 (rows 16 bytes apart mod 128: ldmatrix
+                      // conflict-free)
+  size_t smem = 0;    // W pieces + x stages
+};
+
+Shape ShapeOf(const LinearParams& p, int w_parts) {
+  Shape s;
+  s.out_pad = static_cast<int>((p.out + 63) / 64 * 64);
+  s.in_pad = static_cast<int>((p.in + kTk - 1) / kTk * kTk);
+  s.in_steps = static_cast<int>((p.in + 31) / 32 * 32);
+  s.w_stride = s.in_pad + 8;
+  s.smem = sizeof(uint16_t) * w_parts * s.out_pad * s.w_stride +
+           sizeof(float) * kStages * kTm * kXStride;
+  return s;
+}
+
+template <int kXParts, int kWParts, int kNt>
+__global__ void __launch_bounds__(kThreads) LinearResidentKernel(LinearParams p, Shape shape) {
+  extern __shared__ uint4 smem_raw[];
+  uint16_t* sw = reinterpret_cast<uint16_t*>(smem_raw);
+  float* sx = reinterpret_cast<float*>(sw + static_cast<size_t>(kWParts) * shape.out_pad *
+                                                shape.w_stride);  // 16-byte aligned: out_pad % 64
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
+  const int64_t b = blockIdx.z;
+  const float* x = p.x + b * p.x_batch_stride;
+  const uint16_t* w = p.w_bf16 + b * p.w_batch_stride;
+  float* y = p.y + b * p.y_batch_stride;
+  const int ws = shape.w_stride;
+
+  // All of W, each piece, zero past out and in (in % 8 == 0: a 16-byte piece is wholly inside).
+  {
+    const int per_row = shape.in_pad / 8, per_part = shape.out_pad * per_row;
+    for (int i = tid; i < kWParts * per_part; i += kThreads) {
+      const int part = i / per_part, o = (i % per_part) / per_row, k = (i % per_row) * 8;
+      const bool ok = o < p.out && k < p.in;
+      CpAsync16(sw + (part * shape.out_pad + o) * ws + k,
+                ok ? w + part * p.w_piece_stride + static_cast<int64_t>(o) * p.in + k : p.w_bf16,
+                ok);
+    }
+    CpAsyncCommit();
+  }
+
+  const int64_t row_tiles = (p.rows + kTm - 1) / kTm;
+  const int64_t first = blockIdx.x, stride = gridDim.x;
+  const int64_t my_tiles = first < row_tiles ? (row_tiles - first + stride - 1) / stride : 0;
+  const int64_t k_tiles = shape.in_pad / kTk;
+  const int64_t steps = my_tiles * k_tiles;  // (tile, k tile) pairs, one pipeline across tiles
+  // x tile: 32 rows x 64 floats = 512 pieces of 16 bytes, two a thread.
+  constexpr int kPieces = kTm * kTk / 4 / kThreads;
+  auto stage = [&](int64_t step) {
+    const int64_t row0 = (first + (step / k_tiles) * stride) * kTm;
+    const int64_t k0 = (step % k_tiles) * kTk;
+    float* st = sx + (step % kStages) * (kTm * kXStride);
+#pragma unroll
+    for (int c = 0; c < kPieces; ++c) {
+      const int piece = tid + c * kThreads;
+      const int r = piece / (kTk / 4), kk = (piece % (kTk / 4)) * 4;
+      const int64_t row = row0 + r, k = k0 + kk;
+      const bool ok = row < p.rows && k < p.in;
+      CpAsync16(st + r * kXStride + kk, ok ? x + row * p.x_stride + k : p.x, ok);
+    }
+  };
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < steps) stage(s);
+    CpAsyncCommit();  // one group a step, empty ones included: the wait below counts them
+  }
+
+  const int wr = (warp & 1) * 16;
+  const int nts = shape.out_pad / 32;  // n8 tiles of this warp (even, <= kNt)
+  const int wc = (warp >> 1) * nts * 8;
+  float acc[kNt][4];
+#pragma unroll
+  for (int nt = 0; nt < kNt; ++nt)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) acc[nt][i] = 0.0f;
+
+  for (int64_t step = 0; step < steps; ++step) {
+    CpAsyncWait<kStages - 2>();  // this thread's copies of this step (and of W) have landed
+    __syncthreads();             // everyone's; and the previous step's buffer is free again
+    if (step + kStages - 1 < steps) stage(step + kStages - 1);
+    CpAsyncCommit();
+    const int64_t k0 = (step % k_tiles) * kTk;
+    const float* st = sx + (step % kStages) * (kTm * kXStride);
+#pragma unroll
+    for (int s = 0; s < kTk / 16; ++s) {
+      const int64_t k16 = k0 + s * 16;
+      if (k16 >= shape.in_steps) break;  // past the tiled kernel's last k tile (uniform)
+      uint32_t a[kXParts][4];
+      const float* ap = st + (wr + g) * kXStride + s * 16 + 2 * t4;
+      const int offsets[4] = {0, 8 * kXStride, 8, 8 * kXStride + 8};
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        uint32_t pieces[kXParts];
+        PackPieces<kXParts>(*reinterpret_cast<const float2*>(ap + offsets[i]), pieces);
+#pragma unroll
+        for (int part = 0; part < kXParts; ++part) a[part][i] = pieces[part];
+      }
+#pragma unroll
+      for (int wpart = kWParts - 1; wpart >= 0; --wpart) {
+        const uint16_t* wbase = sw + (wpart * shape.out_pad + wc) * ws + k16;
+#pragma unroll
+        for (int q = 0; q < kNt / 2; ++q) {
+          if (2 * q >= nts) break;
+          const int mi = lane >> 3;  // matrix: n8 tile 2 q + mi / 2, k half mi % 2
+          uint32_t r[4];
+          LdMatrixX4(r, wbase + ((2 * q + (mi >> 1)) * 8 + (lane & 7)) * ws + (mi & 1) * 8);
+#pragma unroll
+          for (int xpart = kXParts - 1; xpart >= 0; --xpart) {
+            MmaBf16(acc[2 * q], a[xpart], r[0], r[1]);
+          }
+#pragma unroll
+          for (int xpart = kXParts - 1; xpart >= 0; --xpart) {
+            MmaBf16(acc[2 * q + 1], a[xpart], r[2], r[3]);
+          }
+        }
+      }
+    }
+    if (step % k_tiles != k_tiles - 1) continue;
+    // The tile's last k step: write its outputs and start the next tile's sums.
+    // C fragment: rows g and g + 8 of the warp's 16, outputs 2 t4 and 2 t4 + 1 of each n8 tile.
+    const int64_t row0 = (first + (step / k_tiles) * stride) * kTm;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int64_t row = row0 + wr + g + 8 * half;
+      float* yr = y + row * p.y_stride;
+#pragma unroll
+      for (int nt = 0; nt < kNt; ++nt) {
+        if (nt >= nts) break;
+        const int64_t o = wc + nt * 8 + 2 * t4;
+        float v0 = acc[nt][2 * half], v1 = acc[nt][2 * half + 1];
+        if (p.round_bf16) {
+          v0 = quant::RoundBf16(v0);
+          v1 = quant::RoundBf16(v1);
+        }
+        if (row < p.rows) {
+          if (o < p.out) yr[o] = v0;
+          if (o + 1 < p.out) yr[o + 1] = v1;
+        }
+      }
+    }
+#pragma unroll
+    for (int nt = 0; nt < kNt; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[nt][i] = 0.0f;
+  }
+  CpAsyncWait<0>();  // the trailing empty groups
+}
+
+template <int kXParts, int kWParts, int kNt>
+Status LaunchWith(const LinearParams& p, const Shape& shape, cudaStream_t stream) {
+  void (*kernel)(LinearParams, Shape) = LinearResidentKernel<kXParts, kWParts, kNt>;
+  NW_RETURN_IF_ERROR(AllowDynamicSharedMemory(reinterpret_cast<const void*>(kernel), shape.smem,
+                                              "LinearResidentKernel"));
+  int per_sm = 0;
+  NW_CUDA_RETURN_IF_ERROR(
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, shape.smem));
+  const int64_t row_tiles = (p.rows + kTm - 1) / kTm;
+  const int64_t resident = std::max<int64_t>(1, int64_t{per_sm} * MultiprocessorCount());
+  const int64_t per_batch = std::max<int64_t>(1, resident / p.batches);
+  const dim3 grid(static_cast<unsigned>(std::min(row_tiles, per_batch)), 1,
+                  static_cast<unsigned>(p.batches));
+  kernel<<<grid, kThreads, shape.smem, stream>>>(p, shape);
+  return NW_CUDA_LAUNCH_STATUS("LinearResidentKernel");
+}
+
+template <int kXParts, int kWParts>
+Status LaunchAs(const LinearParams& p, cudaStream_t stream) {
+  const Shape shape = ShapeOf(p, kWParts);
+  const int nts = shape.out_pad / 32;
+  if (nts <= 4) return LaunchWith<kXParts, kWParts, 4>(p, shape, stream);
+  if (nts <= 8) return LaunchWith<kXParts, kWParts, 8>(p, shape, stream);
+  return LaunchWith<kXParts, kWParts, kMaxNt>(p, shape, stream);
+}
+
+}  // namespace
+
+bool LinearResidentApplies(const LinearParams& p) {
+  if (p.row_index != nullptr || p.out > kMaxOut || p.mma_kernel == LinearMmaKernel::kTiled) {
+    return false;
+  }
+  if (p.mma_kernel == LinearMmaKernel::kAuto && p.rows < kMinRows) return false;
+  const int w_parts = p.w_pieces == 3 ? 3 : 1;
+  // cp.async: every x and W row, of every batch and piece, starts 16-byte aligned.
+  const auto aligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
+  if (p.in % 8 != 0 || p.x_stride % 4 != 0 || !aligned(p.x) || !aligned(p.w_bf16) ||
+      (p.batches > 1 && (p.x_batch_stride % 4 != 0 || p.w_batch_stride % 8 != 0)) ||
+      (w_parts == 3 && p.w_piece_stride % 8 != 0)) {
+    return false;
+  }
+  int dev = 0, optin = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) !=
+          cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return ShapeOf(p, w_parts).smem <= static_cast<size_t>(optin);
+}
+
+// Called by LaunchLinearMma for a product LinearResidentApplies accepted.
+Status LaunchLinearResident(const LinearParams& p, cudaStream_t stream) {
+  if (p.x_split) return LaunchAs<3, 1>(p, stream);
+  if (p.w_pieces == 3) return LaunchAs<1, 3>(p, stream);
+  return LaunchAs<1, 1>(p, stream);
+}
+
+}  // namespace nw::cuda::detail
