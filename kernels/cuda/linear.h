@@ -22,6 +22,10 @@
 // Every product of pieces is exact, so with exact pieces only the fp32 summation order differs
 // from the CPU, as in any bf16 GEMM. `lanes` is ignored on this path; the shapes and the tile list
 // are the same. Deterministic run to run.
+// Tensor cores, dense and batched products with many rows, out <= 512 and the whole W in shared
+// memory (the tiny model's projections): a persistent kernel keeps W resident in each block and
+// streams 32-row tiles of x through it, so x is read once and W once per block instead of once
+// per tile; its products and their order are the tiled kernel's, so its outputs are the same bits.
 // Thread-safety: launchers are reentrant.
 #pragma once
 
@@ -34,6 +38,10 @@
 namespace nw::cuda {
 
 inline constexpr int kLinearTileRows = 32;
+
+/// Which tensor-core kernel runs a product: kAuto chooses; the others are for tests and
+/// benchmarks (kResident is InvalidArgument where it does not apply).
+enum class LinearMmaKernel { kAuto, kTiled, kResident };
 
 struct LinearParams {
   const float* x = nullptr;  // [rows, x_stride] (batched: + b * x_batch_stride)
@@ -54,7 +62,8 @@ struct LinearParams {
   int w_pieces = 1;
   int64_t w_piece_stride = 0;
   bool x_split = false;
-  bool round_bf16 = false;  // tensor cores only
+  bool round_bf16 = false;                              // tensor cores only
+  LinearMmaKernel mma_kernel = LinearMmaKernel::kAuto;  // tensor cores only
   // Batched.
   int batches = 1;
   int64_t x_batch_stride = 0;

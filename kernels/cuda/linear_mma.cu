@@ -22,11 +22,16 @@
 #include "kernels/cuda/common.h"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/linear.h"
+#include "kernels/cuda/linear_pieces.cuh"
 #include "kernels/cuda/linear_tile.cuh"
 #include "kernels/cuda/mma.cuh"
 #include "kernels/quant/scalar.h"
 
 namespace nw::cuda::detail {
+
+bool LinearResidentApplies(const LinearParams& p);                        // linear_mma_resident.cu
+Status LaunchLinearResident(const LinearParams& p, cudaStream_t stream);  // linear_mma_resident.cu
+
 namespace {
 
 constexpr int kThreads = 128;
@@ -35,24 +40,6 @@ constexpr int kTn = 64;               // outputs per tile
 constexpr int kTk = 32;               // k per staged tile
 constexpr int kXStride = kTk + 8;     // floats per staged x row: conflict-free float2 reads
 constexpr int kWStride = kTk + 8;     // bf16 per staged W row: conflict-free fragment loads
-
-// x -> up to three bf16 pieces: hi = bf16(x), mid = bf16(x - hi), lo = bf16(x - hi - mid); each
-// difference is exact in fp32 and the pieces sum to x exactly (24 significand bits in three 8-bit
-// pieces). One piece is bf16(x), round to nearest even.
-// The pieces of two consecutive x values as kParts packed bf16 pairs (first in the low half).
-template <int kParts>
-__device__ __forceinline__ void PackPieces(float2 v, uint32_t (&out)[kParts]) {
-#pragma unroll
-  for (int i = 0; i < kParts; ++i) {
-    const __nv_bfloat162 b = __floats2bfloat162_rn(v.x, v.y);
-    memcpy(&out[i], &b, sizeof(out[i]));
-    if (i + 1 < kParts) {
-      const float2 f = __bfloat1622float2(b);
-      v.x -= f.x;
-      v.y -= f.y;
-    }
-  }
-}
 
 constexpr int kMaxSplits = 8;
 constexpr int64_t kMinSplitK = 256;  // k per range at least
@@ -319,6 +306,7 @@ Status LaunchAs(const LinearParams& p, cudaStream_t stream) {
     split.count = static_cast<int>((p.in + split.chunk - 1) / split.chunk);
   }
   constexpr size_t smem = SmemBytes<kWParts>();
+  if (split.count <= 1 && LinearResidentApplies(p)) return LaunchLinearResident(p, stream);
   if (split.count <= 1) {
     const dim3 grid(static_cast<unsigned>(row_tiles * out_tiles), 1,
                     static_cast<unsigned>(p.batches));
@@ -348,13 +336,19 @@ Status LaunchLinearMma(const LinearParams& p, cudaStream_t stream) {
   if (p.w_pieces == 3 && p.w_piece_stride <= 0) {
     return Status::InvalidArgument("Linear: three weight pieces need w_piece_stride");
   }
-  if (p.x_split) {
-    if (p.w_pieces == 3) {
-      return Status::InvalidArgument(
-          "Linear: x_split with three weight pieces is not supported (nine products a pair)");
-    }
-    return LaunchAs<3, 1>(p, stream);
+  if (p.x_split && p.w_pieces == 3) {
+    return Status::InvalidArgument(
+        "Linear: x_split with three weight pieces is not supported (nine products a pair)");
   }
+  if (p.mma_kernel == LinearMmaKernel::kResident) {
+    if (!LinearResidentApplies(p)) {
+      return Status::InvalidArgument(
+          "Linear: the W-resident kernel needs a dense or batched product, out <= 512, x and W "
+          "rows 16-byte aligned, and W within the device's shared memory");
+    }
+    return LaunchLinearResident(p, stream);
+  }
+  if (p.x_split) return LaunchAs<3, 1>(p, stream);
   return p.w_pieces == 3 ? LaunchAs<1, 3>(p, stream) : LaunchAs<1, 1>(p, stream);
 }
 

@@ -29,21 +29,23 @@ constexpr int kTm = kLinearTileRows;  // 32 rows a tile
 constexpr int kTk = 64;               // inputs a staged x tile
 constexpr int kXStride = kTk + 8;     // floats a staged x row (== 8 mod 32: float2 reads
                                       // conflict-free)
-constexpr int kStages = 4;
-constexpr int kMaxNt = 16;                  // n8 tiles a warp (instantiated for 4, 8 and 16:
-                                            // fewer accumulators, more blocks an SM)
+// Eight buffers, seven tiles in flight while one is computed: with W resident a block or two fit
+// an SM, so the loads in flight must come from deep staging (four buffers reached 1.3 TB/s).
+constexpr int kStages = 8;
+constexpr int kMaxNt = 16;                   // n8 tiles a warp (instantiated for 4, 8 and 16:
+                                             // fewer accumulators, more blocks an SM)
 constexpr int64_t kMaxOut = 4 * kMaxNt * 8;  // 512
 // From this many rows a dense product goes resident under kAuto: below it the tiled kernel's
 // grid is small and loading all of W in every block costs more than it saves (decode steps).
 constexpr int64_t kMinRows = 4096;
 
 struct Shape {
-  int out_pad = 0;    // outputs rounded up to 64 (each warp an even number of n8 tiles)
-  int in_pad = 0;     // inputs rounded up to kTk (staged W row width)
-  int in_steps = 0;   // inputs rounded up to 32, the tiled kernel's k range: k16 steps below it
-  int w_stride = 0;   // bf16 a staged W row: in_pad + 8 (rows 16 bytes apart mod 128: ldmatrix
-                      // conflict-free)
-  size_t smem = 0;    // W pieces + x stages
+  int out_pad = 0;   // outputs rounded up to 64 (each warp an even number of n8 tiles)
+  int in_pad = 0;    // inputs rounded up to kTk (staged W row width)
+  int in_steps = 0;  // inputs rounded up to 32, the tiled kernel's k range: k16 steps below it
+  int w_stride = 0;  // bf16 a staged W row: in_pad + 8 (rows 16 bytes apart mod 128: ldmatrix
+                     // conflict-free)
+  size_t smem = 0;   // W pieces + x stages
 };
 
 Shape ShapeOf(const LinearParams& p, int w_parts) {
@@ -56,6 +58,22 @@ Shape ShapeOf(const LinearParams& p, int w_parts) {
            sizeof(float) * kStages * kTm * kXStride;
   return s;
 }
+
+// A place in a block's sequence of (row tile, k tile) steps and its staging buffer, moved on
+// without divisions (64-bit ones cost more than a step's MMAs).
+struct Cursor {
+  int64_t row0;  // the tile's first row
+  int k0;        // the k tile's first input
+  int buf;       // its staging buffer
+  __device__ __forceinline__ void Advance(int in_pad, int64_t row_step) {
+    k0 += kTk;
+    if (k0 == in_pad) {
+      k0 = 0;
+      row0 += row_step;
+    }
+    buf = (buf + 1) % kStages;
+  }
+};
 
 template <int kXParts, int kWParts, int kNt>
 __global__ void __launch_bounds__(kThreads) LinearResidentKernel(LinearParams p, Shape shape) {
@@ -86,26 +104,33 @@ __global__ void __launch_bounds__(kThreads) LinearResidentKernel(LinearParams p,
   const int64_t row_tiles = (p.rows + kTm - 1) / kTm;
   const int64_t first = blockIdx.x, stride = gridDim.x;
   const int64_t my_tiles = first < row_tiles ? (row_tiles - first + stride - 1) / stride : 0;
-  const int64_t k_tiles = shape.in_pad / kTk;
-  const int64_t steps = my_tiles * k_tiles;  // (tile, k tile) pairs, one pipeline across tiles
-  // x tile: 32 rows x 64 floats = 512 pieces of 16 bytes, two a thread.
+  const int64_t steps = my_tiles * (shape.in_pad / kTk);  // (tile, k tile) pairs, one pipeline
+  // x tile: 32 rows x 64 floats = 512 pieces of 16 bytes, two a thread (the same row and input
+  // offsets in every tile).
   constexpr int kPieces = kTm * kTk / 4 / kThreads;
-  auto stage = [&](int64_t step) {
-    const int64_t row0 = (first + (step / k_tiles) * stride) * kTm;
-    const int64_t k0 = (step % k_tiles) * kTk;
-    float* st = sx + (step % kStages) * (kTm * kXStride);
+  int piece_row[kPieces], piece_k[kPieces];
+#pragma unroll
+  for (int c = 0; c < kPieces; ++c) {
+    piece_row[c] = (tid + c * kThreads) / (kTk / 4);
+    piece_k[c] = ((tid + c * kThreads) % (kTk / 4)) * 4;
+  }
+  auto stage = [&](const Cursor& at) {
+    float* st = sx + at.buf * (kTm * kXStride);
 #pragma unroll
     for (int c = 0; c < kPieces; ++c) {
-      const int piece = tid + c * kThreads;
-      const int r = piece / (kTk / 4), kk = (piece % (kTk / 4)) * 4;
-      const int64_t row = row0 + r, k = k0 + kk;
+      const int64_t row = at.row0 + piece_row[c];
+      const int k = at.k0 + piece_k[c];
       const bool ok = row < p.rows && k < p.in;
-      CpAsync16(st + r * kXStride + kk, ok ? x + row * p.x_stride + k : p.x, ok);
+      CpAsync16(st + piece_row[c] * kXStride + piece_k[c], ok ? x + row * p.x_stride + k : p.x, ok);
     }
   };
+  Cursor issue{first * kTm, 0, 0}, comp = issue;
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
-    if (s < steps) stage(s);
+    if (s < steps) {
+      stage(issue);
+      issue.Advance(shape.in_pad, stride * kTm);
+    }
     CpAsyncCommit();  // one group a step, empty ones included: the wait below counts them
   }
 
@@ -121,13 +146,16 @@ __global__ void __launch_bounds__(kThreads) LinearResidentKernel(LinearParams p,
   for (int64_t step = 0; step < steps; ++step) {
     CpAsyncWait<kStages - 2>();  // this thread's copies of this step (and of W) have landed
     __syncthreads();             // everyone's; and the previous step's buffer is free again
-    if (step + kStages - 1 < steps) stage(step + kStages - 1);
+    if (step + kStages - 1 < steps) {
+      stage(issue);
+      issue.Advance(shape.in_pad, stride * kTm);
+    }
     CpAsyncCommit();
-    const int64_t k0 = (step % k_tiles) * kTk;
-    const float* st = sx + (step % kStages) * (kTm * kXStride);
+    const int k0 = comp.k0;
+    const float* st = sx + comp.buf * (kTm * kXStride);
 #pragma unroll
     for (int s = 0; s < kTk / 16; ++s) {
-      const int64_t k16 = k0 + s * 16;
+      const int k16 = k0 + s * 16;
       if (k16 >= shape.in_steps) break;  // past the tiled kernel's last k tile (uniform)
       uint32_t a[kXParts][4];
       const float* ap = st + (wr + g) * kXStride + s * 16 + 2 * t4;
@@ -159,10 +187,12 @@ __global__ void __launch_bounds__(kThreads) LinearResidentKernel(LinearParams p,
         }
       }
     }
-    if (step % k_tiles != k_tiles - 1) continue;
-    // The tile's last k step: write its outputs and start the next tile's sums.
-    // C fragment: rows g and g + 8 of the warp's 16, outputs 2 t4 and 2 t4 + 1 of each n8 tile.
-    const int64_t row0 = (first + (step / k_tiles) * stride) * kTm;
+    const int64_t row0 = comp.row0;
+    const bool tile_done = comp.k0 + kTk == shape.in_pad;
+    comp.Advance(shape.in_pad, stride * kTm);
+    if (!tile_done) continue;
+      // The tile's last k step: write its outputs and start the next tile's sums.
+      // C fragment: rows g and g + 8 of the warp's 16, outputs 2 t4 and 2 t4 + 1 of each n8 tile.
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int64_t row = row0 + wr + g + 8 * half;
@@ -233,8 +263,7 @@ bool LinearResidentApplies(const LinearParams& p) {
   }
   int dev = 0, optin = 0;
   if (cudaGetDevice(&dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) !=
-          cudaSuccess) {
+      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) {
     cudaGetLastError();
     return false;
   }

@@ -6,7 +6,9 @@
 //    accumulation bound (4 * in * 2^-24 * sum |x_i w_i|);
 //  - x that is not a bf16 value is rounded to bf16 (round to nearest even) as it is staged;
 //  - with x_split, and with W in three pieces, any fp32 x and W give the fp32 product within the
-//    same bound (the pieces sum to the values exactly, so every product is exact).
+//    same bound (the pieces sum to the values exactly, so every product is exact);
+//  - the W-resident kernel gives the tiled kernel's bits (the dense cases of 4,096+ rows above
+//    run it under kAuto).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -352,6 +354,99 @@ TEST(CudaLinearMma, GatheredIntegerInputsEqualCpu) {
     NW_ASSERT_SYNC();
     ExpectBitEqual(Down(*dy), want, "gathered, in " + std::to_string(in));
   }
+}
+
+// The W-resident kernel against the tiled one, bit for bit: the same mma.sync sequence on each
+// accumulator (linear_mma_resident.cu), so any difference is a wrong row, output, k step, piece
+// order, stride, batch or rounding. Random fp32 values (not bf16 values), so every product and
+// the order of the sums shows.
+TEST(CudaLinearMma, ResidentKernelGivesTheTiledKernelsBits) {
+  NW_REQUIRE_GPU();
+  struct Case {
+    int64_t rows, in, out, x_stride;
+    int batches;
+    bool pieces_fit;  // W in three pieces fits in shared memory too
+  };
+  // Outputs of 4, 8 and 16 n8 tiles a warp and partial ones; inputs not a multiple of 64 (and
+  // of 32: the padding's zero step), a wide x stride, many tiles a block, two batches, few rows.
+  const Case cases[] = {{8192, 256, 128, 256, 1, false}, {4099, 128, 257, 128, 1, false},
+                        {5000, 128, 512, 128, 1, false}, {4096, 136, 64, 136, 1, true},
+                        {4100, 256, 200, 264, 1, false}, {40000, 256, 256, 256, 1, false},
+                        {4200, 256, 128, 512, 2, false}, {5, 64, 24, 64, 1, true}};
+  for (const Case& c : cases) {
+    for (int mode = 0; mode < 4; ++mode) {  // round x; x split; W in 3 pieces; round outputs
+      const bool x_split = mode == 1, w_pieces = mode == 2, round_out = mode == 3;
+      if (w_pieces && !c.pieces_fit) continue;
+      const std::string what = std::to_string(c.rows) + "x" + std::to_string(c.in) + "x" +
+                               std::to_string(c.out) + " batches " + std::to_string(c.batches) +
+                               " mode " + std::to_string(mode);
+      SCOPED_TRACE(what);
+      Rng rng(static_cast<uint64_t>(c.rows * 3 + c.out * 5 + mode));
+      const std::vector<float> x = rng.Vec(static_cast<size_t>(c.rows * c.x_stride));
+      const std::vector<float> w = rng.Vec(static_cast<size_t>(c.batches * c.out * c.in));
+      auto dx = Up(x);
+      auto dw = Up(w_pieces ? Bf16Pieces(w) : Bf16Bits(w));
+      const size_t y_size = static_cast<size_t>(c.rows * c.batches * c.out);
+      LinearParams p;
+      p.x = dx.data();
+      p.w_bf16 = dw.data();
+      p.rows = c.rows;
+      p.in = c.in;
+      p.out = c.out;
+      p.x_stride = c.x_stride;
+      p.y_stride = c.batches * c.out;
+      p.x_split = x_split;
+      p.round_bf16 = round_out;
+      if (w_pieces) {
+        p.w_pieces = 3;
+        p.w_piece_stride = static_cast<int64_t>(w.size());
+      }
+      p.batches = c.batches;
+      p.x_batch_stride = c.in;  // batch b reads x[:, b * in ...]
+      p.w_batch_stride = c.out * c.in;
+      p.y_batch_stride = c.out;
+      std::vector<float> got[2];
+      for (int k = 0; k < 2; ++k) {
+        auto dy = DeviceBuffer<float>::Allocate(y_size);
+        ASSERT_TRUE(dy.ok());
+        p.y = dy->data();
+        p.mma_kernel = k == 0 ? LinearMmaKernel::kTiled : LinearMmaKernel::kResident;
+        NW_ASSERT_OK(LaunchLinear(p, nullptr));
+        NW_ASSERT_SYNC();
+        got[k] = Down(*dy);
+      }
+      ExpectBitEqual(got[1], got[0], "resident vs tiled, " + what);
+      // Not all zeros (a kernel that wrote nothing would still need the other to match it).
+      EXPECT_GT(std::count_if(got[1].begin(), got[1].end(), [](float v) { return v != 0.0f; }),
+                static_cast<std::ptrdiff_t>(y_size / 2));
+    }
+  }
+}
+
+TEST(CudaLinearMma, ResidentKernelRefusesWhatItCannotHold) {
+  NW_REQUIRE_GPU();
+  auto dx = DeviceBuffer<float>::Allocate(64 * 2048);
+  auto dw = DeviceBuffer<uint16_t>::Allocate(1024 * 2048);
+  auto dy = DeviceBuffer<float>::Allocate(64 * 1024);
+  ASSERT_TRUE(dx.ok() && dw.ok() && dy.ok());
+  LinearParams p;
+  p.x = dx->data();
+  p.w_bf16 = dw->data();
+  p.y = dy->data();
+  p.rows = 64;
+  p.mma_kernel = LinearMmaKernel::kResident;
+  p.in = 256;
+  p.out = 1024;  // more outputs than a block's warps cover
+  EXPECT_EQ(LaunchLinear(p, nullptr).code(), StatusCode::kInvalidArgument);
+  p.out = 512;
+  p.in = 2048;  // W (2 MiB) beyond shared memory
+  EXPECT_EQ(LaunchLinear(p, nullptr).code(), StatusCode::kInvalidArgument);
+  p.in = 250;  // rows not 16-byte aligned
+  EXPECT_EQ(LaunchLinear(p, nullptr).code(), StatusCode::kInvalidArgument);
+  p.in = 256;
+  p.out = 128;
+  NW_EXPECT_OK(LaunchLinear(p, nullptr));  // and what it can
+  NW_ASSERT_SYNC();
 }
 
 }  // namespace

@@ -409,32 +409,49 @@ void PerfLinearTiny(const std::string& filter) {
     int w_pieces;
   };
   const Shape shapes[] = {
-      {"linear tiny m=32768 256->128 (wkv, wq_a)", 256, 128, 1},
-      {"linear tiny m=32768 128->512 (wq_b)", 128, 512, 1},
-      {"linear tiny m=32768 256->256 (compressor)", 256, 256, 1},
-      {"linear tiny m=32768 1024->24, W in 3 pieces (mHC)", 1024, 24, 3},
+      {"256->128 (wkv, wq_a)", 256, 128, 1},
+      {"128->512 (wq_b)", 128, 512, 1},
+      {"256->256 (compressor)", 256, 256, 1},
+      {"1024->24, W in 3 pieces (mHC)", 1024, 24, 3},
   };
-  const int64_t m = 32768;
-  for (const Shape& sh : shapes) {
-    if (!Want(filter, sh.name)) continue;
-    std::vector<float> x = RandomF32(static_cast<size_t>(m * sh.in), 40);
-    for (float& v : x) v = quant::RoundBf16(v);
-    auto dx = Upload(x);
-    auto dw = Upload(RandomBf16(static_cast<size_t>(sh.w_pieces * sh.out * sh.in), 41));
-    auto y = DeviceBuffer<float>::Allocate(static_cast<size_t>(m * sh.out));
-    LinearParams p;
-    p.x = dx.data();
-    p.w_bf16 = dw.data();
-    p.w_pieces = sh.w_pieces;
-    p.w_piece_stride = sh.out * sh.in;
-    p.y = y->data();
-    p.rows = m;
-    p.in = sh.in;
-    p.out = sh.out;
-    p.round_bf16 = true;
-    const double flops = 2.0 * m * sh.in * sh.out * sh.w_pieces;
-    const double bytes = m * sh.in * 4.0 + sh.w_pieces * sh.out * sh.in * 2.0 + m * sh.out * 4.0;
-    Report(sh.name, TimeMs([&] { return LaunchLinear(p, nullptr); }, 3, 20), flops, bytes);
+  // Each shape at 8K and 32K rows through each tensor-core kernel that takes it (the W-resident
+  // one, linear_mma_resident.cu, against the tiled one: the ratio is the resident kernel's gain).
+  for (const int64_t m : {int64_t{8192}, int64_t{32768}}) {
+    for (const Shape& sh : shapes) {
+      const std::string base = "linear tiny m=" + std::to_string(m) + " " + sh.name;
+      if (!Want(filter, base.c_str())) continue;
+      std::vector<float> x = RandomF32(static_cast<size_t>(m * sh.in), 40);
+      for (float& v : x) v = quant::RoundBf16(v);
+      auto dx = Upload(x);
+      auto dw = Upload(RandomBf16(static_cast<size_t>(sh.w_pieces * sh.out * sh.in), 41));
+      auto y = DeviceBuffer<float>::Allocate(static_cast<size_t>(m * sh.out));
+      LinearParams p;
+      p.x = dx.data();
+      p.w_bf16 = dw.data();
+      p.w_pieces = sh.w_pieces;
+      p.w_piece_stride = sh.out * sh.in;
+      p.y = y->data();
+      p.rows = m;
+      p.in = sh.in;
+      p.out = sh.out;
+      p.round_bf16 = true;
+      const double flops = 2.0 * m * sh.in * sh.out * sh.w_pieces;
+      const double bytes = m * sh.in * 4.0 + sh.w_pieces * sh.out * sh.in * 2.0 + m * sh.out * 4.0;
+      double tiled_ms = 0.0;
+      for (const LinearMmaKernel k : {LinearMmaKernel::kTiled, LinearMmaKernel::kResident}) {
+        p.mma_kernel = k;
+        const bool resident = k == LinearMmaKernel::kResident;
+        if (resident && !LaunchLinear(p, nullptr).ok()) {
+          cudaGetLastError();
+          std::printf("%s, W-resident: does not apply\n", base.c_str());
+          continue;
+        }
+        const double ms = TimeMs([&] { return LaunchLinear(p, nullptr); }, 3, 20);
+        Report((base + (resident ? ", W-resident" : ", tiled")).c_str(), ms, flops, bytes);
+        if (!resident) tiled_ms = ms;
+        if (resident && ms > 0) std::printf("  W-resident vs tiled: %.2fx\n", tiled_ms / ms);
+      }
+    }
   }
 }
 
