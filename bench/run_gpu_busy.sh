@@ -9,25 +9,43 @@ set -uo pipefail
 export LD_LIBRARY_PATH=$PWD/.device/lib:${LD_LIBRARY_PATH:-}
 OUT=${OUT:-/tmp/nw-throughput}
 mkdir -p "$OUT"
-# Samples utilization.gpu every 100 ms into $1 in the background (pid in $smi).
+# Samples utilization.gpu every 100 ms into $1 in the background (pid in $smi), each line "EPOCH
+# UTIL" stamped as it arrives, so a campaign's figure covers only its own window.
 sample() {
-  nvidia-smi --query-gpu=utilization.gpu --format=csv,noheader,nounits -lms 100 >"$1" &
+  python3 -u -c '
+import signal, subprocess, sys, time
+p = subprocess.Popen(["nvidia-smi", "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits",
+                      "-lms", "100"], stdout=subprocess.PIPE, text=True)
+signal.signal(signal.SIGTERM, lambda *_: (p.terminate(), sys.exit(0)))
+for line in p.stdout:
+    print(f"{time.time():.3f} {line.strip()}", flush=True)
+' >"$1" &
   smi=$!
 }
-# summarize UTIL START END RC DB CAMPAIGN_NAME HOW: one line for the campaign's results stored
-# since START (the campaign's name is its tag: bench/NAME.yaml), appended to throughput.log.
+# summarize UTIL START END RC DB CAMPAIGN_NAME HOW [LAST]: one line for the campaign's results
+# stored since START (the campaign's name is its tag: bench/NAME.yaml), appended to
+# throughput.log. The window ends at END, or with LAST=last-result at the campaign's last stored
+# result (a daemon's campaign: the poll that noticed it comes up to 0.1 s later).
 summarize() {
   kill "$smi" 2>/dev/null
   wait "$smi" 2>/dev/null
   python3 - "$@" <<'PY' | tee -a "$OUT/throughput.log"
 import sqlite3, sys
 util_file, start, end, rc, db, name, how = sys.argv[1:8]
-util = [float(x) for x in open(util_file).read().split() if x.strip()]
-wall = float(end) - float(start)
-rows = sqlite3.connect(db).execute(
-    "select count(*), sum(r.outcome = 'pass') from results r "
-    "join campaign_jobs cj on cj.job_key = r.job_key join campaigns c on c.id = cj.campaign_id "
-    "where c.name = ? and r.created_ms >= ?", (name, int(float(start) * 1000))).fetchone()
+last = len(sys.argv) > 8 and sys.argv[8] == "last-result"
+start, end = float(start), float(end)
+query = ("select count(*), sum(r.outcome = 'pass'), max(r.created_ms) from results r "
+         "join campaign_jobs cj on cj.job_key = r.job_key join campaigns c on c.id = cj.campaign_id "
+         "where c.name = ? and r.created_ms >= ?")
+rows = sqlite3.connect(db).execute(query, (name, int(start * 1000))).fetchone()
+if last and rows[2] is not None:
+    end = min(end, rows[2] / 1000)
+wall = end - start
+util = []
+for line in open(util_file):
+    parts = line.split()
+    if len(parts) == 2 and start <= float(parts[0]) <= end:
+        util.append(float(parts[1]))
 busy = sum(util) / len(util) / 100 if util else float("nan")
 print(f"mixed-length campaign ({name}, {how}): exit {rc}, {rows[0]} jobs ({rows[1]} passed) in "
       f"{wall:.1f} s = {rows[0] / wall:.2f} jobs/s; GPU busy (nvidia-smi utilization.gpu, "
@@ -76,7 +94,7 @@ if [ "${MODE:-run}" = daemon ]; then
     wait_done
     rc=$?
     summarize "$OUT/util-daemon-$tag.txt" "$start" "$(date +%s.%N)" "$rc" "$ddb" "$tag" \
-      "daemon + nw worker --gpu 0 --slots, submit to last result"
+      "daemon + nw worker --gpu 0 --slots, submit to last result" last-result
   done
   kill "$wpid"
   sleep 1

@@ -2,11 +2,14 @@
 // weight matrix small enough to sit whole in shared memory (the tiny model's projections: 128 to
 // 512 outputs over 128 or 256 inputs). The tiled kernel (linear_mma.cu) gives each block a
 // 32 x 64 tile, so every block stages its W slice again from L2 and x is read once per 64
-// outputs; its blocks live for a handful of k tiles, so the pipeline's start and end dominate.
+// outputs; its blocks live for a handful of k tiles, and each warp's 16 x 32 piece of a tile
+// costs as many instructions in fragment loads as in MMAs.
 // Here a persistent block (grid: as many as fit at once) loads all of W (each piece) into shared
-// memory once, then streams its 32-row tiles of x through kStages cp.async buffers, 64 inputs at
-// a time, one pipeline across all of its tiles; eight warps split a tile as 2 (16 rows each) x 4
-// (a quarter of the outputs each, up to 16 n8 tiles).
+// memory once, then streams its row tiles of x through cp.async buffers, 64 inputs at a time,
+// one pipeline across all of its tiles. Its eight warps split a tile as kRowWarps (16 rows each)
+// x 8 / kRowWarps (an equal share of the outputs each, up to 16 n8 tiles): 128-row tiles for up
+// to 128 outputs, 64 rows for up to 256, 32 rows for up to 512, so every warp runs up to 16 MMAs
+// for each A fragment it loads.
 // Same arithmetic as the tiled kernel: A fragments rounded or split from the fp32 x tile as they
 // load, for each k16 step in ascending order the W pieces smallest first and for each the x
 // pieces smallest first, steps up to the next multiple of 32 inputs (the tiled kernel's k tiles:
@@ -25,22 +28,29 @@ namespace nw::cuda::detail {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kTm = kLinearTileRows;  // 32 rows a tile
-constexpr int kTk = 64;               // inputs a staged x tile
-constexpr int kXStride = kTk + 8;     // floats a staged x row (== 8 mod 32: float2 reads
-                                      // conflict-free)
-// Eight buffers, seven tiles in flight while one is computed: with W resident a block or two fit
-// an SM, so the loads in flight must come from deep staging (four buffers reached 1.3 TB/s).
-constexpr int kStages = 8;
-constexpr int kMaxNt = 16;                   // n8 tiles a warp (instantiated for 4, 8 and 16:
-                                             // fewer accumulators, more blocks an SM)
-constexpr int64_t kMaxOut = 4 * kMaxNt * 8;  // 512
+constexpr int kWarps = kThreads / 32;
+constexpr int kTk = 64;            // inputs a staged x tile
+constexpr int kXStride = kTk + 8;  // floats a staged x row (== 8 mod 32: float2 reads
+                                   // conflict-free)
+constexpr int kNt = 16;            // n8 tiles a warp at most
+constexpr int64_t kMaxOut = 2 * kNt * 8 * (kWarps / 2);  // 512: the 2-row-warp layout
 // From this many rows a dense product goes resident under kAuto: below it the tiled kernel's
 // grid is small and loading all of W in every block costs more than it saves (decode steps).
 constexpr int64_t kMinRows = 4096;
 
+// The layout of kRowWarps warps along a tile's rows.
+template <int kRowWarps>
+struct Layout {
+  static constexpr int kColWarps = kWarps / kRowWarps;
+  static constexpr int kRows = 16 * kRowWarps;  // a row tile
+  // Staging buffers: with W resident one block fits an SM, so the loads in flight come from the
+  // staging depth: four 128- or 64-row buffers (three in flight), eight of 32 rows (seven).
+  static constexpr int kStages = kRowWarps == 2 ? 8 : 4;
+  static constexpr int kOutAlign = 16 * kColWarps;  // each warp an even number of n8 tiles
+};
+
 struct Shape {
-  int out_pad = 0;   // outputs rounded up to 64 (each warp an even number of n8 tiles)
+  int out_pad = 0;   // outputs rounded up to the layout's kOutAlign
   int in_pad = 0;    // inputs rounded up to kTk (staged W row width)
   int in_steps = 0;  // inputs rounded up to 32, the tiled kernel's k range: k16 steps below it
   int w_stride = 0;  // bf16 a staged W row: in_pad + 8 (rows 16 bytes apart mod 128: ldmatrix
@@ -48,19 +58,36 @@ struct Shape {
   size_t smem = 0;   // W pieces + x stages
 };
 
+// The layout a product's outputs take: 8, 4 or 2 warps along the rows.
+int RowWarpsFor(int64_t out) { return out <= 128 ? 8 : out <= 256 ? 4 : 2; }
+
+template <int kRowWarps>
 Shape ShapeOf(const LinearParams& p, int w_parts) {
+  using L = Layout<kRowWarps>;
   Shape s;
-  s.out_pad = static_cast<int>((p.out + 63) / 64 * 64);
+  s.out_pad = static_cast<int>((p.out + L::kOutAlign - 1) / L::kOutAlign * L::kOutAlign);
   s.in_pad = static_cast<int>((p.in + kTk - 1) / kTk * kTk);
   s.in_steps = static_cast<int>((p.in + 31) / 32 * 32);
   s.w_stride = s.in_pad + 8;
   s.smem = sizeof(uint16_t) * w_parts * s.out_pad * s.w_stride +
-           sizeof(float) * kStages * kTm * kXStride;
+           sizeof(float) * L::kStages * L::kRows * kXStride;
   return s;
+}
+
+Shape ShapeFor(const LinearParams& p, int w_parts) {
+  switch (RowWarpsFor(p.out)) {
+    case 8:
+      return ShapeOf<8>(p, w_parts);
+    case 4:
+      return ShapeOf<4>(p, w_parts);
+    default:
+      return ShapeOf<2>(p, w_parts);
+  }
 }
 
 // A place in a block's sequence of (row tile, k tile) steps and its staging buffer, moved on
 // without divisions (64-bit ones cost more than a step's MMAs).
+template <int kStages>
 struct Cursor {
   int64_t row0;  // the tile's first row
   int k0;        // the k tile's first input
@@ -75,8 +102,10 @@ struct Cursor {
   }
 };
 
-template <int kXParts, int kWParts, int kNt>
+template <int kXParts, int kWParts, int kRowWarps>
 __global__ void __launch_bounds__(kThreads) LinearResidentKernel(LinearParams p, Shape shape) {
+  using L = Layout<kRowWarps>;
+  constexpr int kTm = L::kRows, kStages = L::kStages;
   extern __shared__ uint4 smem_raw[];
   uint16_t* sw = reinterpret_cast<uint16_t*>(smem_raw);
   float* sx = reinterpret_cast<float*>(sw + static_cast<size_t>(kWParts) * shape.out_pad *
@@ -105,7 +134,7 @@ __global__ void __launch_bounds__(kThreads) LinearResidentKernel(LinearParams p,
   const int64_t first = blockIdx.x, stride = gridDim.x;
   const int64_t my_tiles = first < row_tiles ? (row_tiles - first + stride - 1) / stride : 0;
   const int64_t steps = my_tiles * (shape.in_pad / kTk);  // (tile, k tile) pairs, one pipeline
-  // x tile: 32 rows x 64 floats = 512 pieces of 16 bytes, two a thread (the same row and input
+  // x tile: kTm rows x 64 floats in 16-byte pieces, kTm / 16 a thread (the same row and input
   // offsets in every tile).
   constexpr int kPieces = kTm * kTk / 4 / kThreads;
   int piece_row[kPieces], piece_k[kPieces];
@@ -114,7 +143,7 @@ __global__ void __launch_bounds__(kThreads) LinearResidentKernel(LinearParams p,
     piece_row[c] = (tid + c * kThreads) / (kTk / 4);
     piece_k[c] = ((tid + c * kThreads) % (kTk / 4)) * 4;
   }
-  auto stage = [&](const Cursor& at) {
+  auto stage = [&](const Cursor<kStages>& at) {
     float* st = sx + at.buf * (kTm * kXStride);
 #pragma unroll
     for (int c = 0; c < kPieces; ++c) {
@@ -124,7 +153,7 @@ __global__ void __launch_bounds__(kThreads) LinearResidentKernel(LinearParams p,
       CpAsync16(st + piece_row[c] * kXStride + piece_k[c], ok ? x + row * p.x_stride + k : p.x, ok);
     }
   };
-  Cursor issue{first * kTm, 0, 0}, comp = issue;
+  Cursor<kStages> issue{first * kTm, 0, 0}, comp = issue;
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
     if (s < steps) {
@@ -134,9 +163,9 @@ __global__ void __launch_bounds__(kThreads) LinearResidentKernel(LinearParams p,
     CpAsyncCommit();  // one group a step, empty ones included: the wait below counts them
   }
 
-  const int wr = (warp & 1) * 16;
-  const int nts = shape.out_pad / 32;  // n8 tiles of this warp (even, <= kNt)
-  const int wc = (warp >> 1) * nts * 8;
+  const int wr = (warp % kRowWarps) * 16;
+  const int nts = shape.out_pad / (8 * L::kColWarps);  // n8 tiles of this warp (even, <= kNt)
+  const int wc = (warp / kRowWarps) * nts * 8;
   float acc[kNt][4];
 #pragma unroll
   for (int nt = 0; nt < kNt; ++nt)
@@ -187,12 +216,12 @@ __global__ void __launch_bounds__(kThreads) LinearResidentKernel(LinearParams p,
         }
       }
     }
+    // After a tile's last k step: write its outputs and start the next tile's sums. C fragment:
+    // rows g and g + 8 of the warp's 16, outputs 2 t4 and 2 t4 + 1 of each n8 tile.
     const int64_t row0 = comp.row0;
     const bool tile_done = comp.k0 + kTk == shape.in_pad;
     comp.Advance(shape.in_pad, stride * kTm);
     if (!tile_done) continue;
-      // The tile's last k step: write its outputs and start the next tile's sums.
-      // C fragment: rows g and g + 8 of the warp's 16, outputs 2 t4 and 2 t4 + 1 of each n8 tile.
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int64_t row = row0 + wr + g + 8 * half;
@@ -220,14 +249,16 @@ __global__ void __launch_bounds__(kThreads) LinearResidentKernel(LinearParams p,
   CpAsyncWait<0>();  // the trailing empty groups
 }
 
-template <int kXParts, int kWParts, int kNt>
-Status LaunchWith(const LinearParams& p, const Shape& shape, cudaStream_t stream) {
-  void (*kernel)(LinearParams, Shape) = LinearResidentKernel<kXParts, kWParts, kNt>;
+template <int kXParts, int kWParts, int kRowWarps>
+Status LaunchWith(const LinearParams& p, cudaStream_t stream) {
+  const Shape shape = ShapeOf<kRowWarps>(p, kWParts);
+  void (*kernel)(LinearParams, Shape) = LinearResidentKernel<kXParts, kWParts, kRowWarps>;
   NW_RETURN_IF_ERROR(AllowDynamicSharedMemory(reinterpret_cast<const void*>(kernel), shape.smem,
                                               "LinearResidentKernel"));
   int per_sm = 0;
   NW_CUDA_RETURN_IF_ERROR(
       cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, shape.smem));
+  constexpr int kTm = Layout<kRowWarps>::kRows;
   const int64_t row_tiles = (p.rows + kTm - 1) / kTm;
   const int64_t resident = std::max<int64_t>(1, int64_t{per_sm} * MultiprocessorCount());
   const int64_t per_batch = std::max<int64_t>(1, resident / p.batches);
@@ -239,11 +270,14 @@ Status LaunchWith(const LinearParams& p, const Shape& shape, cudaStream_t stream
 
 template <int kXParts, int kWParts>
 Status LaunchAs(const LinearParams& p, cudaStream_t stream) {
-  const Shape shape = ShapeOf(p, kWParts);
-  const int nts = shape.out_pad / 32;
-  if (nts <= 4) return LaunchWith<kXParts, kWParts, 4>(p, shape, stream);
-  if (nts <= 8) return LaunchWith<kXParts, kWParts, 8>(p, shape, stream);
-  return LaunchWith<kXParts, kWParts, kMaxNt>(p, shape, stream);
+  switch (RowWarpsFor(p.out)) {
+    case 8:
+      return LaunchWith<kXParts, kWParts, 8>(p, stream);
+    case 4:
+      return LaunchWith<kXParts, kWParts, 4>(p, stream);
+    default:
+      return LaunchWith<kXParts, kWParts, 2>(p, stream);
+  }
 }
 
 }  // namespace
@@ -267,7 +301,7 @@ bool LinearResidentApplies(const LinearParams& p) {
     cudaGetLastError();
     return false;
   }
-  return ShapeOf(p, w_parts).smem <= static_cast<size_t>(optin);
+  return ShapeFor(p, w_parts).smem <= static_cast<size_t>(optin);
 }
 
 // Called by LaunchLinearMma for a product LinearResidentApplies accepted.
