@@ -5,12 +5,15 @@
 // answers); 1 some jobs ended in engine_error/timeout or failed; 2 bad input; 130 interrupted.
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <iostream>
 #include <optional>
 #include <set>
 #include <sstream>
 #include <stop_token>
+#include <thread>
+#include <utility>
 
 #include "cli/campaign_load.h"
 #include "cli/commands.h"
@@ -116,6 +119,60 @@ int Run(const RunArgs& a, const Globals& g) {
     std::cerr << "nw run: " << st.ToString() << "\n";
     return 2;
   }
+  // The GPU slots: --gpu-slots engine executors per GPU, built before the database work so that
+  // their engines load meanwhile. The CPU slots advertise the CPU backends only; the cuda* jobs
+  // go to the GPU slots, each running its own engines (own weights on the GPU, own stream) on
+  // that device.
+  std::vector<std::string> cpu_backends, gpu_backends;
+  for (const std::string& b : AvailableBackends()) {
+    const BackendInfo* info = FindBackend(b);
+    (info != nullptr && info->device == DeviceKind::kCuda ? gpu_backends : cpu_backends)
+        .push_back(b);
+  }
+  int gpus = 0;
+  std::vector<std::unique_ptr<EngineExecutor>> gpu_executors;
+  std::vector<std::pair<std::string, std::string>> preload;  // (model_dir, backend)
+  if (CampaignUsesDevice(*loaded, DeviceKind::kCuda)) {
+    gpus = CudaDeviceCount();
+    EngineExecutorOptions eo;
+    eo.backends = gpu_backends;
+    for (int i = 0; i < gpus; ++i) {
+      for (int k = 0; k < a.gpu_slots; ++k) {
+        eo.worker_id = "embedded-gpu" + std::to_string(i) +
+                       (a.gpu_slots > 1 ? "-" + std::to_string(k) : std::string());
+        eo.gpu = i;
+        gpu_executors.push_back(std::make_unique<EngineExecutor>(eo));
+      }
+    }
+    // The engines the first cuda jobs need, in job order, as many as a slot keeps loaded.
+    for (const JobSpec& j : loaded->jobs) {
+      if (preload.size() >= static_cast<size_t>(eo.max_loaded_engines)) break;
+      const BackendInfo* info = FindBackend(j.backend);
+      if (info == nullptr || info->device != DeviceKind::kCuda) continue;
+      auto pair = std::make_pair(j.model_dir, j.backend);
+      if (std::find(preload.begin(), preload.end(), pair) == preload.end()) {
+        preload.push_back(std::move(pair));
+      }
+    }
+  }
+  // Engine preload (CUDA context, model files, weights upload: about 0.6 s on an H200) overlaps
+  // the database work below: one thread per GPU slot loads that slot's engines into its
+  // executor. Ownership: while these threads run, each executor is touched by its thread only;
+  // the main thread touches none until it has joined them all (`preloaded.clear()` below, or
+  // these jthreads' destructors on an early return: they are declared after gpu_executors, so
+  // they are joined before the executors go). A failed preload is only noted: the executor kept
+  // nothing, so the job on that engine loads it again and reports the error as it would
+  // without the preload.
+  std::vector<Status> preload_status(gpu_executors.size(), Status::Ok());
+  std::vector<std::jthread> preloaded;
+  for (size_t i = 0; i < gpu_executors.size() && !preload.empty(); ++i) {
+    preloaded.emplace_back([e = gpu_executors[i].get(), &preload, &st = preload_status[i]] {
+      for (const auto& [model_dir, backend] : preload) {
+        if (Status s = e->Preload(model_dir, backend); !s.ok() && st.ok()) st = s;
+      }
+    });
+  }
+
   // A database that a running `nw coordinator` daemon serves is the daemon's alone (and while
   // this run writes, no daemon may start on it): refuse before opening (opening may migrate).
   auto writer_lock = DbWriterLock::Acquire(g.db_path, DbWriterRole::kRun);
@@ -189,39 +246,6 @@ int Run(const RunArgs& a, const Globals& g) {
   // in-process, or http jobs through one shared keep-alive pool per server (BackendRouter).
   int workers = a.workers;
   if (workers <= 0) workers = c.http ? std::max(2, c.http->spec.concurrency) : 2;
-  auto http_pool = std::make_shared<HttpBackendPool>();
-  std::vector<std::unique_ptr<JobExecutor>> executors;
-  // The CPU slots advertise the CPU backends only; the cuda* jobs go to --gpu-slots slots per
-  // GPU, each running its own engines (own weights on the GPU, own stream) on that device.
-  std::vector<std::string> cpu_backends, gpu_backends;
-  for (const std::string& b : AvailableBackends()) {
-    const BackendInfo* info = FindBackend(b);
-    (info != nullptr && info->device == DeviceKind::kCuda ? gpu_backends : cpu_backends)
-        .push_back(b);
-  }
-  int gpus = 0;
-  if (CampaignUsesDevice(*loaded, DeviceKind::kCuda)) {
-    gpus = CudaDeviceCount();
-    for (int i = 0; i < gpus; ++i) {
-      for (int k = 0; k < a.gpu_slots; ++k) {
-        EngineExecutorOptions eo;
-        eo.worker_id = "embedded-gpu" + std::to_string(i) +
-                       (a.gpu_slots > 1 ? "-" + std::to_string(k) : std::string());
-        eo.backends = gpu_backends;
-        eo.gpu = i;
-        executors.push_back(std::make_unique<EngineExecutor>(eo));
-      }
-    }
-  }
-  for (int i = 0; i < workers; ++i) {
-    EngineExecutorOptions eo;
-    eo.backends = cpu_backends;
-    eo.worker_id = "embedded-" + std::to_string(i);
-    HttpExecutorOptions ho;
-    ho.worker_id = eo.worker_id;
-    ho.pool = http_pool;
-    executors.push_back(std::make_unique<BackendRouter>(eo, ho));
-  }
   if (!g.quiet) {
     std::cerr << "campaign '" << c.name << "': " << jobs.size() << " jobs"
               << (driver ? " (boundary search so far, of " + std::to_string(loaded->jobs.size()) +
@@ -232,6 +256,33 @@ int Run(const RunArgs& a, const Globals& g) {
                                  std::to_string(a.gpu_slots) + " slot(s)"
                            : std::string())
               << ", database " << g.db_path << "\n";
+  }
+
+  // The preloads end here, before the signal stopper: a thread still running when it blocks the
+  // signals in this thread would take them with their default action. From here on the main
+  // thread owns the GPU executors again.
+  preloaded.clear();
+  if (a.verbose && !g.quiet) {
+    for (size_t i = 0; i < preload_status.size(); ++i) {
+      if (!preload_status[i].ok()) {
+        std::cerr << "nw run: GPU slot " << i << ": " << preload_status[i].ToString()
+                  << " (its jobs load the engine themselves and report the error)\n";
+      }
+    }
+  }
+  // Executors [0, gpus x gpu_slots) are the GPU slots, GPU by GPU, each GPU's one worker (below);
+  // then one single-slot worker per CPU slot.
+  auto http_pool = std::make_shared<HttpBackendPool>();
+  std::vector<std::unique_ptr<JobExecutor>> executors;
+  for (auto& e : gpu_executors) executors.push_back(std::move(e));
+  for (int i = 0; i < workers; ++i) {
+    EngineExecutorOptions eo;
+    eo.backends = cpu_backends;
+    eo.worker_id = "embedded-" + std::to_string(i);
+    HttpExecutorOptions ho;
+    ho.worker_id = eo.worker_id;
+    ho.pool = http_pool;
+    executors.push_back(std::make_unique<BackendRouter>(eo, ho));
   }
 
   // SIGINT/SIGTERM become a stop request (common/signal_stopper.h: a thread of its own waits
@@ -252,9 +303,14 @@ int Run(const RunArgs& a, const Globals& g) {
   ro.transport = a.ipc ? EmbeddedTransport::kIpc : EmbeddedTransport::kInproc;
   ro.stop = stop.get_token();
   ro.metrics = &metrics;
-  // GPU busy: each GPU slot's worker samples its GPU with NVML (executors [0, gpus x slots) are
-  // the GPU ones, GPU by GPU); where NVML is unavailable the value stays unknown, said once.
+  // One worker per GPU with its --gpu-slots slots and as many jobs queued locally beyond them
+  // (as `nw worker --gpu N --slots K` defaults to), so a slot that finishes a job starts the
+  // next at once instead of after a result -> grant -> job round trip; one per CPU slot.
   const int gpu_slots = a.gpu_slots;
+  for (int i = 0; i < gpus; ++i) ro.groups.push_back({gpu_slots, gpu_slots});
+  for (int i = 0; i < workers; ++i) ro.groups.push_back({1, 0});
+  // GPU busy: each GPU's worker samples its GPU with NVML (its first executor is GPU i's first
+  // slot, i x gpu_slots); where NVML is unavailable the value stays unknown, said once.
   bool busy_absent_said = g.quiet;
   ro.gpu_busy_source = [gpus, gpu_slots,
                         &busy_absent_said](size_t first) -> std::unique_ptr<GpuUtilizationSource> {
@@ -351,7 +407,8 @@ void RegisterRun(CLI::App& app, Globals& g) {
   cmd->add_option("--workers", a->workers, "Local workers (default: one per GPU, else 2 CPU)");
   cmd->add_option("--gpu-slots", a->gpu_slots,
                   "Engine slots per GPU for cuda* jobs (each holds its own copy of the weights on "
-                  "the GPU; more slots overlap small jobs, docs/throughput.md)")
+                  "the GPU; more slots overlap small jobs, docs/throughput.md); each GPU is one "
+                  "worker that also keeps this many jobs queued ahead")
       ->check(CLI::Range(1, 64))
       ->capture_default_str();
   cmd->add_option("--max-jobs", a->max_jobs, "Raise the job-count limit");

@@ -57,6 +57,29 @@ Result<RunSummary> RunEmbedded(Store& store, int64_t campaign_id,
   if (options.slots_per_worker < 1) {
     return Status::InvalidArgument("embedded run: slots_per_worker must be >= 1");
   }
+  std::vector<WorkerGroup> groups = options.groups;
+  if (groups.empty()) {
+    for (size_t left = executors.size(); left > 0;) {
+      const size_t n = std::min(left, static_cast<size_t>(options.slots_per_worker));
+      groups.push_back({static_cast<int>(n), 0});
+      left -= n;
+    }
+  }
+  size_t grouped = 0;
+  for (const WorkerGroup& g : groups) {
+    if (g.executors < 1 || g.prefetch < 0 || g.prefetch > 3 * g.executors) {
+      return Status::InvalidArgument(
+          "embedded run: a worker group needs >= 1 executors and a prefetch of 0 .. 3 x its "
+          "executors (got " +
+          std::to_string(g.executors) + " executors, prefetch " + std::to_string(g.prefetch) + ")");
+    }
+    grouped += static_cast<size_t>(g.executors);
+  }
+  if (grouped != executors.size()) {
+    return Status::InvalidArgument("embedded run: the worker groups have " +
+                                   std::to_string(grouped) + " executors, not the " +
+                                   std::to_string(executors.size()) + " given");
+  }
   NW_RETURN_IF_ERROR(options.scheduler.Validate());
 
   std::string endpoint;
@@ -85,9 +108,8 @@ Result<RunSummary> RunEmbedded(Store& store, int64_t campaign_id,
   zmq::context_t context;  // outlives every socket below
 
   std::vector<std::unique_ptr<Worker>> workers;
-  for (size_t first = 0, n = 0; first < executors.size(); ++n) {
-    const size_t count =
-        std::min(executors.size() - first, static_cast<size_t>(options.slots_per_worker));
+  for (size_t first = 0, n = 0; n < groups.size(); ++n) {
+    const size_t count = static_cast<size_t>(groups[n].executors);
     std::vector<std::unique_ptr<JobExecutor>> group;
     for (size_t i = 0; i < count; ++i) group.push_back(std::move(executors[first + i]));
     first += count;
@@ -100,6 +122,7 @@ Result<RunSummary> RunEmbedded(Store& store, int64_t campaign_id,
     wo.max_frame_bytes = options.max_frame_bytes;
     wo.log = log;
     wo.gpu_busy_report_ms = options.gpu_busy_report_ms;
+    if (groups[n].prefetch > 0) wo.extra_capabilities["prefetch"] = groups[n].prefetch;
     std::unique_ptr<GpuUtilizationSource> busy_source =
         options.gpu_busy_source ? options.gpu_busy_source(first - count) : nullptr;
     workers.push_back(std::make_unique<Worker>(context, clock, std::move(wo), std::move(group),

@@ -30,10 +30,22 @@ enum class EmbeddedTransport {
   kIpc,     // ipc://<ipc_path>: a Unix socket, as a multi-process setup would use locally
 };
 
+/// One worker of an embedded run: the next `executors` executors (in order) are its slots, and
+/// it asks the coordinator for `prefetch` jobs queued locally beyond them (READY capability
+/// "prefetch", as `nw worker --prefetch`), so a finished job's slot has its next job at once
+/// instead of after a result -> grant -> job round trip.
+struct WorkerGroup {
+  int executors = 1;  // >= 1
+  int prefetch = 0;   // 0 .. 3 x executors (`nw worker`'s bound)
+};
+
 struct RunOptions {
   EmbeddedTransport transport = EmbeddedTransport::kInproc;
-  std::string ipc_path;      // kIpc: the socket file; empty = a fresh name in the temp dir
-  int slots_per_worker = 1;  // executors are grouped into workers of this many slots
+  std::string ipc_path;  // kIpc: the socket file; empty = a fresh name in the temp dir
+  /// The workers, in executor order; their executors must add up to the executors given. Empty:
+  /// workers of slots_per_worker executors each (the last one may have fewer), no prefetch.
+  std::vector<WorkerGroup> groups;
+  int slots_per_worker = 1;  // without groups: executors are grouped into workers of this many
   std::string worker_prefix = "embedded";  // worker ids: <prefix>-0, <prefix>-1, ...
   SchedulerOptions scheduler;  // heartbeats, leases, retries (workers use the same heartbeat)
   int result_batch_size = 64;

@@ -34,8 +34,16 @@ std::string EngineExecutor::DeviceFor(const JobSpec& spec) const {
   return std::string(DeviceKindName(info != nullptr ? info->device : DeviceKind::kCpu));
 }
 
-Result<Engine*> EngineExecutor::EngineFor(const JobSpec& spec) {
-  auto key = std::make_pair(spec.model_dir, spec.backend);
+Status EngineExecutor::SelectDevice(const std::string& backend) const {
+  if (options_.gpu < 0) return Status::Ok();
+  const BackendInfo* info = FindBackend(backend);
+  if (info != nullptr && info->device == DeviceKind::kCuda) return UseCudaDevice(options_.gpu);
+  return Status::Ok();
+}
+
+Result<Engine*> EngineExecutor::EngineFor(const std::string& model_dir,
+                                          const std::string& backend) {
+  auto key = std::make_pair(model_dir, backend);
   auto it = engines_.find(key);
   if (it == engines_.end()) {
     if (static_cast<int>(engines_.size()) >= options_.max_loaded_engines) {
@@ -45,12 +53,19 @@ Result<Engine*> EngineExecutor::EngineFor(const JobSpec& spec) {
       engines_.erase(lru);
     }
     EngineOptions eo;
-    eo.backend = spec.backend;
-    NW_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, LoadEngine(spec.model_dir, eo));
+    eo.backend = backend;
+    NW_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, LoadEngine(model_dir, eo));
     it = engines_.emplace(key, std::make_pair(std::move(engine), int64_t{0})).first;
   }
   it->second.second = ++use_counter_;
   return it->second.first.get();
+}
+
+Status EngineExecutor::Preload(const std::string& model_dir, const std::string& backend) {
+  Status st = SelectDevice(backend);
+  if (st.ok()) st = EngineFor(model_dir, backend).status();
+  if (st.ok()) return st;
+  return st.WithContext("preloading the " + backend + " engine of " + model_dir);
 }
 
 ProbeSummary SummarizeProbe(const IndexerProbe& probe, int64_t last_prompt_position) {
@@ -85,13 +100,8 @@ ProbeSummary SummarizeProbe(const IndexerProbe& probe, int64_t last_prompt_posit
 
 Result<JobResult> EngineExecutor::Run(const JobSpec& spec, const std::string& key, int attempt) {
   const auto t0 = std::chrono::steady_clock::now();
-  if (options_.gpu >= 0) {
-    const BackendInfo* info = FindBackend(spec.backend);
-    if (info != nullptr && info->device == DeviceKind::kCuda) {
-      NW_RETURN_IF_ERROR(UseCudaDevice(options_.gpu));
-    }
-  }
-  NW_ASSIGN_OR_RETURN(Engine * engine, EngineFor(spec));
+  NW_RETURN_IF_ERROR(SelectDevice(spec.backend));
+  NW_ASSIGN_OR_RETURN(Engine * engine, EngineFor(spec.model_dir, spec.backend));
   if (engine->model_digest() != spec.model_digest) {
     return Status::FailedPrecondition(
         "model files in " + spec.model_dir + " changed since the campaign was expanded (digest " +

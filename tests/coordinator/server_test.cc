@@ -441,6 +441,86 @@ TEST_F(ServerTest, EmbeddedRunOverIpcWithMultiSlotWorkers) {
   EXPECT_FALSE(std::filesystem::exists(o.ipc_path)) << o.ipc_path;
 }
 
+TEST_F(ServerTest, EmbeddedRunWorkerGroupsRegisterTheirSlotsAndPrefetch) {
+  // `nw run`'s GPU worker: one worker of 3 slots with 3 jobs queued locally beyond them, beside
+  // a one-slot worker without prefetch. Every slot holds its first job until the coordinator has
+  // leased all it will (3 + 3 + 1), so the leases in flight show the prefetch at work.
+  const auto keys = AddJobs(20);
+  std::mutex mu;
+  std::condition_variable cv;
+  bool open = false;
+  int64_t max_leased = 0;
+  auto gated = [&](const JobSpec& spec, const std::string& key, int attempt) {
+    std::unique_lock<std::mutex> l(mu);
+    // Without the prefetch the leases stop at 4: past the deadline the gate opens for all.
+    if (!cv.wait_for(l, std::chrono::milliseconds(kDeadlineMs), [&] { return open; })) {
+      open = true;
+    }
+    return Answer(spec, key, attempt);
+  };
+  RunOptions o = Options();
+  o.scheduler.heartbeat_liveness = 100;
+  o.groups = {{3, 3}, {1, 0}};
+  o.on_progress = [&](const ServerProgress& p) {
+    rec_.Progress(p);
+    std::lock_guard<std::mutex> l(mu);
+    max_leased = std::max(max_leased, p.leased);
+    if (p.leased >= 7) {
+      open = true;
+      cv.notify_all();
+    }
+  };
+  auto summary = RunEmbedded(*store_, campaign_, Executors(4, gated), std::move(o));
+  ASSERT_TRUE(summary.ok()) << summary.status().ToString() << "\n" << rec_.AllLines();
+  EXPECT_EQ(summary->done, 20);
+  EXPECT_EQ(summary->failed, 0);
+  EXPECT_EQ(summary->retried, 0) << rec_.AllLines();
+  EXPECT_EQ(summary->workers_seen, 2);
+  EXPECT_EQ(max_leased, 7) << rec_.AllLines();  // (3 slots + 3 prefetch) + 1 slot
+  EXPECT_TRUE(rec_.Logged("worker embedded-0 ready (3 slots")) << rec_.AllLines();
+  EXPECT_TRUE(rec_.Logged("worker embedded-1 ready (1 slots")) << rec_.AllLines();
+
+  const auto results = ResultsByKey();
+  ASSERT_EQ(results.size(), 20u);
+  for (int i = 0; i < 20; ++i) {
+    const JobResult& r = results.at(keys[static_cast<size_t>(i)]);
+    EXPECT_EQ(r.attempt, 1);
+    EXPECT_EQ(r.outcome, i % 2 == 0 ? Outcome::kPass : Outcome::kMiss);
+    EXPECT_TRUE(r.worker_id == "embedded-0" || r.worker_id == "embedded-1") << r.worker_id;
+  }
+  // The registrations as stored: the prefetch is a capability of the grouped worker only.
+  auto workers = store_->ListWorkers();
+  ASSERT_TRUE(workers.ok()) << workers.status().ToString();
+  ASSERT_EQ(workers->size(), 2u);
+  for (const WorkerRecord& w : *workers) {
+    if (w.id == "embedded-0") {
+      EXPECT_EQ(w.capabilities.value("prefetch", -1), 3) << w.capabilities.dump();
+    } else {
+      EXPECT_EQ(w.id, "embedded-1");
+      EXPECT_FALSE(w.capabilities.contains("prefetch")) << w.capabilities.dump();
+    }
+  }
+}
+
+TEST_F(ServerTest, EmbeddedRunRefusesWorkerGroupsThatDoNotFitTheExecutors) {
+  AddJobs(2);
+  RunOptions o = Options();
+  o.groups = {{2, 0}};
+  auto short_by_one = RunEmbedded(*store_, campaign_, Executors(3), o);
+  ASSERT_FALSE(short_by_one.ok());
+  EXPECT_EQ(short_by_one.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(short_by_one.status().message().find("2 executors, not the 3 given"), std::string::npos)
+      << short_by_one.status().ToString();
+  o.groups = {{1, 4}};
+  auto too_much_prefetch = RunEmbedded(*store_, campaign_, Executors(1), o);
+  ASSERT_FALSE(too_much_prefetch.ok());
+  EXPECT_NE(too_much_prefetch.status().message().find("prefetch 4"), std::string::npos)
+      << too_much_prefetch.status().ToString();
+  o.groups = {{0, 0}, {1, 0}};
+  EXPECT_EQ(RunEmbedded(*store_, campaign_, Executors(1), o).status().code(),
+            StatusCode::kInvalidArgument);
+}
+
 TEST_F(ServerTest, UnknownCampaignAndBadExecutors) {
   auto r = RunEmbedded(*store_, campaign_ + 100, Executors(1), Options());
   EXPECT_FALSE(r.ok());

@@ -1,6 +1,8 @@
 // EngineExecutor on a real (random) checkpoint: a job that asks for probes on a model without an
 // indexer layer is refused with the reason, not run (issue 19: the daemon may receive a job
-// `nw validate` would have refused).
+// `nw validate` would have refused); Preload() loads a job's engine ahead of the job, as the job
+// would, and its failure leaves the job to report the error (issue 13: `nw run` preloads the GPU
+// slots' engines while it prepares the database).
 #include "worker/engine_executor.h"
 
 #include <gtest/gtest.h>
@@ -35,6 +37,13 @@ class EngineExecutorTest : public ::testing::Test {
     auto engine = LoadEngine(dir_, EngineOptions{});
     EXPECT_TRUE(engine.ok()) << engine.status().ToString();
     return engine.ok() ? (*engine)->model_digest() : "";
+  }
+
+  // Removes the model's files (the folder stays): a job that has to load the engine now fails.
+  void RemoveModelFiles() {
+    for (const auto& entry : std::filesystem::directory_iterator(dir_)) {
+      std::filesystem::remove_all(entry.path());
+    }
   }
 
   JobSpec Job(const std::string& digest) const {
@@ -85,6 +94,79 @@ TEST_F(EngineExecutorTest, ProbesNameTheModelsIndexerLayers) {
   ASSERT_EQ(r.probes.size(), 1u);
   EXPECT_EQ(r.probes[0].layer, 1);
   NW_EXPECT_OK(CheckResultBounds(r, &job, nullptr));
+}
+
+TEST_F(EngineExecutorTest, APreloadedEngineServesTheFirstJobWithoutLoadingAgain) {
+  const std::string digest = WriteModel({0, 4, 128, 0});
+  EngineExecutor executor(EngineExecutorOptions{});
+  EXPECT_EQ(executor.loaded_engines(), 0u);
+  NW_ASSERT_OK(executor.Preload(dir_.string(), "cpu"));
+  EXPECT_EQ(executor.loaded_engines(), 1u);
+  NW_ASSERT_OK(executor.Preload(dir_.string(), "cpu"));  // already loaded: kept, not reloaded
+  EXPECT_EQ(executor.loaded_engines(), 1u);
+
+  // With the files gone only the preloaded engine can run the job: it does.
+  RemoveModelFiles();
+  JobSpec job = Job(digest);
+  job.probe = false;
+  const JobResult r = executor.Execute(job, job.Key(), 1);
+  EXPECT_NE(r.outcome, Outcome::kEngineError) << r.error_message;
+  EXPECT_EQ(r.prompt_tokens, 512);
+  EXPECT_EQ(executor.loaded_engines(), 1u);
+  // An executor that did not preload loads at the job, and fails.
+  EngineExecutor cold(EngineExecutorOptions{});
+  EXPECT_EQ(cold.Execute(job, job.Key(), 1).outcome, Outcome::kEngineError);
+}
+
+TEST_F(EngineExecutorTest, PreloadEvictsTheLeastRecentlyUsedEngineAsAJobWould) {
+  const std::string digest = WriteModel({0, 4, 128, 0});
+  EngineExecutorOptions o;
+  o.max_loaded_engines = 2;
+  EngineExecutor executor(o);
+  NW_ASSERT_OK(executor.Preload(dir_.string(), "cpu"));
+  NW_ASSERT_OK(executor.Preload(dir_.string(), "cpu-paged"));
+  NW_ASSERT_OK(executor.Preload(dir_.string(), "cpu"));     // cpu is now the more recent one
+  NW_ASSERT_OK(executor.Preload(dir_.string(), "cpu-pd"));  // evicts cpu-paged
+  EXPECT_EQ(executor.loaded_engines(), 2u);
+
+  RemoveModelFiles();
+  JobSpec job = Job(digest);
+  job.probe = false;
+  for (const std::string backend : {"cpu", "cpu-pd"}) {
+    job.backend = backend;
+    const JobResult r = executor.Execute(job, job.Key(), 1);
+    EXPECT_NE(r.outcome, Outcome::kEngineError) << backend << ": " << r.error_message;
+  }
+  job.backend = "cpu-paged";  // evicted: the job loads it again, from files that are gone
+  EXPECT_EQ(executor.Execute(job, job.Key(), 1).outcome, Outcome::kEngineError);
+}
+
+TEST_F(EngineExecutorTest, AFailedPreloadNamesTheModelAndTheJobStillReportsItsError) {
+  const std::string digest = WriteModel({0, 4, 128, 0});
+  EngineExecutor executor(EngineExecutorOptions{});
+  const std::string missing = (dir_ / "no-such-model").string();
+  const Status st = executor.Preload(missing, "cpu");
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find(missing), std::string::npos) << st.ToString();
+  EXPECT_NE(st.message().find("preloading the cpu engine of " + missing), std::string::npos)
+      << st.ToString();
+  EXPECT_EQ(executor.loaded_engines(), 0u);
+  EXPECT_FALSE(executor.Preload(dir_.string(), "no-such-backend").ok());
+  EXPECT_EQ(executor.loaded_engines(), 0u);
+
+  // The job on that model reports the load's error as it would without the preload ...
+  JobSpec bad = Job(digest);
+  bad.probe = false;
+  bad.model_dir = missing;
+  const JobResult r = executor.Execute(bad, bad.Key(), 1);
+  EXPECT_EQ(r.outcome, Outcome::kEngineError);
+  EXPECT_NE(r.error_message.find(missing), std::string::npos) << r.error_message;
+  EXPECT_EQ(r.error_message.find("preloading"), std::string::npos) << r.error_message;
+  // ... and the executor runs the next job normally.
+  JobSpec good = Job(digest);
+  good.probe = false;
+  const JobResult ok = executor.Execute(good, good.Key(), 1);
+  EXPECT_NE(ok.outcome, Outcome::kEngineError) << ok.error_message;
 }
 
 }  // namespace
