@@ -7,8 +7,8 @@
 //  - x that is not a bf16 value is rounded to bf16 (round to nearest even) as it is staged;
 //  - with x_split, and with W in three pieces, any fp32 x and W give the fp32 product within the
 //    same bound (the pieces sum to the values exactly, so every product is exact);
-//  - the W-resident kernel gives the tiled kernel's bits (the dense cases of 4,096+ rows above
-//    run it under kAuto).
+//  - the W-resident kernel gives the tiled kernel's bits (forced through mma_kernel; kAuto picks
+//    it from 16,384 rows).
 #include <gtest/gtest.h>
 
 #include <algorithm>
