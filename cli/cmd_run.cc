@@ -404,7 +404,9 @@ void RegisterRun(CLI::App& app, Globals& g) {
       "run", "Run a campaign end to end on local workers and print the boundary report");
   auto a = std::make_shared<RunArgs>();
   cmd->add_option("campaign", a->campaign, "Campaign YAML")->required();
-  cmd->add_option("--workers", a->workers, "Local workers (default: one per GPU, else 2 CPU)");
+  cmd->add_option("--workers", a->workers,
+                  "CPU worker slots (default 2, or the http backend's concurrency); cuda jobs run "
+                  "on --gpu-slots slots per GPU besides these");
   cmd->add_option("--gpu-slots", a->gpu_slots,
                   "Engine slots per GPU for cuda* jobs (each holds its own copy of the weights on "
                   "the GPU; more slots overlap small jobs, docs/throughput.md); each GPU is one "
