@@ -219,15 +219,7 @@ __global__ void __launch_bounds__(kThreads) LinearMmaKernel(LinearParams p, Spli
 #pragma unroll
     for (int s = 0; s < kTk / 16; ++s) {
       uint32_t a[kXParts][4];  // the A fragment of each x piece
-      const float* ap = st.x + (wr + g) * kXStride + s * 16 + 2 * t4;
-      const int offsets[4] = {0, 8 * kXStride, 8, 8 * kXStride + 8};
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        uint32_t pieces[kXParts];
-        PackPieces<kXParts>(*reinterpret_cast<const float2*>(ap + offsets[i]), pieces);
-#pragma unroll
-        for (int part = 0; part < kXParts; ++part) a[part][i] = pieces[part];
-      }
+      LoadAFragments<kXParts, kXStride>(st.x + (wr + g) * kXStride + s * 16 + 2 * t4, a);
       // Smallest pieces first; each n8 tile's products in the same order as ever.
 #pragma unroll
       for (int wpart = kWParts - 1; wpart >= 0; --wpart) {

@@ -188,15 +188,7 @@ __global__ void __launch_bounds__(kThreads) LinearResidentKernel(LinearParams p,
       const int k16 = k0 + s * 16;
       if (k16 >= shape.in_steps) break;  // past the tiled kernel's last k tile (uniform)
       uint32_t a[kXParts][4];
-      const float* ap = st + (wr + g) * kXStride + s * 16 + 2 * t4;
-      const int offsets[4] = {0, 8 * kXStride, 8, 8 * kXStride + 8};
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        uint32_t pieces[kXParts];
-        PackPieces<kXParts>(*reinterpret_cast<const float2*>(ap + offsets[i]), pieces);
-#pragma unroll
-        for (int part = 0; part < kXParts; ++part) a[part][i] = pieces[part];
-      }
+      LoadAFragments<kXParts, kXStride>(st + (wr + g) * kXStride + s * 16 + 2 * t4, a);
 #pragma unroll
       for (int wpart = kWParts - 1; wpart >= 0; --wpart) {
         const uint16_t* wbase = sw + (wpart * shape.out_pad + wc) * ws + k16;
