@@ -31,6 +31,15 @@ using testing_http::Gate;
 using testing_http::TempDir;
 using testing_http::WaitFor;
 
+// A request the test does not hold must finish inside the server's deadline. The sanitizers slow
+// the engine several times (ThreadSanitizer about tenfold), so under them that deadline is
+// multiplied like the tests' ctest TIMEOUTs (NW_TEST_TIMEOUT_SCALE, 10 in the sanitizer presets).
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+constexpr int64_t kSanitizerScale = 10;
+#else
+constexpr int64_t kSanitizerScale = 1;
+#endif
+
 class ServeTest : public testing_http::TinyEngineSuite {
  protected:
   std::unique_ptr<HttpServer> Start(HttpServerOptions o = {}, const std::string& backend = "cpu") {
@@ -469,8 +478,10 @@ TEST_F(ServeTest, PastTheDeadlineThe504IsFinalAndTheLateAnswerIsDropped) {
   Gate gate;
   HttpServerOptions o;
   // Long enough that the second request (100 prompt tokens, 2 new) finishes well inside it on a
-  // loaded 2-core machine; the first one is held at the gate until the deadline has passed.
-  o.timeout_ms = 1000;
+  // loaded 2-core machine, and under a sanitizer (kSanitizerScale); the first one is held at the
+  // gate until the deadline has passed, whatever its length.
+  o.timeout_ms = 1000 * kSanitizerScale;
+  const std::chrono::milliseconds deadline(o.timeout_ms);
   o.before_generate = [&gate] { gate.Enter(); };
   auto server = Start(o);
   ASSERT_NE(server, nullptr);
@@ -480,7 +491,7 @@ TEST_F(ServeTest, PastTheDeadlineThe504IsFinalAndTheLateAnswerIsDropped) {
                          json{{"prompt", Prompt(120)}, {"max_tokens", 3}, {"temperature", 0}});
   EXPECT_EQ(s1, 504);
   EXPECT_EQ(late["error"]["type"], "timeout_error");
-  EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(1000));
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, deadline);
   EXPECT_EQ(server->stats().timed_out, 1);
   gate.Open();  // the engine now sees a cancelled request and drops it
   // The next request on the same connection gets its own answer, not the late one.
