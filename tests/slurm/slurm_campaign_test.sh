@@ -218,7 +218,16 @@ log "nw status --coordinator:"; sed 's/^/    /' "$T/status.out"
 log "scancel ${WJOB}_0 at $(done_count)/$TOTAL done"
 scancel "${WJOB}_0" || fail "scancel ${WJOB}_0"
 some_done_more() { [ "$(done_count)" -ge "$1" ]; }
-wait_for 120 "more results after the scancel" some_done_more $(( $(done_count) + 3 ))
+# Three more results, or the rest of the campaign when fewer are left: a slow build (the ASan
+# nw takes over a minute for the `nw status` above) can reach this point near the campaign's end,
+# and waiting for results that cannot come would fail a correct run. The checks at the end
+# (every job done exactly once, the cancelled worker drained) hold either way.
+more=$(( $(done_count) + 3 ))
+if [ "$more" -gt "$TOTAL" ]; then
+  log "only $(( TOTAL - $(done_count) )) jobs were left at the scancel (raise NW_SLURM_TEST_TRIALS to cancel mid-campaign on this machine)"
+  more=$TOTAL
+fi
+wait_for 120 "more results after the scancel" some_done_more "$more"
 log "scontrol requeue ${WJOB}_1 at $(done_count)/$TOTAL done"
 scontrol requeue "${WJOB}_1" || fail "scontrol requeue ${WJOB}_1"
 
