@@ -113,6 +113,21 @@ struct RowStore {
                ? Status::Ok()
                : Status::Internal("page table upload failed");
   }
+  // Stores n rows of `width` values (device memory, row-major) as entries first_entry ..,
+  // mapping their pages first, with the bf16 copy when one is kept.
+  Status Store(const float* src, int64_t first_entry, int64_t n, cudaStream_t stream) {
+    NW_RETURN_IF_ERROR(Reserve(first_entry + n, stream));
+    StoreRowsParams sr;
+    sr.src = src;
+    sr.dst = base();
+    sr.dst_bf16 = base16();
+    sr.pages = table();
+    sr.page_size = kPageSize;
+    sr.first_entry = first_entry;
+    sr.n = n;
+    sr.dim = width;
+    return LaunchStoreRows(sr, stream);
+  }
 };
 
 // A compressor's projections of its last `span` tokens, oldest first.
@@ -575,17 +590,8 @@ Status CudaSequence::Impl::Compress(const DevCompressor& c, bool indexer, const 
     } else {
       NW_RETURN_IF_ERROR(Kv(ent.data(), n_entries));
     }
-    NW_RETURN_IF_ERROR(store.Reserve(first_entry + n_entries, stream));
-    StoreRowsParams sr;
-    sr.src = ent.data();
-    sr.dst = store.base();
-    sr.dst_bf16 = store.base16();
-    sr.pages = store.table();
-    sr.page_size = kPageSize;
-    sr.first_entry = first_entry;
-    sr.n = n_entries;
-    sr.dim = dim;
-    NW_RETURN_IF_ERROR(LaunchStoreRows(sr, stream));
+    if (store.width != dim) return Status::Internal("compressor width differs from its store's");
+    NW_RETURN_IF_ERROR(store.Store(ent.data(), first_entry, n_entries, stream));
   }
   // Keep the projections of the last `span` tokens for the entries of later chunks.
   const int64_t keep = std::min(total, span);
@@ -1387,23 +1393,13 @@ Status CudaSequence::ImportState(const cpu::SequenceState& st) {
   // The rows go up in one copy and into their (page-mapped) places, and the bf16 copy where the
   // store keeps one, through the kernel the forward pass stores them with.
   auto put_rows = [&](RowStore& s, int64_t count, const std::vector<float>& in) -> Status {
-    NW_RETURN_IF_ERROR(s.Reserve(count, im.stream));
     if (count == 0) return Status::Ok();
     NW_ASSIGN_OR_RETURN(DevTensor rows,
                         DevTensor::AllocateOn(static_cast<size_t>(count * s.width), im.stream));
     NW_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(rows.data(), in.data(),
                                             static_cast<size_t>(count * s.width) * sizeof(float),
                                             cudaMemcpyHostToDevice, im.stream));
-    StoreRowsParams sr;
-    sr.src = rows.data();
-    sr.dst = s.base();
-    sr.dst_bf16 = s.base16();
-    sr.pages = s.table();
-    sr.page_size = kPageSize;
-    sr.first_entry = 0;
-    sr.n = count;
-    sr.dim = s.width;
-    NW_RETURN_IF_ERROR(LaunchStoreRows(sr, im.stream));
+    NW_RETURN_IF_ERROR(s.Store(rows.data(), 0, count, im.stream));
     NW_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(im.stream));  // `in` is read until here
     return Status::Ok();
   };
