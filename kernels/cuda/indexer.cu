@@ -169,6 +169,10 @@ Status LaunchIndexerLogits(const IndexerLogitsParams& params, cudaStream_t strea
   } else if (p.ks == nullptr || p.ke == nullptr) {
     return Status::InvalidArgument("IndexerLogits: contiguous keys need ks and ke");
   }
+  if (p.decode_tiles_per_block < 0) {
+    return Status::InvalidArgument("IndexerLogits: decode_tiles_per_block must be >= 0, got " +
+                                   std::to_string(p.decode_tiles_per_block));
+  }
   if (p.k_format == IndexerKeyFormat::kFp32 && p.k_scale != nullptr) {
     return Status::InvalidArgument("IndexerLogits: fp32 keys take no k_scale");
   }
@@ -183,9 +187,12 @@ Status LaunchIndexerLogits(const IndexerLogitsParams& params, cudaStream_t strea
     // Contiguous keys and enough queries to fill a group block (a prefill chunk): the grouped
     // kernel, whose key tiles serve 128 / padded-heads queries at once.
     if (!paged && p.m >= 16) return detail::LaunchIndexerMmaGroup(p, max_len, stream);
-    // Four 64-key tiles per block when that still gives two blocks per multiprocessor.
+    // As many 64-key tiles per block (up to 16: the kernel's cp.async pipeline keeps two tiles
+    // in flight) as still give two waves of four blocks per multiprocessor.
     const int64_t tiles = (max_len + 63) / 64;
-    const int64_t per = p.m * ((tiles + 3) / 4) >= 2LL * MultiprocessorCount() ? 4 : 1;
+    int64_t per = 16;
+    while (per > 1 && p.m * ((tiles + per - 1) / per) < 8LL * MultiprocessorCount()) per /= 2;
+    if (p.decode_tiles_per_block > 0) per = p.decode_tiles_per_block;
     const unsigned splits =
         static_cast<unsigned>(std::clamp<int64_t>((tiles + per - 1) / per, 1, 65535));
     return detail::LaunchIndexerMma(p, splits, stream);

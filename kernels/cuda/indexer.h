@@ -56,6 +56,9 @@ struct IndexerLogitsParams {
   int64_t out_stride = 0;
   int64_t out_cols = 0;
   int64_t max_len = 0;  // scheduling hint: an upper bound of the lengths (0: out_cols)
+  // 64-key tiles per block of the one-query-per-block tensor-core kernel (paged keys or fewer
+  // than 16 queries), 0: chosen from the shape. For tests: the results do not depend on it.
+  int decode_tiles_per_block = 0;
 };
 Status LaunchIndexerLogits(const IndexerLogitsParams& p, cudaStream_t stream);
 

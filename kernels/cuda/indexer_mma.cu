@@ -1,8 +1,11 @@
-// Indexer logits on tensor cores (see indexer.h): one query per block, four warps of 16 heads.
-// Each warp keeps its heads' query fragments in registers for the whole block, multiplies them
-// with a 64-key tile in shared memory (mma.sync m16n8k16 bf16, fp32 accumulation), applies ReLU and
-// the head weights, and sums its 16 heads with shuffles; the four warps' partial sums are added in
-// a fixed order, so the logits are deterministic.
+// Indexer logits on tensor cores (see indexer.h).
+//
+// IndexerMmaKernel (paged keys, or few queries: decode): one query per block, four warps of 16
+// heads. Each warp keeps its heads' query fragments in registers for the whole block, multiplies
+// them with 64-key tiles in shared memory (mma.sync m16n8k16 bf16, fp32 accumulation), applies ReLU
+// and the head weights, and sums its 16 heads with shuffles; the four warps' partial sums are added
+// in a fixed order, so the logits are deterministic. Key tiles stream in through a three-stage
+// cp.async pipeline (e4m3 tiles are widened to bf16 once per tile in shared memory).
 //
 // IndexerMmaGroupKernel (contiguous keys, many queries): 128 / HP queries per block, HP = n_heads
 // padded to 8, 16, 32 or 64, so the block's 128 (query, head) rows fill eight m16 tiles, two per
@@ -23,18 +26,68 @@ namespace {
 constexpr int kThreads = 128;
 constexpr int kTile = 64;
 
+// Shared-memory layout of IndexerMmaKernel: kStages staging buffers of kTile key rows as they lie
+// in global memory (bf16 or e4m3), each row padded by 16 bytes so that the eight rows an ldmatrix
+// reads fall on distinct banks; for e4m3 keys one bf16 buffer the staged tile is widened into;
+// the keys' scales per stage; the physical rows of the next two tiles to load; the warps' sums.
+template <int kDim, bool kFp8>
+struct DecodeSmem {
+  static constexpr int kStages = 3;
+  static constexpr int kRowBytes = kFp8 ? kDim : 2 * kDim;  // one key row in global memory
+  static constexpr int kStageStride = kRowBytes + 16;       // bytes per staged row
+  static constexpr int kBfStride = 2 * kDim + 16;           // bytes per bf16 row (= staged bf16)
+  static constexpr int kStageBytes = kTile * kStageStride;
+  static constexpr size_t kStaging = 0;
+  static constexpr size_t kWide = kStaging + size_t{kStages} * kStageBytes;
+  static constexpr size_t kScale = kWide + (kFp8 ? size_t{kTile} * kBfStride : 0);
+  static constexpr size_t kRows = kScale + sizeof(float) * kStages * kTile;
+  static constexpr size_t kRed = kRows + sizeof(int64_t) * 2 * kTile;
+  static constexpr size_t kBytes = kRed + sizeof(float) * 4 * kTile;
+};
+
+// Physical row of logical key j (KeyRow) with 32-bit division when j and the page size allow,
+// -2 past the query's keys.
+__device__ __forceinline__ int64_t DecodeKeyRow(const IndexerLogitsParams& p,
+                                                const IndexerKeys& keys, int64_t j) {
+  if (j >= keys.len) return -2;
+  if (keys.table == nullptr) return keys.base + j;
+  if (j > 0x7FFFFFFF) return KeyRow(p, keys, j);
+  const uint32_t ps = static_cast<uint32_t>(p.page_size);
+  const uint32_t jj = static_cast<uint32_t>(j);
+  const uint32_t pg = jj / ps;
+  const int64_t page = keys.table[pg];
+  const int64_t row = page * p.page_size + (jj - pg * ps);
+  return (page < 0 || row >= p.key_rows) ? -1 : row;
+}
+
+// One query per block, its tiles blockIdx.y, blockIdx.y + gridDim.y, ... of kTile keys, loaded
+// kStages - 1 tiles ahead with cp.async (a tile's physical rows are looked up one tile earlier
+// still, by the first kTile threads). Each warp multiplies its 16 heads' query fragments
+// (registers) with the tile, applies ReLU and the head weights and sums its heads with shuffles;
+// the four warps' sums are added in a fixed order and scaled by the key's scale.
 template <int kDim, bool kFp8>
 __global__ void __launch_bounds__(kThreads) IndexerMmaKernel(IndexerLogitsParams p) {
-  constexpr int kStride = kDim + 8;  // bf16 per smem row: conflict-free fragment loads
+  using L = DecodeSmem<kDim, kFp8>;
+  constexpr int kS = L::kStages;
   constexpr int kSteps = kDim / 16;
-  __shared__ __align__(16) uint16_t sk[kTile * kStride];
-  __shared__ float sscale[kTile];
-  __shared__ float sred[4][kTile];
+  constexpr int kChunks = L::kRowBytes / 16;  // 16-byte chunks of a key row
+  extern __shared__ __align__(16) unsigned char smem[];
+  unsigned char* staging = smem + L::kStaging;
+  unsigned char* wide = smem + L::kWide;
+  float* sscale = reinterpret_cast<float*>(smem + L::kScale);               // [kS][kTile]
+  int64_t* srow = reinterpret_cast<int64_t*>(smem + L::kRows);              // [2][kTile]
+  float(*sred)[kTile] = reinterpret_cast<float(*)[kTile]>(smem + L::kRed);  // [4][kTile]
+
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
   const int64_t i = blockIdx.x;
   const IndexerKeys keys = QueryKeys(p, i);
   FillTail(p, i, keys.len);
-  if (static_cast<int64_t>(blockIdx.y) * kTile >= keys.len) return;
+  const int64_t tiles = (keys.len + kTile - 1) / kTile;
+  if (static_cast<int64_t>(blockIdx.y) >= tiles) return;
+  const int64_t n_local = (tiles - blockIdx.y + gridDim.y - 1) / gridDim.y;  // this block's tiles
+  auto tile_start = [&](int64_t u) {
+    return (static_cast<int64_t>(blockIdx.y) + u * gridDim.y) * kTile;
+  };
 
   // Query fragments of this warp's heads h0 = 16 warp + g and h1 = h0 + 8 (zero past n_heads).
   const int h0 = warp * 16 + g, h1 = h0 + 8;
@@ -52,30 +105,65 @@ __global__ void __launch_bounds__(kThreads) IndexerMmaKernel(IndexerLogitsParams
   const float w0 = h0 < p.n_heads ? p.w[i * p.n_heads + h0] : 0.0f;
   const float w1 = h1 < p.n_heads ? p.w[i * p.n_heads + h1] : 0.0f;
   float* out = p.out + i * p.out_stride;
+  const unsigned char* kbase = static_cast<const unsigned char*>(p.k);
 
-  for (int64_t j0 = static_cast<int64_t>(blockIdx.y) * kTile; j0 < keys.len;
-       j0 += static_cast<int64_t>(gridDim.y) * kTile) {
-    // Key tile -> shared memory as bf16 (zeros past the end or for a missing page).
-    if constexpr (!kFp8) {
-      constexpr int kChunks = kDim / 8;  // 16-byte chunks of a bf16 row
-      const uint16_t* k = static_cast<const uint16_t*>(p.k);
+  // Rows of local tile u into srow[u % 2] (the first kTile threads).
+  auto lookup = [&](int64_t u) {
+    if (threadIdx.x < kTile && u < n_local) {
+      srow[(u & 1) * kTile + threadIdx.x] = DecodeKeyRow(p, keys, tile_start(u) + threadIdx.x);
+    }
+  };
+  // cp.async of local tile u (rows from srow[u % 2]) into stage u % kS, zeros for keys past the
+  // end or on a missing page; its scales (NaN for a missing page). Always closes a group.
+  auto issue = [&](int64_t u) {
+    if (u < n_local) {
+      const int st = static_cast<int>(u % kS);
+      const int64_t* rows = srow + (u & 1) * kTile;
+      unsigned char* dst = staging + st * L::kStageBytes;
       for (int c = threadIdx.x; c < kTile * kChunks; c += kThreads) {
         const int r = c / kChunks, cc = c % kChunks;
-        const int64_t j = j0 + r;
-        uint4 v = make_uint4(0, 0, 0, 0);
-        const int64_t row = j < keys.len ? KeyRow(p, keys, j) : -1;
-        if (row >= 0) v = *reinterpret_cast<const uint4*>(k + row * kDim + cc * 8);
-        *reinterpret_cast<uint4*>(sk + r * kStride + cc * 8) = v;
+        const int64_t row = rows[r];
+        unsigned char* d = dst + r * L::kStageStride + cc * 16;
+        if (row >= 0) {
+          CpAsync16(d, kbase + row * L::kRowBytes + cc * 16, true);
+        } else {
+          *reinterpret_cast<uint4*>(d) = make_uint4(0, 0, 0, 0);
+        }
       }
-    } else {
-      constexpr int kChunks = kDim / 16;  // 16-byte chunks of an e4m3 row
-      const uint8_t* k = static_cast<const uint8_t*>(p.k);
+      if (threadIdx.x < kTile) {
+        const int64_t row = rows[threadIdx.x];
+        float* s = sscale + st * kTile + threadIdx.x;
+        if (row >= 0 && p.k_scale != nullptr) {
+          CpAsync4(s, p.k_scale + row);
+        } else {
+          *s = row == -1 ? quant::QuietNan() : 1.0f;
+        }
+      }
+    }
+    CpAsyncCommit();
+  };
+
+  lookup(0);
+  __syncthreads();
+#pragma unroll
+  for (int u = 0; u < kS - 1; ++u) {
+    issue(u);
+    lookup(u + 1);
+    __syncthreads();
+  }
+
+  for (int64_t t = 0; t < n_local; ++t) {
+    CpAsyncWait<kS - 2>();
+    __syncthreads();  // tile t has landed; the buffers of tile t - 1 are free
+    issue(t + kS - 1);
+    lookup(t + kS);
+    const int st = static_cast<int>(t % kS);
+    const unsigned char* tile = staging + st * L::kStageBytes;
+    if constexpr (kFp8) {
+      // Widen the e4m3 tile to bf16 (exactly) once for the four warps.
       for (int c = threadIdx.x; c < kTile * kChunks; c += kThreads) {
         const int r = c / kChunks, cc = c % kChunks;
-        const int64_t j = j0 + r;
-        uint4 v = make_uint4(0, 0, 0, 0);
-        const int64_t row = j < keys.len ? KeyRow(p, keys, j) : -1;
-        if (row >= 0) v = *reinterpret_cast<const uint4*>(k + row * kDim + cc * 16);
+        const uint4 v = *reinterpret_cast<const uint4*>(tile + r * L::kStageStride + cc * 16);
         const uint32_t w[4] = {v.x, v.y, v.z, v.w};
         uint32_t b[8];
 #pragma unroll
@@ -83,36 +171,26 @@ __global__ void __launch_bounds__(kThreads) IndexerMmaKernel(IndexerLogitsParams
           b[2 * e] = E4m3x2ToBf16x2(static_cast<uint16_t>(w[e] & 0xFFFFu));
           b[2 * e + 1] = E4m3x2ToBf16x2(static_cast<uint16_t>(w[e] >> 16));
         }
-        uint4* dst = reinterpret_cast<uint4*>(sk + r * kStride + cc * 16);
+        uint4* dst = reinterpret_cast<uint4*>(wide + r * L::kBfStride + cc * 32);
         dst[0] = make_uint4(b[0], b[1], b[2], b[3]);
         dst[1] = make_uint4(b[4], b[5], b[6], b[7]);
       }
+      __syncthreads();
+      tile = wide;
     }
-    for (int r = threadIdx.x; r < kTile; r += kThreads) {
-      const int64_t j = j0 + r;
-      float sc = 1.0f;
-      if (j < keys.len) {
-        const int64_t row = KeyRow(p, keys, j);
-        if (row < 0) {
-          sc = quant::QuietNan();
-        } else if (p.k_scale != nullptr) {
-          sc = p.k_scale[row];
-        }
-      }
-      sscale[r] = sc;
-    }
-    __syncthreads();
 
     if (active) {
+      // ldmatrix row addresses: matrix lane / 8 = columns 8 (lane / 8) of two k steps.
+      const unsigned char* bl = tile + (lane & 7) * L::kBfStride + (lane >> 3) * 16;
 #pragma unroll
       for (int nt = 0; nt < kTile / 8; ++nt) {
         float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        const uint16_t* bp = sk + (nt * 8 + g) * kStride + 2 * t4;
 #pragma unroll
-        for (int s = 0; s < kSteps; ++s) {
-          const uint32_t b0 = *reinterpret_cast<const uint32_t*>(bp + s * 16);
-          const uint32_t b1 = *reinterpret_cast<const uint32_t*>(bp + s * 16 + 8);
-          MmaBf16(c, a[s], b0, b1);
+        for (int s = 0; s < kSteps; s += 2) {
+          uint32_t b[4];
+          LdMatrixX4(b, bl + nt * 8 * L::kBfStride + s * 32);
+          MmaBf16(c, a[s], b[0], b[1]);
+          MmaBf16(c, a[s + 1], b[2], b[3]);
         }
         // ReLU (c < 0 ? 0 : c, like std::max(c, 0)) and the head weights, then the 8 row groups.
         float p0 = w0 * (c[0] < 0.0f ? 0.0f : c[0]) + w1 * (c[2] < 0.0f ? 0.0f : c[2]);
@@ -133,13 +211,13 @@ __global__ void __launch_bounds__(kThreads) IndexerMmaKernel(IndexerLogitsParams
     __syncthreads();
     if (threadIdx.x < kTile) {
       const int r = threadIdx.x;
-      const int64_t j = j0 + r;
+      const int64_t j = tile_start(t) + r;
       if (j < keys.len) {
-        out[j] = sscale[r] * (((sred[0][r] + sred[1][r]) + sred[2][r]) + sred[3][r]);
+        out[j] = sscale[st * kTile + r] * (((sred[0][r] + sred[1][r]) + sred[2][r]) + sred[3][r]);
       }
     }
-    __syncthreads();  // sk, sscale and sred are rewritten by the next tile
   }
+  CpAsyncWait<0>();  // no copy outlives the block (the trailing groups are empty)
 }
 
 constexpr int kGroupRows = 128;  // (query, head) rows of a group block: 8 m16 tiles, 2 per warp
@@ -326,26 +404,29 @@ Status LaunchIndexerMmaGroup(const IndexerLogitsParams& p, int64_t max_len, cuda
   return NW_CUDA_LAUNCH_STATUS("IndexerMmaGroupKernel");
 }
 
+template <int kDim, bool kFp8>
+Status LaunchDecode(const IndexerLogitsParams& p, unsigned splits, cudaStream_t stream) {
+  void (*kernel)(IndexerLogitsParams) = IndexerMmaKernel<kDim, kFp8>;
+  constexpr size_t kBytes = DecodeSmem<kDim, kFp8>::kBytes;
+  NW_RETURN_IF_ERROR(
+      AllowDynamicSharedMemory(reinterpret_cast<const void*>(kernel), kBytes, "IndexerMmaKernel"));
+  kernel<<<dim3(static_cast<unsigned>(p.m), splits), kThreads, kBytes, stream>>>(p);
+  return NW_CUDA_LAUNCH_STATUS("IndexerMmaKernel");
+}
+
 Status LaunchIndexerMma(const IndexerLogitsParams& p, unsigned splits, cudaStream_t stream) {
-  if ((reinterpret_cast<uintptr_t>(p.k) % 16) != 0 || (reinterpret_cast<uintptr_t>(p.q) % 4) != 0) {
-    return Status::InvalidArgument("IndexerLogits: k must be 16-byte and q 4-byte aligned");
+  if ((reinterpret_cast<uintptr_t>(p.k) % 16) != 0 || (reinterpret_cast<uintptr_t>(p.q) % 4) != 0 ||
+      (p.k_scale != nullptr && (reinterpret_cast<uintptr_t>(p.k_scale) % 4) != 0)) {
+    return Status::InvalidArgument(
+        "IndexerLogits: k must be 16-byte, q and k_scale 4-byte aligned");
   }
-  const dim3 grid(static_cast<unsigned>(p.m), splits);
   const bool fp8 = p.k_format == IndexerKeyFormat::kFp8;
   if (p.head_dim == 128) {
-    if (fp8) {
-      IndexerMmaKernel<128, true><<<grid, kThreads, 0, stream>>>(p);
-    } else {
-      IndexerMmaKernel<128, false><<<grid, kThreads, 0, stream>>>(p);
-    }
-  } else {
-    if (fp8) {
-      IndexerMmaKernel<64, true><<<grid, kThreads, 0, stream>>>(p);
-    } else {
-      IndexerMmaKernel<64, false><<<grid, kThreads, 0, stream>>>(p);
-    }
+    return fp8 ? LaunchDecode<128, true>(p, splits, stream)
+               : LaunchDecode<128, false>(p, splits, stream);
   }
-  return NW_CUDA_LAUNCH_STATUS("IndexerMmaKernel");
+  return fp8 ? LaunchDecode<64, true>(p, splits, stream)
+             : LaunchDecode<64, false>(p, splits, stream);
 }
 
 }  // namespace nw::cuda::detail

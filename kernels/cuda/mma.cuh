@@ -78,6 +78,12 @@ __device__ __forceinline__ void CpAsync16(void* dst_shared, const void* src, boo
                "r"(valid ? 16 : 0)
                : "memory");
 }
+/// cp.async of 4 bytes global -> shared (through L1; `src` 4-byte aligned). Completes at
+/// CpAsyncWait.
+__device__ __forceinline__ void CpAsync4(void* dst_shared, const void* src) {
+  const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst_shared));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(d), "l"(src) : "memory");
+}
 /// Closes this thread's cp.async group.
 __device__ __forceinline__ void CpAsyncCommit() {
   asm volatile("cp.async.commit_group;\n" ::: "memory");

@@ -42,6 +42,8 @@ struct IndexerCase {
   // Every query reads a prefix of the same keys (ks = 0 / one block-table row), as a sequence's
   // prefill queries do; otherwise each query has its own keys.
   bool shared_keys = false;
+  int page = 64;            // rows per page of paged keys
+  int tiles_per_block = 0;  // IndexerLogitsParams::decode_tiles_per_block
 };
 
 /// Everything one case needs on the host: fake-quantized q/k (what the CPU sees) and the device
@@ -55,14 +57,16 @@ struct IndexerData {
 
 uint16_t Bits16(float x) { return quant::FloatToBf16Bits(x); }
 
-void RunIndexer(const IndexerCase& c, uint64_t seed) {
+/// Runs one case against the CPU and returns the device's logits.
+std::vector<float> RunIndexer(const IndexerCase& c, uint64_t seed) {
   SCOPED_TRACE(::testing::Message()
                << ModeName(c.mode) << (c.paged ? " paged" : " contiguous") << " heads " << c.n_heads
-               << " dim " << c.head_dim << " seed " << seed);
+               << " dim " << c.head_dim << " page " << c.page << " tiles/block "
+               << c.tiles_per_block << " seed " << seed);
   Rng rng(seed);
   const int64_t m = static_cast<int64_t>(c.lens.size());
   const int H = c.n_heads, D = c.head_dim;
-  const int page = 64;
+  const int page = c.page;
   const int64_t max_len = *std::max_element(c.lens.begin(), c.lens.end());
   const int64_t out_cols = max_len + 3;
 
@@ -249,8 +253,9 @@ void RunIndexer(const IndexerCase& c, uint64_t seed) {
   p.out = dout.get();
   p.out_cols = out_cols;
   p.max_len = max_len;
-  NW_ASSERT_OK(LaunchIndexerLogits(p, nullptr));
-  NW_ASSERT_SYNC();
+  p.decode_tiles_per_block = c.tiles_per_block;
+  EXPECT_TRUE(LaunchIndexerLogits(p, nullptr).ok());
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   const std::vector<float> got = dout.Download();
   if (c.mode == Mode::kFp32) {
     EXPECT_TRUE(BitEqual(got, want)) << "fp32 logits must be the CPU's bits";
@@ -258,9 +263,10 @@ void RunIndexer(const IndexerCase& c, uint64_t seed) {
     EXPECT_TRUE(Near(got, std::vector<double>(want.begin(), want.end()), {}, &bound));
   }
   EXPECT_TRUE(dout.GuardsIntact());
-  NW_ASSERT_OK(LaunchIndexerLogits(p, nullptr));
-  NW_ASSERT_SYNC();
+  EXPECT_TRUE(LaunchIndexerLogits(p, nullptr).ok());
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   EXPECT_TRUE(BitEqual(dout.Download(), got)) << "run to run";
+  return got;
 }
 
 const std::vector<int64_t> kEdgeLens = {0, 1, 63, 64, 65, 127, 128, 129, 7, 300};
@@ -322,6 +328,31 @@ TEST(CudaIndexer, Fp8AndNvfp4KeysTensorCores) {
   }
 }
 
+// The decode kernel (one query per block, paged keys) streams each block's tiles through a
+// cp.async pipeline: many tiles per block (forced), page sizes that do not divide its 64-key tiles,
+// lengths ending mid-tile; the logits are the same bits however the tiles are spread over blocks.
+TEST(CudaIndexer, DecodePipelineOverManyTiles) {
+  NW_REQUIRE_GPU();
+  uint64_t seed = 80;
+  const std::vector<int64_t> lens = {2000, 1, 700, 4097, 64, 0, 1300};
+  for (Mode mode : {Mode::kBf16, Mode::kFp8, Mode::kNvfp4Scaled}) {
+    for (int page : {16, 100, 256}) {
+      const uint64_t s = seed++;
+      std::vector<float> first;
+      for (int per : {1, 3, 16}) {
+        const std::vector<float> got = RunIndexer({mode, true, 64, 128, lens, false, page, per}, s);
+        if (first.empty()) {
+          first = got;
+        } else {
+          EXPECT_TRUE(BitEqual(got, first)) << "tiles per block " << per << " against 1";
+        }
+      }
+    }
+    RunIndexer({mode, true, 8, 64, lens, false, 64, 5}, seed++);
+    RunIndexer({mode, false, 17, 128, {3000, 5, 129}, false, 64, 7}, seed++);
+  }
+}
+
 TEST(CudaIndexer, RejectsBadParams) {
   IndexerLogitsParams p;
   p.m = 1;
@@ -331,6 +362,9 @@ TEST(CudaIndexer, RejectsBadParams) {
   EXPECT_EQ(LaunchIndexerLogits(p, nullptr).code(), StatusCode::kInvalidArgument);
   p.head_dim = 128;
   p.n_heads = 65;
+  EXPECT_EQ(LaunchIndexerLogits(p, nullptr).code(), StatusCode::kInvalidArgument);
+  p.n_heads = 64;
+  p.decode_tiles_per_block = -1;
   EXPECT_EQ(LaunchIndexerLogits(p, nullptr).code(), StatusCode::kInvalidArgument);
 }
 
