@@ -12,8 +12,9 @@
 //   SIMT (q fp32): fp32 dot products and accumulation, any head_dim <= 512 (multiple of 4), any
 //     n_heads; agrees with the CPU to fp32 rounding (exp and summation order differ).
 //   tensor cores (q bf16): mma.sync m16n8k16 bf16 for Q K^T and P V with fp32 accumulation and
-//     an online softmax over 64-entry tiles (FlashAttention-2 style; probabilities rounded to bf16
-//     for P V); head_dim 128 or 512, n_heads <= 64, kv kBf16 or kV4Fp8.
+//     an online softmax over 32-entry tiles (FlashAttention-2 style; probabilities rounded to bf16
+//     for P V; bf16 rows of the next tile arrive by cp.async meanwhile); head_dim 128 or 512,
+//     n_heads <= 64, kv kBf16 or kV4Fp8.
 //   few heads, bf16 values (q fp32, bf16_values): q and the KV rows hold bf16 values (what the
 //     precision profiles that round activations and KV to bf16 store). With head_dim 128, at most
 //     8 heads and kBf16 KV, one warp per query runs S^T = K Q^T and O^T = V^T P^T on mma.sync

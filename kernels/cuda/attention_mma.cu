@@ -1,6 +1,7 @@
 // Sparse attention on tensor cores (see attention.h): one query per block, 8 warps. Warp w owns
-// heads 16 (w % 4) .. +15 and output dims (w / 4) * d/2 .. +d/2. Per 64-entry tile of gathered KV
-// rows (bf16 in shared memory, V4 fp8 rows dequantized exactly on the way in):
+// heads 16 (w % 4) .. +15 and output dims (w / 4) * d/2 .. +d/2. Per 32-entry tile of gathered KV
+// rows (bf16 in shared memory, two buffers: the next tile's rows arrive by cp.async while this one
+// is computed; V4 fp8 rows are dequantized exactly on the way in, without the overlap):
 //   S = Q K^T: each warp multiplies its heads over its half of the dims (mma.sync m16n8k16), the
 //     two halves are added through shared memory (same order for both warps of a head group);
 //   online softmax in base 2 with the sink as the initial maximum;
@@ -16,7 +17,7 @@ namespace nw::cuda::detail {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kTile = 64;            // entries per tile
+constexpr int kTile = 32;            // entries per tile
 constexpr int kHeads = 64;           // head rows (zero-padded past n_heads)
 constexpr int kXStride = kTile + 8;  // floats per row of the S exchange buffer
 constexpr float kLog2e = 1.4426950408889634f;
@@ -25,9 +26,14 @@ template <int kDim>
 struct MmaSmem {
   static constexpr int kStride = kDim + 8;  // bf16 per row: conflict-free fragment loads
   static constexpr size_t kQ = static_cast<size_t>(kHeads) * kStride * 2;
-  static constexpr size_t kKv = static_cast<size_t>(kTile) * kStride * 2;
+  static constexpr size_t kKv = static_cast<size_t>(kTile) * kStride * 2;  // one of two buffers
   static constexpr size_t kX = 2ull * kHeads * kXStride * 4;
-  static constexpr size_t kBytes = kQ + kKv + kX;
+  // V4 fp8 rows as they lie in the cache (token bytes, then the scales at TokenBytes), staged by
+  // cp.async: TokenBytes <= 2 d and ScaleStride <= 16 for d <= 512.
+  static constexpr int kRawStride = 2 * kDim + 16;
+  static constexpr size_t kRaw = static_cast<size_t>(kTile) * kRawStride;
+  static constexpr size_t kBytes = kQ + 2 * kKv + kX;
+  static constexpr size_t kBytesFp8 = kBytes + kRaw;
 };
 
 template <int kDim, bool kFp8>
@@ -35,54 +41,84 @@ __device__ __forceinline__ void LoadTile(const SparseAttentionParams& p, const i
                                          const int64_t* s_row, uint16_t* skv) {
   constexpr int kStride = MmaSmem<kDim>::kStride;
   if constexpr (!kFp8) {
+    // cp.async (completes at the caller's CpAsyncWait); zeros for skipped entries.
     constexpr int kChunks = kDim / 8;
     for (int c = threadIdx.x; c < kTile * kChunks; c += kThreads) {
       const int r = c / kChunks, cc = c % kChunks;
       const int64_t row = s_row[r];
-      uint4 v = make_uint4(0, 0, 0, 0);
+      uint16_t* dst = skv + r * kStride + cc * 8;
       if (row >= 0) {
         const uint16_t* src = static_cast<const uint16_t*>(p.sets[s_set[r]].kv);
-        v = *reinterpret_cast<const uint4*>(src + row * kDim + cc * 8);
+        CpAsync16(dst, src + row * kDim + cc * 8, true);
+      } else {
+        *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
       }
-      *reinterpret_cast<uint4*>(skv + r * kStride + cc * 8) = v;
     }
   } else {
+    // cp.async of the raw rows (completes at the caller's CpAsyncWait): token bytes in 16-byte
+    // chunks, then the scale bytes in 4-byte pieces; skipped entries are not copied (DequantTile
+    // writes zeros for them).
     const V4KvLayout& l = p.kv_layout;
-    const int nope_chunks = l.nope() / 16;   // 16 e4m3 codes -> 16 bf16
-    const int rope_chunks = l.rope_dim / 8;  // 8 bf16 copied
-    const int chunks = nope_chunks + rope_chunks;
-    for (int c = threadIdx.x; c < kTile * chunks; c += kThreads) {
-      const int r = c / chunks, cc = c % chunks;
+    const int token_chunks = static_cast<int>(l.TokenBytes() / 16);
+    const int scale_words = static_cast<int>(l.ScaleStride() / 4);
+    const int per_row = token_chunks + scale_words;
+    unsigned char* raw = reinterpret_cast<unsigned char*>(skv);
+    for (int c = threadIdx.x; c < kTile * per_row; c += kThreads) {
+      const int r = c / per_row, cc = c % per_row;
       const int64_t row = s_row[r];
-      uint4* dst = reinterpret_cast<uint4*>(skv + r * kStride) +
-                   (cc < nope_chunks ? 2 * cc : nope_chunks * 2 + (cc - nope_chunks));
-      if (row < 0) {
-        dst[0] = make_uint4(0, 0, 0, 0);
-        if (cc < nope_chunks) dst[1] = make_uint4(0, 0, 0, 0);
-        continue;
-      }
+      if (row < 0) continue;
       const V4Row src = V4RowAt(p.sets[s_set[r]].kv, l, row);
-      if (cc < nope_chunks) {
-        const uint4 v = *reinterpret_cast<const uint4*>(src.data + cc * 16);
-        const float s = quant::DecodeUe8m0(src.scales[(cc * 16) / 64]);
-        const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-        uint32_t b[8];
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-#pragma unroll
-          for (int hw = 0; hw < 2; ++hw) {
-            const uint16_t two = static_cast<uint16_t>(w[e] >> (16 * hw));
-            const __half2_raw h =
-                __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two), __NV_E4M3);
-            const float2 f = __half22float2(__half2(h));
-            b[2 * e + hw] = PackBf16x2(f.x * s, f.y * s);
-          }
-        }
-        dst[0] = make_uint4(b[0], b[1], b[2], b[3]);
-        dst[1] = make_uint4(b[4], b[5], b[6], b[7]);
+      unsigned char* dst = raw + r * MmaSmem<kDim>::kRawStride;
+      if (cc < token_chunks) {
+        CpAsync16(dst + cc * 16, src.data + cc * 16, true);
       } else {
-        dst[0] = *reinterpret_cast<const uint4*>(src.data + l.nope() + (cc - nope_chunks) * 16);
+        const int wd = cc - token_chunks;
+        CpAsync4(dst + l.TokenBytes() + 4 * wd, src.scales + 4 * wd);
       }
+    }
+  }
+}
+
+/// V4 fp8 rows staged by LoadTile<kDim, true> (raw) -> bf16 rows of skv, dequantized exactly;
+/// zeros for skipped entries.
+template <int kDim>
+__device__ __forceinline__ void DequantTile(const SparseAttentionParams& p, const int64_t* s_row,
+                                            const unsigned char* raw, uint16_t* skv) {
+  constexpr int kStride = MmaSmem<kDim>::kStride;
+  const V4KvLayout& l = p.kv_layout;
+  const int nope_chunks = l.nope() / 16;   // 16 e4m3 codes -> 16 bf16
+  const int rope_chunks = l.rope_dim / 8;  // 8 bf16 copied
+  const int chunks = nope_chunks + rope_chunks;
+  for (int c = threadIdx.x; c < kTile * chunks; c += kThreads) {
+    const int r = c / chunks, cc = c % chunks;
+    uint4* dst = reinterpret_cast<uint4*>(skv + r * kStride) +
+                 (cc < nope_chunks ? 2 * cc : nope_chunks * 2 + (cc - nope_chunks));
+    if (s_row[r] < 0) {
+      dst[0] = make_uint4(0, 0, 0, 0);
+      if (cc < nope_chunks) dst[1] = make_uint4(0, 0, 0, 0);
+      continue;
+    }
+    const unsigned char* data = raw + r * MmaSmem<kDim>::kRawStride;
+    if (cc < nope_chunks) {
+      const uint4 v = *reinterpret_cast<const uint4*>(data + cc * 16);
+      const float s = quant::DecodeUe8m0(data[l.TokenBytes() + (cc * 16) / 64]);
+      const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+      uint32_t b[8];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+#pragma unroll
+        for (int hw = 0; hw < 2; ++hw) {
+          const uint16_t two = static_cast<uint16_t>(w[e] >> (16 * hw));
+          const __half2_raw h =
+              __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two), __NV_E4M3);
+          const float2 f = __half22float2(__half2(h));
+          b[2 * e + hw] = PackBf16x2(f.x * s, f.y * s);
+        }
+      }
+      dst[0] = make_uint4(b[0], b[1], b[2], b[3]);
+      dst[1] = make_uint4(b[4], b[5], b[6], b[7]);
+    } else {
+      dst[0] = *reinterpret_cast<const uint4*>(data + l.nope() + (cc - nope_chunks) * 16);
     }
   }
 }
@@ -96,10 +132,12 @@ __global__ void __launch_bounds__(kThreads, 1) SparseAttentionMmaKernel(SparseAt
   constexpr int kOut = kHalf / 8;  // output n-tiles per warp
   extern __shared__ uint4 smem[];
   uint16_t* sq = reinterpret_cast<uint16_t*>(smem);
-  uint16_t* skv = sq + Smem::kQ / 2;
-  float* sx = reinterpret_cast<float*>(skv + Smem::kKv / 2);  // [2][kHeads][kXStride]
-  __shared__ int s_set[kTile];
-  __shared__ int64_t s_row[kTile];
+  uint16_t* skv_bufs = sq + Smem::kQ / 2;                                // [2][kTile][kStride]
+  float* sx = reinterpret_cast<float*>(skv_bufs + Smem::kKv);            // [2][kHeads][kXStride]
+  unsigned char* raw = reinterpret_cast<unsigned char*>(sx) + Smem::kX;  // fp8: staged rows
+  // Slots of three consecutive tiles: tile u's in [u % 3] (looked up one tile before its load).
+  __shared__ int s_set_bufs[3][kTile];
+  __shared__ int64_t s_row_bufs[3][kTile];
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
   const int hw = warp & 3, dw = warp >> 2;
@@ -128,23 +166,55 @@ __global__ void __launch_bounds__(kThreads, 1) SparseAttentionMmaKernel(SparseAt
   for (int n = 0; n < kOut; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
   const float scale2 = p.scale * kLog2e;
 
-  for (int64_t s0 = 0; s0 < total; s0 += kTile) {
-    __syncthreads();  // the previous tile (skv, sx, slots) is no longer read
-    if (threadIdx.x < kTile) {
-      const int64_t s = s0 + threadIdx.x;
+  const int64_t tiles = (total + kTile - 1) / kTile;
+  // Slots of tile u into s_*_bufs[u % 3] (the first kTile threads).
+  auto lookup = [&](int64_t u) {
+    if (threadIdx.x < kTile && u < tiles) {
+      const int64_t s = u * kTile + threadIdx.x;
       Slot slot{0, -1};
       if (s < total) slot = SlotAt(p, i, len0, s);
-      s_set[threadIdx.x] = slot.set;
-      s_row[threadIdx.x] = slot.row;
+      s_set_bufs[u % 3][threadIdx.x] = slot.set;
+      s_row_bufs[u % 3][threadIdx.x] = slot.row;
     }
-    __syncthreads();
-    LoadTile<kDim, kFp8>(p, s_set, s_row, skv);
-    __syncthreads();
+  };
+  // Tile u's rows into buffer u % 2 (bf16) or the raw staging (fp8); always closes a cp.async
+  // group.
+  auto issue = [&](int64_t u) {
+    if (u < tiles) {
+      LoadTile<kDim, kFp8>(
+          p, s_set_bufs[u % 3], s_row_bufs[u % 3],
+          kFp8 ? reinterpret_cast<uint16_t*>(raw) : skv_bufs + (u & 1) * (Smem::kKv / 2));
+    }
+    CpAsyncCommit();
+  };
+  lookup(0);
+  lookup(1);
+  __syncthreads();
+  issue(0);
+
+  for (int64_t t = 0; t < tiles; ++t) {
+    const int64_t* s_row = s_row_bufs[t % 3];
+    if constexpr (!kFp8) {
+      __syncthreads();  // tile t - 1 is no longer read (its buffer, slots and sx are free)
+      issue(t + 1);
+      lookup(t + 2);
+      CpAsyncWait<1>();
+      __syncthreads();  // tile t has landed
+    } else {
+      CpAsyncWait<0>();
+      __syncthreads();  // tile t's raw rows have landed; tile t - 1 is no longer read
+      DequantTile<kDim>(p, s_row, raw, skv_bufs);
+      __syncthreads();  // the raw staging is free
+      issue(t + 1);
+      lookup(t + 2);
+    }
+    const uint16_t* skv = skv_bufs + (kFp8 ? 0 : (t & 1) * (Smem::kKv / 2));
 
     // S partial over this warp's half of the dims.
-    float s[8][4];
+    constexpr int kN = kTile / 8;  // n-tiles of entries
+    float s[kN][4];
 #pragma unroll
-    for (int n = 0; n < 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+    for (int n = 0; n < kN; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
 #pragma unroll
     for (int kk = 0; kk < kSteps; ++kk) {
       const int col = dw * kHalf + kk * 16 + 2 * t4;
@@ -154,7 +224,7 @@ __global__ void __launch_bounds__(kThreads, 1) SparseAttentionMmaKernel(SparseAt
       a[2] = *reinterpret_cast<const uint32_t*>(sq + r0 * kStride + col + 8);
       a[3] = *reinterpret_cast<const uint32_t*>(sq + r1 * kStride + col + 8);
 #pragma unroll
-      for (int n = 0; n < 8; ++n) {
+      for (int n = 0; n < kN; ++n) {
         const uint16_t* bp = skv + (n * 8 + g) * kStride + col;
         MmaBf16(s[n], a, *reinterpret_cast<const uint32_t*>(bp),
                 *reinterpret_cast<const uint32_t*>(bp + 8));
@@ -164,7 +234,7 @@ __global__ void __launch_bounds__(kThreads, 1) SparseAttentionMmaKernel(SparseAt
     float* mine = sx + (dw * kHeads) * kXStride;
     const float* other = sx + ((1 - dw) * kHeads) * kXStride;
 #pragma unroll
-    for (int n = 0; n < 8; ++n) {
+    for (int n = 0; n < kN; ++n) {
       const int e = n * 8 + 2 * t4;
       *reinterpret_cast<float2*>(mine + r0 * kXStride + e) = make_float2(s[n][0], s[n][1]);
       *reinterpret_cast<float2*>(mine + r1 * kXStride + e) = make_float2(s[n][2], s[n][3]);
@@ -172,7 +242,7 @@ __global__ void __launch_bounds__(kThreads, 1) SparseAttentionMmaKernel(SparseAt
     __syncthreads();
     float mx0 = -INFINITY, mx1 = -INFINITY;
 #pragma unroll
-    for (int n = 0; n < 8; ++n) {
+    for (int n = 0; n < kN; ++n) {
       const int e = n * 8 + 2 * t4;
       const float2 x0 = *reinterpret_cast<const float2*>(other + r0 * kXStride + e);
       const float2 x1 = *reinterpret_cast<const float2*>(other + r1 * kXStride + e);
@@ -194,7 +264,7 @@ __global__ void __launch_bounds__(kThreads, 1) SparseAttentionMmaKernel(SparseAt
     const float c1 = mn1 == -INFINITY ? 1.0f : exp2f(m1 - mn1);
     float sum0 = 0.0f, sum1 = 0.0f;
 #pragma unroll
-    for (int n = 0; n < 8; ++n) {
+    for (int n = 0; n < kN; ++n) {
       s[n][0] = mn0 == -INFINITY ? 0.0f : exp2f(s[n][0] - mn0);
       s[n][1] = mn0 == -INFINITY ? 0.0f : exp2f(s[n][1] - mn0);
       s[n][2] = mn1 == -INFINITY ? 0.0f : exp2f(s[n][2] - mn1);
@@ -239,6 +309,7 @@ __global__ void __launch_bounds__(kThreads, 1) SparseAttentionMmaKernel(SparseAt
     }
   }
 
+  CpAsyncWait<0>();  // no copy outlives the block (the trailing group is empty)
   const float inv0 = 1.0f / l0, inv1 = 1.0f / l1;
   auto store = [&](float v) { return p.round_bf16 ? quant::RoundBf16(v) : v; };
   float* out = p.out + i * p.n_heads * kDim;
@@ -258,7 +329,7 @@ __global__ void __launch_bounds__(kThreads, 1) SparseAttentionMmaKernel(SparseAt
 
 template <int kDim, bool kFp8>
 Status Launch(const SparseAttentionParams& p, cudaStream_t stream) {
-  const size_t smem = MmaSmem<kDim>::kBytes;
+  const size_t smem = kFp8 ? MmaSmem<kDim>::kBytesFp8 : MmaSmem<kDim>::kBytes;
   NW_RETURN_IF_ERROR(
       AllowDynamicSharedMemory(reinterpret_cast<const void*>(&SparseAttentionMmaKernel<kDim, kFp8>),
                                smem, "SparseAttentionMmaKernel"));

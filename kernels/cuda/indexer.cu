@@ -173,6 +173,10 @@ Status LaunchIndexerLogits(const IndexerLogitsParams& params, cudaStream_t strea
     return Status::InvalidArgument("IndexerLogits: decode_tiles_per_block must be >= 0, got " +
                                    std::to_string(p.decode_tiles_per_block));
   }
+  if (p.decode_stages != 0 && p.decode_stages != 2 && p.decode_stages != 3) {
+    return Status::InvalidArgument("IndexerLogits: decode_stages must be 0, 2 or 3, got " +
+                                   std::to_string(p.decode_stages));
+  }
   if (p.k_format == IndexerKeyFormat::kFp32 && p.k_scale != nullptr) {
     return Status::InvalidArgument("IndexerLogits: fp32 keys take no k_scale");
   }

@@ -2,9 +2,10 @@
 //
 // IndexerMmaKernel (paged keys, or few queries: decode): one query per block, four warps of 16
 // heads. Each warp keeps its heads' query fragments in registers for the whole block, multiplies
-// them with 64-key tiles in shared memory (mma.sync m16n8k16 bf16, fp32 accumulation), applies ReLU
-// and the head weights, and sums its 16 heads with shuffles; the four warps' partial sums are added
-// in a fixed order, so the logits are deterministic. Key tiles stream in through a three-stage
+// them with 64-key tiles in shared memory (mma.sync m16n8k16 bf16, fp32 accumulation; the tile's
+// eight independent chains of MMAs back to back), applies ReLU and the head weights, and sums its
+// 16 heads with a reduce-scatter of shuffles; the four warps' partial sums are added in a fixed
+// order, so the logits are deterministic. Key tiles stream in through a three-stage
 // cp.async pipeline (e4m3 tiles are widened to bf16 once per tile in shared memory).
 //
 // IndexerMmaGroupKernel (contiguous keys, many queries): 128 / HP queries per block, HP = n_heads
@@ -25,14 +26,15 @@ namespace {
 
 constexpr int kThreads = 128;
 constexpr int kTile = 64;
+constexpr int kDefaultDecodeStages = 3;  // IndexerMmaKernel's cp.async stages (2 or 3)
 
 // Shared-memory layout of IndexerMmaKernel: kStages staging buffers of kTile key rows as they lie
 // in global memory (bf16 or e4m3), each row padded by 16 bytes so that the eight rows an ldmatrix
 // reads fall on distinct banks; for e4m3 keys one bf16 buffer the staged tile is widened into;
 // the keys' scales per stage; the physical rows of the next two tiles to load; the warps' sums.
-template <int kDim, bool kFp8>
+template <int kDim, bool kFp8, int kStagesT>
 struct DecodeSmem {
-  static constexpr int kStages = 3;
+  static constexpr int kStages = kStagesT;
   static constexpr int kRowBytes = kFp8 ? kDim : 2 * kDim;  // one key row in global memory
   static constexpr int kStageStride = kRowBytes + 16;       // bytes per staged row
   static constexpr int kBfStride = 2 * kDim + 16;           // bytes per bf16 row (= staged bf16)
@@ -65,9 +67,9 @@ __device__ __forceinline__ int64_t DecodeKeyRow(const IndexerLogitsParams& p,
 // still, by the first kTile threads). Each warp multiplies its 16 heads' query fragments
 // (registers) with the tile, applies ReLU and the head weights and sums its heads with shuffles;
 // the four warps' sums are added in a fixed order and scaled by the key's scale.
-template <int kDim, bool kFp8>
+template <int kDim, bool kFp8, int kStages>
 __global__ void __launch_bounds__(kThreads) IndexerMmaKernel(IndexerLogitsParams p) {
-  using L = DecodeSmem<kDim, kFp8>;
+  using L = DecodeSmem<kDim, kFp8, kStages>;
   constexpr int kS = L::kStages;
   constexpr int kSteps = kDim / 16;
   constexpr int kChunks = L::kRowBytes / 16;  // 16-byte chunks of a key row
@@ -182,6 +184,8 @@ __global__ void __launch_bounds__(kThreads) IndexerMmaKernel(IndexerLogitsParams
     if (active) {
       // ldmatrix row addresses: matrix lane / 8 = columns 8 (lane / 8) of two k steps.
       const unsigned char* bl = tile + (lane & 7) * L::kBfStride + (lane >> 3) * 16;
+      // v[2 nt + e]: this thread's two heads' ReLU'd, weighted products for key nt 8 + 2 t4 + e.
+      float v[2 * (kTile / 8)];
 #pragma unroll
       for (int nt = 0; nt < kTile / 8; ++nt) {
         float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -192,19 +196,35 @@ __global__ void __launch_bounds__(kThreads) IndexerMmaKernel(IndexerLogitsParams
           MmaBf16(c, a[s], b[0], b[1]);
           MmaBf16(c, a[s + 1], b[2], b[3]);
         }
-        // ReLU (c < 0 ? 0 : c, like std::max(c, 0)) and the head weights, then the 8 row groups.
-        float p0 = w0 * (c[0] < 0.0f ? 0.0f : c[0]) + w1 * (c[2] < 0.0f ? 0.0f : c[2]);
-        float p1 = w0 * (c[1] < 0.0f ? 0.0f : c[1]) + w1 * (c[3] < 0.0f ? 0.0f : c[3]);
-#pragma unroll
-        for (int o = 4; o < 32; o <<= 1) {
-          p0 += __shfl_xor_sync(kFullMask, p0, o);
-          p1 += __shfl_xor_sync(kFullMask, p1, o);
-        }
-        if (g == 0) {
-          sred[warp][nt * 8 + 2 * t4] = p0;
-          sred[warp][nt * 8 + 2 * t4 + 1] = p1;
-        }
+        // ReLU (c < 0 ? 0 : c, like std::max(c, 0)) and the head weights.
+        v[2 * nt] = w0 * (c[0] < 0.0f ? 0.0f : c[0]) + w1 * (c[2] < 0.0f ? 0.0f : c[2]);
+        v[2 * nt + 1] = w0 * (c[1] < 0.0f ? 0.0f : c[1]) + w1 * (c[3] < 0.0f ? 0.0f : c[3]);
       }
+      // Sum over the 8 row groups g (lane bits 2, 3, 4) as a reduce-scatter: at each level a lane
+      // keeps half of its values, adds its partner's copy of that half and sends the other half,
+      // so 8 + 4 + 2 shuffles leave every lane two finished sums. The pairs added are the ones a
+      // butterfly over lane bits 2, 3, 4 adds, in the same order.
+      float w8[8], w4[4], w2[2];
+      const bool b0 = (g & 1) != 0, b1 = (g & 2) != 0, b2 = (g & 4) != 0;
+#pragma unroll
+      for (int m = 0; m < 8; ++m) {
+        const float keep = b0 ? v[m + 8] : v[m], send = b0 ? v[m] : v[m + 8];
+        w8[m] = keep + __shfl_xor_sync(kFullMask, send, 4);
+      }
+#pragma unroll
+      for (int m = 0; m < 4; ++m) {
+        const float keep = b1 ? w8[m + 4] : w8[m], send = b1 ? w8[m] : w8[m + 4];
+        w4[m] = keep + __shfl_xor_sync(kFullMask, send, 8);
+      }
+#pragma unroll
+      for (int m = 0; m < 2; ++m) {
+        const float keep = b2 ? w4[m + 2] : w4[m], send = b2 ? w4[m] : w4[m + 2];
+        w2[m] = keep + __shfl_xor_sync(kFullMask, send, 16);
+      }
+      // This lane now holds v index 8 b0 + 4 b1 + 2 b2 + e: key nt 8 + 2 t4 + e, nt = 4 b0 + 2 b1 +
+      // b2.
+      const int nt = (b0 ? 4 : 0) + (b1 ? 2 : 0) + (b2 ? 1 : 0);
+      *reinterpret_cast<float2*>(&sred[warp][nt * 8 + 2 * t4]) = make_float2(w2[0], w2[1]);
     } else {
       for (int r = lane; r < kTile; r += 32) sred[warp][r] = 0.0f;
     }
@@ -404,14 +424,20 @@ Status LaunchIndexerMmaGroup(const IndexerLogitsParams& p, int64_t max_len, cuda
   return NW_CUDA_LAUNCH_STATUS("IndexerMmaGroupKernel");
 }
 
-template <int kDim, bool kFp8>
+template <int kDim, bool kFp8, int kStages>
 Status LaunchDecode(const IndexerLogitsParams& p, unsigned splits, cudaStream_t stream) {
-  void (*kernel)(IndexerLogitsParams) = IndexerMmaKernel<kDim, kFp8>;
-  constexpr size_t kBytes = DecodeSmem<kDim, kFp8>::kBytes;
+  void (*kernel)(IndexerLogitsParams) = IndexerMmaKernel<kDim, kFp8, kStages>;
+  constexpr size_t kBytes = DecodeSmem<kDim, kFp8, kStages>::kBytes;
   NW_RETURN_IF_ERROR(
       AllowDynamicSharedMemory(reinterpret_cast<const void*>(kernel), kBytes, "IndexerMmaKernel"));
   kernel<<<dim3(static_cast<unsigned>(p.m), splits), kThreads, kBytes, stream>>>(p);
   return NW_CUDA_LAUNCH_STATUS("IndexerMmaKernel");
+}
+
+template <int kDim, bool kFp8>
+Status LaunchDecodeStages(const IndexerLogitsParams& p, unsigned splits, cudaStream_t stream) {
+  if (p.decode_stages == 2) return LaunchDecode<kDim, kFp8, 2>(p, splits, stream);
+  return LaunchDecode<kDim, kFp8, kDefaultDecodeStages>(p, splits, stream);
 }
 
 Status LaunchIndexerMma(const IndexerLogitsParams& p, unsigned splits, cudaStream_t stream) {
@@ -422,11 +448,11 @@ Status LaunchIndexerMma(const IndexerLogitsParams& p, unsigned splits, cudaStrea
   }
   const bool fp8 = p.k_format == IndexerKeyFormat::kFp8;
   if (p.head_dim == 128) {
-    return fp8 ? LaunchDecode<128, true>(p, splits, stream)
-               : LaunchDecode<128, false>(p, splits, stream);
+    return fp8 ? LaunchDecodeStages<128, true>(p, splits, stream)
+               : LaunchDecodeStages<128, false>(p, splits, stream);
   }
-  return fp8 ? LaunchDecode<64, true>(p, splits, stream)
-             : LaunchDecode<64, false>(p, splits, stream);
+  return fp8 ? LaunchDecodeStages<64, true>(p, splits, stream)
+             : LaunchDecodeStages<64, false>(p, splits, stream);
 }
 
 }  // namespace nw::cuda::detail

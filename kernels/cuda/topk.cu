@@ -1,6 +1,7 @@
 // Deterministic per-row top-k on the GPU; see topk.h.
 #include <algorithm>
 #include <string>
+#include <vector>
 
 #include "kernels/cuda/common.h"
 #include "kernels/cuda/device_util.cuh"
@@ -24,10 +25,10 @@ struct TopKShared {
   uint32_t hist[kBins];
   uint32_t scan[kThreads];
   unsigned long long items[kMaxTopK];
-  uint32_t warp_count[kWarps];
+  uint32_t warp_gt[kWarps];
+  uint32_t warp_eq[kWarps];
   uint32_t bin;
   uint32_t above;
-  uint32_t count;
 };
 
 /// After hist[0..bins) is filled: finds bin b with count(bins > b) < remaining <= count(>= b)
@@ -87,52 +88,129 @@ __device__ void BitonicSort(T* items, int size, int first, int step, Barrier bar
   }
 }
 
-// Segments: with seg_count > 1 block-row q is segment q % seg_count (entries [s * seg_len,
-// (s + 1) * seg_len)) of row q / seg_count, and its top-k (indices within the segment) goes to
-// seg_out[q * k ..]; with seg_count == 1 rows are rows and results go to p.out.
+/// A float whose RankKey is `key` (the inverse of RankKey; key 0 gives a NaN).
+__device__ __forceinline__ float KeyValue(uint32_t key) {
+  return __uint_as_float((key & 0x80000000u) != 0u ? key & 0x7FFFFFFFu : ~key);
+}
+
+__device__ __forceinline__ unsigned long long RankItem(uint32_t key, int64_t i) {
+  return (static_cast<unsigned long long>(key) << 32) |
+         static_cast<unsigned long long>(0xFFFFFFFFu - static_cast<uint32_t>(i));
+}
+
+// Segments: with count > 1 block-row q is segment q % count (entries [s * len, (s + 1) * len))
+// of row q / count; its top-k set goes, in ascending index order, to cand_index (row indices) and
+// cand_score (values of the same rank keys) at [r * count * k + s * k ..), and segment 0's block
+// writes the row's number of candidates to cand_len[r] (every segment but a row's last
+// contributes k, as len >= k). Ascending index order makes the second pass's lower-position
+// tie-break the lower-index one. With count == 1 rows are rows and their top-k goes to p.out.
+// With map set, the row's entries are an earlier level's candidates, and the indices written
+// (candidates or p.out) go through map[r * map_width + position] back to the original row's.
 struct Segments {
   int64_t count = 1;
   int64_t len = 0;
-  int32_t* out = nullptr;
+  int32_t* cand_index = nullptr;
+  float* cand_score = nullptr;
+  int32_t* cand_len = nullptr;
+  const int32_t* map = nullptr;
+  int64_t map_width = 0;
 };
 
-__global__ void __launch_bounds__(kThreads)
-    TopKKernel(TopKParams p, int64_t cache_len, Segments seg) {
+/// Stages the rank keys of row[0..n) in cache[0..n) and, with hist set, counts their top 11 bits
+/// (the first radix pass). Four 16-byte loads a thread in flight where the row is 16-byte
+/// aligned, four 4-byte loads otherwise.
+__device__ __forceinline__ void StageKeys(const float* row, int n, uint32_t* cache,
+                                          uint32_t* hist) {
+  auto key_of = [&](float v) {
+    const uint32_t key = RankKey(v);
+    if (hist != nullptr) atomicAdd(&hist[key >> 21], 1u);
+    return key;
+  };
+  auto put = [&](int i, float v) { cache[i] = key_of(v); };
+  auto put4 = [&](int j, float4 v) {
+    reinterpret_cast<uint4*>(cache)[j] =
+        make_uint4(key_of(v.x), key_of(v.y), key_of(v.z), key_of(v.w));
+  };
+  int done = 0;
+  if ((reinterpret_cast<uintptr_t>(row) & 15u) == 0) {
+    const int quads = n / 4;
+    const float4* row4 = reinterpret_cast<const float4*>(row);
+    int j = threadIdx.x;
+    for (; j + 3 * kThreads < quads; j += 4 * kThreads) {
+      float4 v[4];
+#pragma unroll
+      for (int u = 0; u < 4; ++u) v[u] = row4[j + u * kThreads];
+#pragma unroll
+      for (int u = 0; u < 4; ++u) put4(j + u * kThreads, v[u]);
+    }
+    for (; j < quads; j += kThreads) put4(j, row4[j]);
+    done = quads * 4;
+  }
+  int i = done + threadIdx.x;
+  for (; i + 3 * kThreads < n; i += 4 * kThreads) {
+    float v[4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) v[u] = row[i + u * kThreads];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) put(i + u * kThreads, v[u]);
+  }
+  for (; i < n; i += kThreads) put(i, row[i]);
+}
+
+// One block a row (or a segment of one). Rank keys are staged in shared memory when the row fits
+// cache_len (the first radix pass counted while staging); a 3-pass radix select finds the key T
+// of the take-th entry; an ordered compaction (each warp a contiguous run of 32-entry chunks,
+// counted, then offset by the counts of the warps before it) keeps every key above T and the
+// first need_eq entries equal to T, in index order; a bitonic sort puts a row's selection in rank
+// order (a segment's stays in index order).
+__global__ void __launch_bounds__(kThreads) TopKKernel(TopKParams p, int cache_len, Segments seg) {
   __shared__ TopKShared s;
-  extern __shared__ uint32_t cache[];
+  extern __shared__ uint4 cache_words[];
+  uint32_t* cache = reinterpret_cast<uint32_t*>(cache_words);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const unsigned lanes_below = (1u << lane) - 1u;
+  const bool segmented = seg.count > 1;
   for (int64_t q = blockIdx.x; q < p.rows * seg.count; q += gridDim.x) {
-    const int64_t r = q / seg.count, off = (q % seg.count) * seg.len;
+    const int64_t r = q / seg.count, sg = q % seg.count, off = sg * seg.len;
     const float* row = p.scores + r * p.stride + off;
-    int32_t* out = seg.count > 1 ? seg.out + q * p.k : p.out + r * p.out_stride;
-    int64_t len = p.n;
-    if (p.lengths != nullptr) len = min(max(static_cast<int64_t>(p.lengths[r]), int64_t{0}), p.n);
-    if (seg.count > 1) len = min(max(len - off, int64_t{0}), seg.len);
-    const int take = static_cast<int>(min(static_cast<int64_t>(p.k), len));
-    const bool cached = len <= cache_len;
-    if (cached) {
-      for (int64_t i = threadIdx.x; i < len; i += kThreads) cache[i] = RankKey(row[i]);
+    int64_t len64 = p.n;
+    if (p.lengths != nullptr) {
+      len64 = min(max(static_cast<int64_t>(p.lengths[r]), int64_t{0}), p.n);
+    }
+    if (segmented) len64 = min(max(len64 - off, int64_t{0}), seg.len);
+    const int n = static_cast<int>(len64);
+    const int take = min(p.k, n);
+    const bool cached = n <= cache_len;
+    const bool select = take > 0 && take < n;
+    if (select) {
+      for (int b = threadIdx.x; b < kBins; b += kThreads) s.hist[b] = 0;
     }
     __syncthreads();
-    auto key_at = [&](int64_t i) { return cached ? cache[i] : RankKey(row[i]); };
+    if (cached) StageKeys(row, n, cache, select ? s.hist : nullptr);
+    __syncthreads();
+    auto key_at = [&](int i) { return cached ? cache[i] : RankKey(row[i]); };
 
     // 1. The key T of the take-th entry and how many entries equal to T are selected.
     uint32_t threshold = 0;
-    uint32_t need_eq = static_cast<uint32_t>(min(len, int64_t{0x7FFFFFFF}));
-    if (take > 0 && take < len) {
+    uint32_t need_eq = static_cast<uint32_t>(n);
+    if (select) {
       uint32_t prefix = 0, mask = 0, remaining = static_cast<uint32_t>(take);
       const int shifts[3] = {21, 10, 0};
       const int widths[3] = {11, 11, 10};
 #pragma unroll
       for (int pass = 0; pass < 3; ++pass) {
         const int bins = 1 << widths[pass];
-        for (int b = threadIdx.x; b < kBins; b += kThreads) s.hist[b] = 0;
-        __syncthreads();
-        for (int64_t i = threadIdx.x; i < len; i += kThreads) {
-          const uint32_t key = key_at(i);
-          if ((key & mask) == prefix) atomicAdd(&s.hist[(key >> shifts[pass]) & (bins - 1)], 1u);
+        if (pass > 0) {
+          for (int b = threadIdx.x; b < kBins; b += kThreads) s.hist[b] = 0;
+          __syncthreads();
         }
-        __syncthreads();
+        if (pass > 0 || !cached) {  // a cached row's first pass was counted while staging
+          for (int i = threadIdx.x; i < n; i += kThreads) {
+            const uint32_t key = key_at(i);
+            if ((key & mask) == prefix) atomicAdd(&s.hist[(key >> shifts[pass]) & (bins - 1)], 1u);
+          }
+          __syncthreads();
+        }
         FindThresholdBin(s, bins, remaining);
         remaining -= s.above;
         prefix |= s.bin << shifts[pass];
@@ -143,99 +221,88 @@ __global__ void __launch_bounds__(kThreads)
       need_eq = remaining;
     }
 
-    // 2. Ordered selection: keys above T, and the first need_eq entries equal to T.
-    if (threadIdx.x == 0) s.count = 0;
-    __syncthreads();
-    uint32_t eq_before = 0;  // entries equal to T in earlier chunks
+    // 2. Ordered compaction: keys above T, and the first need_eq entries equal to T.
+    const int chunks = (n + 31) / 32;
+    const int c0 = warp * chunks / kWarps, c1 = (warp + 1) * chunks / kWarps;
+    uint32_t n_gt = 0, n_eq = 0;
     if (take > 0) {
-      for (int64_t base = 0; base < len; base += kThreads) {
-        const int64_t i = base + threadIdx.x;
-        const bool valid = i < len;
-        const uint32_t key = valid ? key_at(i) : 0u;
-        const bool gt = valid && key > threshold;
-        const bool eq = valid && key == threshold;
-        const unsigned ballot = __ballot_sync(detail::kFullMask, eq);
-        if (lane == 0) s.warp_count[warp] = __popc(ballot);
-        __syncthreads();
-        uint32_t warp_off = 0, chunk_eq = 0;
-        for (int w = 0; w < kWarps; ++w) {
-          if (w < warp) warp_off += s.warp_count[w];
-          chunk_eq += s.warp_count[w];
-        }
-        const uint32_t rank = eq_before + warp_off + __popc(ballot & ((1u << lane) - 1u));
-        if (gt || (eq && rank < need_eq)) {
-          const uint32_t slot = atomicAdd(&s.count, 1u);
-          if (slot < static_cast<uint32_t>(kMaxTopK)) {  // always true; guards a logic error
-            s.items[slot] = (static_cast<unsigned long long>(key) << 32) |
-                            static_cast<unsigned long long>(0xFFFFFFFFu - static_cast<uint32_t>(i));
-          }
-        }
-        eq_before += chunk_eq;
-        __syncthreads();  // warp_count is rewritten by the next chunk
+      for (int c = c0; c < c1; ++c) {
+        const int i = c * 32 + lane;
+        const uint32_t key = i < n ? key_at(i) : 0u;
+        n_gt += __popc(__ballot_sync(detail::kFullMask, i < n && key > threshold));
+        n_eq += __popc(__ballot_sync(detail::kFullMask, i < n && key == threshold));
       }
     }
+    if (lane == 0) {
+      s.warp_gt[warp] = n_gt;
+      s.warp_eq[warp] = n_eq;
+    }
+    __syncthreads();
+    if (take > 0) {
+      uint32_t gt_before = 0, eq_before = 0;
+      for (int w = 0; w < warp; ++w) {
+        gt_before += s.warp_gt[w];
+        eq_before += s.warp_eq[w];
+      }
+      uint32_t slot = gt_before + min(eq_before, need_eq);
+      const int64_t cand_base = segmented ? r * seg.count * p.k + sg * p.k : 0;
+      for (int c = c0; c < c1; ++c) {
+        const int i = c * 32 + lane;
+        const uint32_t key = i < n ? key_at(i) : 0u;
+        const bool eq = i < n && key == threshold;
+        const unsigned eq_mask = __ballot_sync(detail::kFullMask, eq);
+        const bool sel = (i < n && key > threshold) ||
+                         (eq && eq_before + __popc(eq_mask & lanes_below) < need_eq);
+        const unsigned sel_mask = __ballot_sync(detail::kFullMask, sel);
+        const uint32_t at = slot + __popc(sel_mask & lanes_below);
+        if (sel && at < static_cast<uint32_t>(take)) {  // always true; guards a logic error
+          if (segmented) {
+            const int64_t at_row = off + i;
+            seg.cand_index[cand_base + at] = seg.map != nullptr
+                                                 ? seg.map[r * seg.map_width + at_row]
+                                                 : static_cast<int32_t>(at_row);
+            seg.cand_score[cand_base + at] = KeyValue(key);
+          } else {
+            s.items[at] = RankItem(key, i);
+          }
+        }
+        slot += __popc(sel_mask);
+        eq_before += __popc(eq_mask);
+      }
+    }
+    if (segmented) {
+      if (sg == 0 && threadIdx.x == 0) {
+        int64_t row_len = p.n;
+        if (p.lengths != nullptr) {
+          row_len = min(max(static_cast<int64_t>(p.lengths[r]), int64_t{0}), p.n);
+        }
+        const int64_t segs = (row_len + seg.len - 1) / seg.len;
+        seg.cand_len[r] =
+            segs == 0
+                ? 0
+                : static_cast<int32_t>((segs - 1) * p.k + min(static_cast<int64_t>(p.k),
+                                                              row_len - (segs - 1) * seg.len));
+      }
+      __syncthreads();  // the cache is reused by the next segment
+      continue;
+    }
 
-    // 3. Rank order, then the indices and the -1 padding.
+    // 3. Rank order, then the indices (through the map) and the -1 padding.
     int size = 1;
     while (size < take) size <<= 1;
     for (int j = take + threadIdx.x; j < size; j += kThreads) s.items[j] = 0ull;
     __syncthreads();
     if (take > 1) BitonicSort<true>(s.items, size, threadIdx.x, kThreads, BlockBarrier{});
+    int32_t* out = p.out + r * p.out_stride;
     for (int j = threadIdx.x; j < p.k; j += kThreads) {
-      out[j] =
-          j < take ? static_cast<int32_t>(0xFFFFFFFFu - static_cast<uint32_t>(s.items[j])) : -1;
+      int32_t v = -1;
+      if (j < take) {
+        v = static_cast<int32_t>(0xFFFFFFFFu - static_cast<uint32_t>(s.items[j]));
+        if (seg.map != nullptr) v = seg.map[r * seg.map_width + v];
+      }
+      out[j] = v;
     }
     __syncthreads();  // items and the cache are reused by the next row
-  }
-}
-
-// Split rows, between the two top-k passes: per segment, its candidates as row indices in
-// ascending order (-1 last), their scores, and per row the number of valid candidates (every
-// segment but a row's last contributes k, as seg_len >= k). Ascending index order makes the
-// second pass's lower-position tie-break the lower-index one.
-__global__ void __launch_bounds__(kThreads)
-    TopKCandidatesKernel(TopKParams p, Segments seg, int32_t* cand_index, float* cand_score,
-                         int32_t* cand_len) {
-  __shared__ uint32_t items[kMaxTopK];
-  const int64_t q = blockIdx.x;
-  const int64_t r = q / seg.count, sg = q % seg.count, off = sg * seg.len;
-  int size = 1;
-  while (size < p.k) size <<= 1;
-  for (int j = threadIdx.x; j < size; j += kThreads) {
-    const int32_t local = j < p.k ? seg.out[q * p.k + j] : -1;
-    items[j] = local < 0 ? 0xFFFFFFFFu : static_cast<uint32_t>(off + local);
-  }
-  __syncthreads();
-  // Ascending (-1 as 0xFFFFFFFF goes last).
-  BitonicSort<false>(items, size, threadIdx.x, kThreads, BlockBarrier{});
-  const float* row = p.scores + r * p.stride;
-  const int64_t width = seg.count * p.k;
-  for (int j = threadIdx.x; j < p.k; j += kThreads) {
-    const uint32_t g = items[j];
-    const int64_t at = r * width + sg * p.k + j;
-    cand_index[at] = g == 0xFFFFFFFFu ? -1 : static_cast<int32_t>(g);
-    cand_score[at] = g == 0xFFFFFFFFu ? 0.0f : row[g];
-  }
-  if (sg == 0 && threadIdx.x == 0) {
-    int64_t len = p.n;
-    if (p.lengths != nullptr) len = min(max(static_cast<int64_t>(p.lengths[r]), int64_t{0}), p.n);
-    const int64_t segs = (len + seg.len - 1) / seg.len;
-    cand_len[r] = segs == 0
-                      ? 0
-                      : static_cast<int32_t>((segs - 1) * p.k + min(static_cast<int64_t>(p.k),
-                                                                    len - (segs - 1) * seg.len));
-  }
-}
-
-// The second pass's positions back to row indices.
-__global__ void TopKMapKernel(TopKParams p, int64_t width, const int32_t* pos,
-                              const int32_t* cand_index) {
-  const int64_t total = p.rows * p.k;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t r = i / p.k, j = i % p.k;
-    const int32_t at = pos[i];
-    p.out[r * p.out_stride + j] = at < 0 ? -1 : cand_index[r * width + at];
   }
 }
 
@@ -281,11 +348,6 @@ __device__ __forceinline__ void ForEachEntry(const float* row, int64_t len, int 
     }
   }
   for (int64_t i = done + lane; i < len; i += 32) f(i, row[i]);
-}
-
-__device__ __forceinline__ unsigned long long RankItem(uint32_t key, int64_t i) {
-  return (static_cast<unsigned long long>(key) << 32) |
-         static_cast<unsigned long long>(0xFFFFFFFFu - static_cast<uint32_t>(i));
 }
 
 // Bins of one search level: by value between flo and flo + 256 / fscale (level 0), or linear in
@@ -484,7 +546,7 @@ Status LaunchTopK(const TopKParams& params, cudaStream_t stream) {
                      kWarpRowsPerBlock * 32, 0, stream>>>(p);
     return NW_CUDA_LAUNCH_STATUS("TopKWarpKernel");
   }
-  const int64_t cache_len = std::min(p.n, kTopKCachedLen);
+  const int cache_len = static_cast<int>(std::min(p.n, kTopKCachedLen));
   const size_t smem = static_cast<size_t>(cache_len) * sizeof(uint32_t);
   NW_RETURN_IF_ERROR(
       AllowDynamicSharedMemory(reinterpret_cast<const void*>(&TopKKernel), smem, "TopKKernel"));
@@ -494,48 +556,64 @@ Status LaunchTopK(const TopKParams& params, cudaStream_t stream) {
                  stream>>>(p, cache_len, Segments{});
     return NW_CUDA_LAUNCH_STATUS("TopKKernel");
   }
-  // Rows longer than the shared-memory cache: top-k of each kTopKSegment-entry segment (one
-  // block each, cached), then top-k over the rows' candidates (k per segment).
+  // Rows longer than the shared-memory cache: the top-k set of each kTopKSegment-entry segment
+  // (one block each, cached) as candidates in index order; while the rows are few and their
+  // candidates many (a single million-entry row), again over segments of the candidates, so no
+  // pass leaves one block with tens of thousands of entries; then the top-k over each row's
+  // candidates, mapped back to row indices.
+  struct Level {
+    DeviceBuffer<int32_t> index;
+    DeviceBuffer<float> score;
+    DeviceBuffer<int32_t> len;
+    int64_t width = 0;
+  };
+  std::vector<Level> levels;
+  TopKParams in = p;  // the current level's rows
   Segments seg;
   seg.count = (p.n + kTopKSegment - 1) / kTopKSegment;
   seg.len = kTopKSegment;
-  const int64_t width = seg.count * p.k;
-  if (p.rows * seg.count > 0x7FFFFFFF || width > 0x7FFFFFFF) {
-    return Status::InvalidArgument("TopK: too many segments");
+  const int64_t later_len = std::max<int64_t>(8LL * p.k, 2048);  // <= kTopKSegment
+  for (;;) {
+    const int64_t width = seg.count * p.k;
+    if (p.rows * seg.count > 0x7FFFFFFF || width > 0x7FFFFFFF) {
+      return Status::InvalidArgument("TopK: too many segments");
+    }
+    Level next;
+    next.width = width;
+    NW_ASSIGN_OR_RETURN(
+        next.index, DeviceBuffer<int32_t>::AllocateOn(static_cast<size_t>(p.rows * width), stream));
+    NW_ASSIGN_OR_RETURN(
+        next.score, DeviceBuffer<float>::AllocateOn(static_cast<size_t>(p.rows * width), stream));
+    NW_ASSIGN_OR_RETURN(next.len,
+                        DeviceBuffer<int32_t>::AllocateOn(static_cast<size_t>(p.rows), stream));
+    seg.cand_index = next.index.data();
+    seg.cand_score = next.score.data();
+    seg.cand_len = next.len.data();
+    const int cache = static_cast<int>(std::min(seg.len, kTopKCachedLen));
+    TopKKernel<<<static_cast<unsigned>(std::clamp<int64_t>(p.rows * seg.count, 1, cap)), kThreads,
+                 static_cast<size_t>(cache) * sizeof(uint32_t), stream>>>(in, cache, seg);
+    NW_RETURN_IF_ERROR(NW_CUDA_LAUNCH_STATUS("TopKKernel (segments)"));
+    levels.push_back(std::move(next));
+    const Level& cur = levels.back();
+    in.scores = cur.score.data();
+    in.lengths = cur.len.data();
+    in.n = cur.width;
+    in.stride = cur.width;
+    if (p.rows >= MultiprocessorCount() || cur.width <= 2 * later_len) break;
+    seg = Segments{};
+    seg.count = (cur.width + later_len - 1) / later_len;
+    seg.len = later_len;
+    seg.map = cur.index.data();
+    seg.map_width = cur.width;
   }
-  NW_ASSIGN_OR_RETURN(
-      auto seg_out, DeviceBuffer<int32_t>::AllocateOn(static_cast<size_t>(p.rows * width), stream));
-  NW_ASSIGN_OR_RETURN(auto cand_index, DeviceBuffer<int32_t>::AllocateOn(
-                                           static_cast<size_t>(p.rows * width), stream));
-  NW_ASSIGN_OR_RETURN(auto cand_score,
-                      DeviceBuffer<float>::AllocateOn(static_cast<size_t>(p.rows * width), stream));
-  NW_ASSIGN_OR_RETURN(auto cand_len,
-                      DeviceBuffer<int32_t>::AllocateOn(static_cast<size_t>(p.rows), stream));
-  NW_ASSIGN_OR_RETURN(auto pos,
-                      DeviceBuffer<int32_t>::AllocateOn(static_cast<size_t>(p.rows * p.k), stream));
-  seg.out = seg_out.data();
-  const size_t seg_smem = static_cast<size_t>(kTopKSegment) * sizeof(uint32_t);
-  TopKKernel<<<static_cast<unsigned>(std::clamp<int64_t>(p.rows * seg.count, 1, cap)), kThreads,
-               seg_smem, stream>>>(p, kTopKSegment, seg);
-  NW_RETURN_IF_ERROR(NW_CUDA_LAUNCH_STATUS("TopKKernel (segments)"));
-  TopKCandidatesKernel<<<static_cast<unsigned>(p.rows * seg.count), kThreads, 0, stream>>>(
-      p, seg, cand_index.data(), cand_score.data(), cand_len.data());
-  NW_RETURN_IF_ERROR(NW_CUDA_LAUNCH_STATUS("TopKCandidatesKernel"));
-  TopKParams second = p;
-  second.scores = cand_score.data();
-  second.lengths = cand_len.data();
-  second.out = pos.data();
-  second.n = width;
-  second.stride = width;
-  second.out_stride = p.k;
-  const int64_t second_cache = std::min(width, kTopKCachedLen);
+  const Level& last = levels.back();
+  Segments map;
+  map.map = last.index.data();
+  map.map_width = last.width;
+  const int last_cache = static_cast<int>(std::min(last.width, kTopKCachedLen));
   TopKKernel<<<static_cast<unsigned>(std::clamp<int64_t>(p.rows, 1, cap)), kThreads,
-               static_cast<size_t>(second_cache) * sizeof(uint32_t), stream>>>(second, second_cache,
-                                                                               Segments{});
-  NW_RETURN_IF_ERROR(NW_CUDA_LAUNCH_STATUS("TopKKernel (candidates)"));
-  TopKMapKernel<<<static_cast<unsigned>(std::clamp<int64_t>((p.rows * p.k + 255) / 256, 1, cap)),
-                  256, 0, stream>>>(p, width, pos.data(), cand_index.data());
-  return NW_CUDA_LAUNCH_STATUS("TopKMapKernel");
+               static_cast<size_t>(last_cache) * sizeof(uint32_t), stream>>>(in, last_cache, map);
+  return NW_CUDA_LAUNCH_STATUS("TopKKernel (candidates)");
 }
 
 }  // namespace nw::cuda

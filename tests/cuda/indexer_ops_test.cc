@@ -44,6 +44,7 @@ struct IndexerCase {
   bool shared_keys = false;
   int page = 64;            // rows per page of paged keys
   int tiles_per_block = 0;  // IndexerLogitsParams::decode_tiles_per_block
+  int stages = 0;           // IndexerLogitsParams::decode_stages
 };
 
 /// Everything one case needs on the host: fake-quantized q/k (what the CPU sees) and the device
@@ -254,6 +255,7 @@ std::vector<float> RunIndexer(const IndexerCase& c, uint64_t seed) {
   p.out_cols = out_cols;
   p.max_len = max_len;
   p.decode_tiles_per_block = c.tiles_per_block;
+  p.decode_stages = c.stages;
   EXPECT_TRUE(LaunchIndexerLogits(p, nullptr).ok());
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   const std::vector<float> got = dout.Download();
@@ -339,12 +341,16 @@ TEST(CudaIndexer, DecodePipelineOverManyTiles) {
     for (int page : {16, 100, 256}) {
       const uint64_t s = seed++;
       std::vector<float> first;
-      for (int per : {1, 3, 16}) {
-        const std::vector<float> got = RunIndexer({mode, true, 64, 128, lens, false, page, per}, s);
-        if (first.empty()) {
-          first = got;
-        } else {
-          EXPECT_TRUE(BitEqual(got, first)) << "tiles per block " << per << " against 1";
+      for (int stages : {3, 2}) {
+        for (int per : {1, 3, 16}) {
+          const std::vector<float> got =
+              RunIndexer({mode, true, 64, 128, lens, false, page, per, stages}, s);
+          if (first.empty()) {
+            first = got;
+          } else {
+            EXPECT_TRUE(BitEqual(got, first))
+                << "tiles per block " << per << ", " << stages << " stages against 1, 3";
+          }
         }
       }
     }
@@ -365,6 +371,9 @@ TEST(CudaIndexer, RejectsBadParams) {
   EXPECT_EQ(LaunchIndexerLogits(p, nullptr).code(), StatusCode::kInvalidArgument);
   p.n_heads = 64;
   p.decode_tiles_per_block = -1;
+  EXPECT_EQ(LaunchIndexerLogits(p, nullptr).code(), StatusCode::kInvalidArgument);
+  p.decode_tiles_per_block = 0;
+  p.decode_stages = 4;
   EXPECT_EQ(LaunchIndexerLogits(p, nullptr).code(), StatusCode::kInvalidArgument);
 }
 

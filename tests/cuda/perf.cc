@@ -155,6 +155,20 @@ void PerfGemm() {
 
 // ---- Indexer logits: 64 heads x 128 -------------------------------------------------------------
 
+/// The decode kernel's 64-key tiles per block and pipeline stages against the launcher's choice
+/// (above).
+void SweepDecodeTiles(const char* base, IndexerLogitsParams p, double flops, double bytes) {
+  for (const int stages : {3, 2}) {
+    for (const int per : {8, 16, 32}) {
+      p.decode_tiles_per_block = per;
+      p.decode_stages = stages;
+      const std::string name = std::string(base) + ", " + std::to_string(per) + " tiles a block, " +
+                               std::to_string(stages) + " stages";
+      Report(name.c_str(), TimeMs([&] { return LaunchIndexerLogits(p, nullptr); }), flops, bytes);
+    }
+  }
+}
+
 void PerfIndexer(const std::string& filter) {
   const int H = 64, D = 128;
   {  // Decode: 64 requests, 32768 compressed keys each (131072 tokens), paged, distinct pages.
@@ -192,6 +206,7 @@ void PerfIndexer(const std::string& filter) {
       p.k_format = IndexerKeyFormat::kBf16;
       Report("indexer decode bf16 paged", TimeMs([&] { return LaunchIndexerLogits(p, nullptr); }),
              flops, m * len * (2.0 * D + 4.0));
+      SweepDecodeTiles("indexer decode bf16 paged", p, flops, m * len * (2.0 * D + 4.0));
     }
     if (Want(filter, "indexer decode fp8 paged")) {
       Fast f{11};
@@ -205,6 +220,7 @@ void PerfIndexer(const std::string& filter) {
       p.k_format = IndexerKeyFormat::kFp8;
       Report("indexer decode fp8 paged", TimeMs([&] { return LaunchIndexerLogits(p, nullptr); }),
              flops, m * len * (D + 4.0 + 4.0));
+      SweepDecodeTiles("indexer decode fp8 paged", p, flops, m * len * (D + 4.0 + 4.0));
     }
   }
   {  // Prefill: 4096 queries over 16384 keys (a 64K-token request), contiguous.
