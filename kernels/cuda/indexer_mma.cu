@@ -242,13 +242,37 @@ __global__ void __launch_bounds__(kThreads) IndexerMmaKernel(IndexerLogitsParams
 
 constexpr int kGroupRows = 128;  // (query, head) rows of a group block: 8 m16 tiles, 2 per warp
 
-template <int kDim, bool kFp8>
-__global__ void __launch_bounds__(kThreads) IndexerMmaGroupKernel(IndexerLogitsParams p, int hp) {
+/// Sums v[0..8) over the 8 row groups g of a warp (lane bits 2, 3, 4) as a reduce-scatter: at each
+/// level a lane keeps half of its values, adds its partner's copy of that half and sends the other
+/// half (4 + 2 + 1 shuffles). Returns the sum of v[4 b0 + 2 b1 + b2] (g = b0 + 2 b1 + 4 b2); the
+/// pairs added are the ones a butterfly over lane bits 2, 3, 4 adds, in the same order.
+__device__ __forceinline__ float ReduceScatter8(const float (&v)[8], int g) {
+  const bool b0 = (g & 1) != 0, b1 = (g & 2) != 0, b2 = (g & 4) != 0;
+  float w4[4], w2[2];
+#pragma unroll
+  for (int m = 0; m < 4; ++m) {
+    const float keep = b0 ? v[m + 4] : v[m], send = b0 ? v[m] : v[m + 4];
+    w4[m] = keep + __shfl_xor_sync(kFullMask, send, 4);
+  }
+#pragma unroll
+  for (int m = 0; m < 2; ++m) {
+    const float keep = b1 ? w4[m + 2] : w4[m], send = b1 ? w4[m] : w4[m + 2];
+    w2[m] = keep + __shfl_xor_sync(kFullMask, send, 8);
+  }
+  const float keep = b2 ? w2[1] : w2[0], send = b2 ? w2[0] : w2[1];
+  return keep + __shfl_xor_sync(kFullMask, send, 16);
+}
+
+// kHp8: 8 padded heads a query (the two halves of an m16 tile are two queries); else 16, 32 or
+// 64 (an m16 tile is 16 heads of one query).
+template <int kDim, bool kFp8, bool kHp8>
+__global__ void __launch_bounds__(kThreads, 3)
+    IndexerMmaGroupKernel(IndexerLogitsParams p, int hp) {
   constexpr int kStride = kDim + 8;
   constexpr int kSteps = kDim / 16;
   constexpr int kMaxQ = kGroupRows / 8;
-  __shared__ __align__(16) uint16_t sk[kTile * kStride];
-  __shared__ float sscale[kTile];
+  __shared__ __align__(16) uint16_t sk[2][kTile * kStride];  // two key tiles (cp.async)
+  __shared__ float sscale[2][kTile];
   __shared__ float sred[8][2][kTile];  // [m16 tile][row half, for hp 8][key]
   __shared__ IndexerKeys keys[kMaxQ];
   __shared__ bool s_same;
@@ -287,6 +311,8 @@ __global__ void __launch_bounds__(kThreads) IndexerMmaGroupKernel(IndexerLogitsP
       }
     }
   }
+  // ldmatrix row addresses: matrix lane / 8 = columns 8 (lane / 8) of two k steps.
+  const int ld_off = (lane & 7) * kStride + (lane >> 3) * 8;
 
   // One pass with every query when they share their key rows (a prefill chunk's do), else one
   // pass per query (the other queries' products are computed and dropped).
@@ -296,79 +322,127 @@ __global__ void __launch_bounds__(kThreads) IndexerMmaGroupKernel(IndexerLogitsP
     int64_t len_max = 0;
     for (int q = q_lo; q < q_hi; ++q) len_max = max(len_max, keys[q].len);
     const int64_t base = keys[q_lo].base;
-    for (int64_t j0 = static_cast<int64_t>(blockIdx.y) * kTile; j0 < len_max;
-         j0 += static_cast<int64_t>(gridDim.y) * kTile) {
-      if constexpr (!kFp8) {
-        constexpr int kChunks = kDim / 8;
-        const uint16_t* k = static_cast<const uint16_t*>(p.k);
-        for (int c = threadIdx.x; c < kTile * kChunks; c += kThreads) {
-          const int r = c / kChunks, cc = c % kChunks;
-          const int64_t j = j0 + r;
-          uint4 v = make_uint4(0, 0, 0, 0);
-          if (j < len_max) v = *reinterpret_cast<const uint4*>(k + (base + j) * kDim + cc * 8);
-          *reinterpret_cast<uint4*>(sk + r * kStride + cc * 8) = v;
-        }
-      } else {
-        constexpr int kChunks = kDim / 16;
-        const uint8_t* k = static_cast<const uint8_t*>(p.k);
-        for (int c = threadIdx.x; c < kTile * kChunks; c += kThreads) {
-          const int r = c / kChunks, cc = c % kChunks;
-          const int64_t j = j0 + r;
-          uint4 v = make_uint4(0, 0, 0, 0);
-          if (j < len_max) v = *reinterpret_cast<const uint4*>(k + (base + j) * kDim + cc * 16);
-          const uint32_t wv[4] = {v.x, v.y, v.z, v.w};
-          uint32_t b[8];
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            b[2 * e] = E4m3x2ToBf16x2(static_cast<uint16_t>(wv[e] & 0xFFFFu));
-            b[2 * e + 1] = E4m3x2ToBf16x2(static_cast<uint16_t>(wv[e] >> 16));
+    const int64_t tiles = (len_max + kTile - 1) / kTile;
+    const int64_t n_local = static_cast<int64_t>(blockIdx.y) < tiles
+                                ? (tiles - blockIdx.y + gridDim.y - 1) / gridDim.y
+                                : 0;
+    auto tile_start = [&](int64_t u) {
+      return (static_cast<int64_t>(blockIdx.y) + u * gridDim.y) * kTile;
+    };
+    // Local tile u into buffer u % 2: bf16 rows by cp.async, e4m3 rows widened on the way in;
+    // zeros past len_max. Always closes a cp.async group.
+    auto issue = [&](int64_t u) {
+      if (u < n_local) {
+        const int64_t j0 = tile_start(u);
+        uint16_t* dst = sk[u & 1];
+        if constexpr (!kFp8) {
+          constexpr int kChunks = kDim / 8;
+          const uint16_t* k = static_cast<const uint16_t*>(p.k);
+          for (int c = threadIdx.x; c < kTile * kChunks; c += kThreads) {
+            const int r = c / kChunks, cc = c % kChunks;
+            const int64_t j = j0 + r;
+            uint16_t* d = dst + r * kStride + cc * 8;
+            if (j < len_max) {
+              CpAsync16(d, k + (base + j) * kDim + cc * 8, true);
+            } else {
+              *reinterpret_cast<uint4*>(d) = make_uint4(0, 0, 0, 0);
+            }
           }
-          uint4* dst = reinterpret_cast<uint4*>(sk + r * kStride + cc * 16);
-          dst[0] = make_uint4(b[0], b[1], b[2], b[3]);
-          dst[1] = make_uint4(b[4], b[5], b[6], b[7]);
+        } else {
+          constexpr int kChunks = kDim / 16;
+          const uint8_t* k = static_cast<const uint8_t*>(p.k);
+          for (int c = threadIdx.x; c < kTile * kChunks; c += kThreads) {
+            const int r = c / kChunks, cc = c % kChunks;
+            const int64_t j = j0 + r;
+            uint4 v = make_uint4(0, 0, 0, 0);
+            if (j < len_max) v = *reinterpret_cast<const uint4*>(k + (base + j) * kDim + cc * 16);
+            const uint32_t wv[4] = {v.x, v.y, v.z, v.w};
+            uint32_t b[8];
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              b[2 * e] = E4m3x2ToBf16x2(static_cast<uint16_t>(wv[e] & 0xFFFFu));
+              b[2 * e + 1] = E4m3x2ToBf16x2(static_cast<uint16_t>(wv[e] >> 16));
+            }
+            uint4* d = reinterpret_cast<uint4*>(dst + r * kStride + cc * 16);
+            d[0] = make_uint4(b[0], b[1], b[2], b[3]);
+            d[1] = make_uint4(b[4], b[5], b[6], b[7]);
+          }
+        }
+        for (int r = threadIdx.x; r < kTile; r += kThreads) {
+          const int64_t j = j0 + r;
+          sscale[u & 1][r] = (p.k_scale != nullptr && j < len_max) ? p.k_scale[base + j] : 1.0f;
         }
       }
-      for (int r = threadIdx.x; r < kTile; r += kThreads) {
-        const int64_t j = j0 + r;
-        sscale[r] = (p.k_scale != nullptr && j < len_max) ? p.k_scale[base + j] : 1.0f;
-      }
-      __syncthreads();
+      CpAsyncCommit();
+    };
 
+    issue(0);
+    for (int64_t t = 0; t < n_local; ++t) {
+      __syncthreads();  // tile t - 1 is no longer read (its buffer, scales and sred are free)
+      issue(t + 1);
+      CpAsyncWait<1>();
+      __syncthreads();  // tile t has landed
+      const int64_t j0 = tile_start(t);
+      const uint16_t* tile = sk[t & 1] + ld_off;
+      // Two n8 tiles at a time: 2 x 2 independent MMA chains, then ReLU and the head weights, then
+      // the sums over the row groups g by reduce-scatters (each lane keeps one sum of eight).
 #pragma unroll
-      for (int nt = 0; nt < kTile / 8; ++nt) {
-        float c[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
-        const uint16_t* bp = sk + (nt * 8 + g) * kStride + 2 * t4;
+      for (int nt = 0; nt < kTile / 8; nt += 2) {
+        float c[2][2][4] = {};
 #pragma unroll
-        for (int s = 0; s < kSteps; ++s) {
-          const uint32_t b0 = *reinterpret_cast<const uint32_t*>(bp + s * 16);
-          const uint32_t b1 = *reinterpret_cast<const uint32_t*>(bp + s * 16 + 8);
-          MmaBf16(c[0], a[0][s], b0, b1);
-          MmaBf16(c[1], a[1][s], b0, b1);
+        for (int s = 0; s < kSteps; s += 2) {
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            uint32_t b[4];
+            LdMatrixX4(b, tile + (nt + e) * 8 * kStride + s * 16);
+            MmaBf16(c[e][0], a[0][s], b[0], b[1]);
+            MmaBf16(c[e][1], a[1][s], b[0], b[1]);
+            MmaBf16(c[e][0], a[0][s + 1], b[2], b[3]);
+            MmaBf16(c[e][1], a[1][s + 1], b[2], b[3]);
+          }
         }
+        // r[e][u][x]: ReLU (c < 0 ? 0 : c) times the row's head weight.
+        float r[2][2][4];
 #pragma unroll
-        for (int u = 0; u < 2; ++u) {
-          // ReLU (c < 0 ? 0 : c) and the head weight of each row.
-          const float r00 = wt[u][0] * (c[u][0] < 0.0f ? 0.0f : c[u][0]);
-          const float r01 = wt[u][0] * (c[u][1] < 0.0f ? 0.0f : c[u][1]);
-          const float r10 = wt[u][1] * (c[u][2] < 0.0f ? 0.0f : c[u][2]);
-          const float r11 = wt[u][1] * (c[u][3] < 0.0f ? 0.0f : c[u][3]);
-          // hp 8: the halves are two queries; else one query's 16 heads.
-          float v0 = hp == 8 ? r00 : r00 + r10, v1 = hp == 8 ? r01 : r01 + r11;
-          float v2 = r10, v3 = r11;
+        for (int e = 0; e < 2; ++e) {
 #pragma unroll
-          for (int o = 4; o < 32; o <<= 1) {
-            v0 += __shfl_xor_sync(kFullMask, v0, o);
-            v1 += __shfl_xor_sync(kFullMask, v1, o);
-            v2 += __shfl_xor_sync(kFullMask, v2, o);
-            v3 += __shfl_xor_sync(kFullMask, v3, o);
+          for (int u = 0; u < 2; ++u) {
+#pragma unroll
+            for (int x = 0; x < 4; ++x) {
+              r[e][u][x] = wt[u][x / 2] * (c[e][u][x] < 0.0f ? 0.0f : c[e][u][x]);
+            }
           }
-          if (g == 0) {
-            const int mt = 2 * warp + u;
-            sred[mt][0][nt * 8 + 2 * t4] = v0;
-            sred[mt][0][nt * 8 + 2 * t4 + 1] = v1;
-            sred[mt][1][nt * 8 + 2 * t4] = v2;
-            sred[mt][1][nt * 8 + 2 * t4 + 1] = v3;
+        }
+        if constexpr (kHp8) {
+          // The halves are two queries: per n8 tile e, v = (u, x) over the four (half, key).
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            float v[8];
+#pragma unroll
+            for (int u = 0; u < 2; ++u) {
+#pragma unroll
+              for (int x = 0; x < 4; ++x) v[4 * u + x] = r[e][u][x];
+            }
+            const int idx = ((g & 1) << 2) | (g & 2) | ((g >> 2) & 1);
+            const float sum = ReduceScatter8(v, g);
+            const int u = idx >> 2, x = idx & 3;
+            sred[2 * warp + u][x >> 1][(nt + e) * 8 + 2 * t4 + (x & 1)] = sum;
           }
+        } else {
+          // One query's 16 heads: v = (e, u, key parity) of the two halves' sum.
+          float v[8];
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+#pragma unroll
+            for (int u = 0; u < 2; ++u) {
+              v[4 * e + 2 * u] = r[e][u][0] + r[e][u][2];
+              v[4 * e + 2 * u + 1] = r[e][u][1] + r[e][u][3];
+            }
+          }
+          const int idx = ((g & 1) << 2) | (g & 2) | ((g >> 2) & 1);
+          const float sum = ReduceScatter8(v, g);
+          const int e = idx >> 2, u = (idx >> 1) & 1, x = idx & 1;
+          sred[2 * warp + u][0][(nt + e) * 8 + 2 * t4 + x] = sum;
         }
       }
       __syncthreads();
@@ -379,16 +453,17 @@ __global__ void __launch_bounds__(kThreads) IndexerMmaGroupKernel(IndexerLogitsP
         const int64_t j = j0 + r;
         if (j >= keys[q].len) continue;
         float sum;
-        if (hp == 8) {
+        if constexpr (kHp8) {
           sum = sred[q / 2][q % 2][r];
         } else {
           sum = sred[q * tiles_per_q][0][r];
-          for (int t = 1; t < tiles_per_q; ++t) sum += sred[q * tiles_per_q + t][0][r];
+          for (int t2 = 1; t2 < tiles_per_q; ++t2) sum += sred[q * tiles_per_q + t2][0][r];
         }
-        p.out[(i0 + q) * p.out_stride + j] = sscale[r] * sum;
+        p.out[(i0 + q) * p.out_stride + j] = sscale[t & 1][r] * sum;
       }
-      __syncthreads();
     }
+    CpAsyncWait<0>();  // the trailing group is empty
+    __syncthreads();   // sk, sscale and sred are reused by the next pass
   }
 }
 
@@ -408,17 +483,22 @@ Status LaunchIndexerMmaGroup(const IndexerLogitsParams& p, int64_t max_len, cuda
   const dim3 grid(static_cast<unsigned>(blocks),
                   static_cast<unsigned>(std::clamp<int64_t>(std::min(want, tiles), 1, 65535)));
   const bool fp8 = p.k_format == IndexerKeyFormat::kFp8;
+  auto launch = [&](auto kernel) { kernel<<<grid, kThreads, 0, stream>>>(p, hp); };
   if (p.head_dim == 128) {
-    if (fp8) {
-      IndexerMmaGroupKernel<128, true><<<grid, kThreads, 0, stream>>>(p, hp);
+    if (hp == 8) {
+      fp8 ? launch(IndexerMmaGroupKernel<128, true, true>)
+          : launch(IndexerMmaGroupKernel<128, false, true>);
     } else {
-      IndexerMmaGroupKernel<128, false><<<grid, kThreads, 0, stream>>>(p, hp);
+      fp8 ? launch(IndexerMmaGroupKernel<128, true, false>)
+          : launch(IndexerMmaGroupKernel<128, false, false>);
     }
   } else {
-    if (fp8) {
-      IndexerMmaGroupKernel<64, true><<<grid, kThreads, 0, stream>>>(p, hp);
+    if (hp == 8) {
+      fp8 ? launch(IndexerMmaGroupKernel<64, true, true>)
+          : launch(IndexerMmaGroupKernel<64, false, true>);
     } else {
-      IndexerMmaGroupKernel<64, false><<<grid, kThreads, 0, stream>>>(p, hp);
+      fp8 ? launch(IndexerMmaGroupKernel<64, true, false>)
+          : launch(IndexerMmaGroupKernel<64, false, false>);
     }
   }
   return NW_CUDA_LAUNCH_STATUS("IndexerMmaGroupKernel");
