@@ -215,19 +215,22 @@ __global__ void __launch_bounds__(kThreads, 1) SparseAttentionMmaKernel(SparseAt
     float s[kN][4];
 #pragma unroll
     for (int n = 0; n < kN; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+    // Fragments by ldmatrix: A (16 heads x 16 dims) per k step, B (8 entries x 2 k steps) per
+    // n-tile; each accumulator still takes the k steps in ascending order.
+    const uint16_t* qa = sq + (hw * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * kStride +
+                         dw * kHalf + (lane >> 4) * 8;
+    const uint16_t* kb = skv + (lane & 7) * kStride + dw * kHalf + (lane >> 3) * 8;
 #pragma unroll
-    for (int kk = 0; kk < kSteps; ++kk) {
-      const int col = dw * kHalf + kk * 16 + 2 * t4;
-      uint32_t a[4];
-      a[0] = *reinterpret_cast<const uint32_t*>(sq + r0 * kStride + col);
-      a[1] = *reinterpret_cast<const uint32_t*>(sq + r1 * kStride + col);
-      a[2] = *reinterpret_cast<const uint32_t*>(sq + r0 * kStride + col + 8);
-      a[3] = *reinterpret_cast<const uint32_t*>(sq + r1 * kStride + col + 8);
+    for (int kk = 0; kk < kSteps; kk += 2) {
+      uint32_t a0[4], a1[4];
+      LdMatrixX4(a0, qa + kk * 16);
+      LdMatrixX4(a1, qa + (kk + 1) * 16);
 #pragma unroll
       for (int n = 0; n < kN; ++n) {
-        const uint16_t* bp = skv + (n * 8 + g) * kStride + col;
-        MmaBf16(s[n], a, *reinterpret_cast<const uint32_t*>(bp),
-                *reinterpret_cast<const uint32_t*>(bp + 8));
+        uint32_t b[4];
+        LdMatrixX4(b, kb + n * 8 * kStride + kk * 16);
+        MmaBf16(s[n], a0, b[0], b[1]);
+        MmaBf16(s[n], a1, b[2], b[3]);
       }
     }
     // Exchange the halves: S = part(dw 0) + part(dw 1) (addition commutes, so both warps agree).

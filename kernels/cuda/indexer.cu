@@ -191,10 +191,11 @@ Status LaunchIndexerLogits(const IndexerLogitsParams& params, cudaStream_t strea
     // Contiguous keys and enough queries to fill a group block (a prefill chunk): the grouped
     // kernel, whose key tiles serve 128 / padded-heads queries at once.
     if (!paged && p.m >= 16) return detail::LaunchIndexerMmaGroup(p, max_len, stream);
-    // As many 64-key tiles per block (up to 16: the kernel's cp.async pipeline keeps two tiles
-    // in flight) as still give two waves of four blocks per multiprocessor.
+    // As many 64-key tiles per block (up to 8: the H200 at V4-Flash shapes, session 13, ran
+    // 8, 16 and 32 within 5 % of each other, 8 fastest with two stages) as still give two waves
+    // of four blocks per multiprocessor.
     const int64_t tiles = (max_len + 63) / 64;
-    int64_t per = 16;
+    int64_t per = 8;
     while (per > 1 && p.m * ((tiles + per - 1) / per) < 8LL * MultiprocessorCount()) per /= 2;
     if (p.decode_tiles_per_block > 0) per = p.decode_tiles_per_block;
     const unsigned splits =

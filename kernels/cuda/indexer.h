@@ -59,8 +59,8 @@ struct IndexerLogitsParams {
   // 64-key tiles per block of the one-query-per-block tensor-core kernel (paged keys or fewer
   // than 16 queries), 0: chosen from the shape. For tests: the results do not depend on it.
   int decode_tiles_per_block = 0;
-  // cp.async stages of that kernel's key pipeline, 2 or 3; 0: the default (3). For tests and the
-  // perf mode: the results do not depend on it.
+  // cp.async stages of that kernel's key pipeline, 2 or 3; 0: the default (2: more blocks fit a
+  // multiprocessor). For tests and the perf mode: the results do not depend on it.
   int decode_stages = 0;
 };
 Status LaunchIndexerLogits(const IndexerLogitsParams& p, cudaStream_t stream);

@@ -5,15 +5,16 @@
 // them with 64-key tiles in shared memory (mma.sync m16n8k16 bf16, fp32 accumulation; the tile's
 // eight independent chains of MMAs back to back), applies ReLU and the head weights, and sums its
 // 16 heads with a reduce-scatter of shuffles; the four warps' partial sums are added in a fixed
-// order, so the logits are deterministic. Key tiles stream in through a three-stage
+// order, so the logits are deterministic. Key tiles stream in through a two- or three-stage
 // cp.async pipeline (e4m3 tiles are widened to bf16 once per tile in shared memory).
 //
 // IndexerMmaGroupKernel (contiguous keys, many queries): 128 / HP queries per block, HP = n_heads
 // padded to 8, 16, 32 or 64, so the block's 128 (query, head) rows fill eight m16 tiles, two per
-// warp. Each key tile in shared memory then serves every query of the block, and each B fragment
-// two MMAs. Per tile the (query, head) products go through ReLU and the head weights, are summed
-// over the heads of a query within each m16 tile by shuffles, and the tiles of a query are added
-// in ascending order through shared memory.
+// warp. Each key tile in shared memory (two buffers: bf16 tiles arrive by cp.async while the last
+// one is multiplied) then serves every query of the block, and each B fragment (ldmatrix) two
+// MMAs. Per tile the (query, head) products go through ReLU and the head weights, are summed over
+// the heads of a query within each m16 tile by reduce-scatters of shuffles, and the tiles of a
+// query are added in ascending order through shared memory.
 #include <algorithm>
 
 #include "kernels/cuda/common.h"
@@ -26,7 +27,7 @@ namespace {
 
 constexpr int kThreads = 128;
 constexpr int kTile = 64;
-constexpr int kDefaultDecodeStages = 3;  // IndexerMmaKernel's cp.async stages (2 or 3)
+constexpr int kDefaultDecodeStages = 2;  // IndexerMmaKernel's cp.async stages (2 or 3)
 
 // Shared-memory layout of IndexerMmaKernel: kStages staging buffers of kTile key rows as they lie
 // in global memory (bf16 or e4m3), each row padded by 16 bytes so that the eight rows an ldmatrix
@@ -516,8 +517,9 @@ Status LaunchDecode(const IndexerLogitsParams& p, unsigned splits, cudaStream_t 
 
 template <int kDim, bool kFp8>
 Status LaunchDecodeStages(const IndexerLogitsParams& p, unsigned splits, cudaStream_t stream) {
-  if (p.decode_stages == 2) return LaunchDecode<kDim, kFp8, 2>(p, splits, stream);
-  return LaunchDecode<kDim, kFp8, kDefaultDecodeStages>(p, splits, stream);
+  const int stages = p.decode_stages == 0 ? kDefaultDecodeStages : p.decode_stages;
+  if (stages == 3) return LaunchDecode<kDim, kFp8, 3>(p, splits, stream);
+  return LaunchDecode<kDim, kFp8, 2>(p, splits, stream);
 }
 
 Status LaunchIndexerMma(const IndexerLogitsParams& p, unsigned splits, cudaStream_t stream) {

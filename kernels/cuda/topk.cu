@@ -1,7 +1,6 @@
 // Deterministic per-row top-k on the GPU; see topk.h.
 #include <algorithm>
 #include <string>
-#include <vector>
 
 #include "kernels/cuda/common.h"
 #include "kernels/cuda/device_util.cuh"
@@ -32,22 +31,24 @@ struct TopKShared {
 };
 
 /// After hist[0..bins) is filled: finds bin b with count(bins > b) < remaining <= count(>= b)
-/// and stores b and count(bins > b) into s.bin / s.above. Ends with a barrier.
+/// and stores b and count(bins > b) into s.bin / s.above. Suffix sums by shuffles within each
+/// warp and over the warps' totals: two barriers. Ends with a barrier.
 __device__ void FindThresholdBin(TopKShared& s, int bins, uint32_t remaining) {
   const int per = bins / kThreads;
   const int lo = threadIdx.x * per;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   uint32_t local = 0;
   for (int b = lo; b < lo + per; ++b) local += s.hist[b];
-  s.scan[threadIdx.x] = local;
-  __syncthreads();
-  // Inclusive suffix sums over threads (Hillis-Steele, deterministic).
-  for (int off = 1; off < kThreads; off <<= 1) {
-    const uint32_t v = threadIdx.x + off < kThreads ? s.scan[threadIdx.x + off] : 0u;
-    __syncthreads();
-    s.scan[threadIdx.x] += v;
-    __syncthreads();
+  uint32_t suffix = local;  // this thread's bins and the warp's later threads'
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const uint32_t v = __shfl_down_sync(detail::kFullMask, suffix, o);
+    if (lane + o < 32) suffix += v;
   }
-  uint32_t above = s.scan[threadIdx.x] - local;  // entries in bins above this thread's range
+  if (lane == 0) s.scan[warp] = suffix;  // the warp's total
+  __syncthreads();
+  uint32_t above = suffix - local;  // entries in bins above this thread's range
+  for (int w = warp + 1; w < kWarps; ++w) above += s.scan[w];
   for (int b = lo + per - 1; b >= lo; --b) {
     const uint32_t h = s.hist[b];
     if (above < remaining && above + h >= remaining) {
@@ -59,16 +60,42 @@ __device__ void FindThresholdBin(TopKShared& s, int bins, uint32_t remaining) {
   __syncthreads();
 }
 
-struct BlockBarrier {
-  __device__ void operator()() const { __syncthreads(); }
-};
+/// Sorts items[0..size) (size a power of two) descending with a bitonic network, thread t taking
+/// compare-exchanges t, t + kThreads, ... of a stage. Exchanges of stride <= 16 stay inside 32-item
+/// chunks whose exchanges the same warp's threads own in every stage, so between two such stages a
+/// warp barrier suffices; the other stages end with a block barrier.
+template <class T>
+__device__ void BlockSortDescending(T* items, int size) {
+  for (int block = 2; block <= size; block <<= 1) {
+    for (int stride = block / 2; stride > 0; stride >>= 1) {
+      for (int t = threadIdx.x; t < size / 2; t += kThreads) {
+        const int i = (t / stride) * 2 * stride + (t % stride);
+        const int j = i + stride;
+        const bool leading = (i & block) == 0;
+        const T a = items[i], b = items[j];
+        if (leading ? a < b : a > b) {
+          items[i] = b;
+          items[j] = a;
+        }
+      }
+      const int next = stride > 1 ? stride / 2 : block;  // the next stage's stride
+      if (stride >= 32 || next >= 32) {
+        __syncthreads();
+      } else {
+        __syncwarp();
+      }
+    }
+  }
+  __syncthreads();
+}
+
 struct WarpBarrier {
   __device__ void operator()() const { __syncwarp(); }
 };
 
 /// Sorts items[0..size) (size a power of two) with a bitonic network, descending or ascending:
 /// the calling group's threads first, first + step, ... take the compare-exchanges of a stage,
-/// and `barrier` (the block's or the warp's) separates the stages.
+/// and `barrier` (the warp's) separates the stages.
 template <bool kDescending, class T, class Barrier>
 __device__ void BitonicSort(T* items, int size, int first, int step, Barrier barrier) {
   for (int block = 2; block <= size; block <<= 1) {
@@ -103,9 +130,8 @@ __device__ __forceinline__ unsigned long long RankItem(uint32_t key, int64_t i) 
 // cand_score (values of the same rank keys) at [r * count * k + s * k ..), and segment 0's block
 // writes the row's number of candidates to cand_len[r] (every segment but a row's last
 // contributes k, as len >= k). Ascending index order makes the second pass's lower-position
-// tie-break the lower-index one. With count == 1 rows are rows and their top-k goes to p.out.
-// With map set, the row's entries are an earlier level's candidates, and the indices written
-// (candidates or p.out) go through map[r * map_width + position] back to the original row's.
+// tie-break the lower-index one. With count == 1 rows are rows and their top-k goes to p.out,
+// through map[r * map_width + position] when map is set (the second pass over candidates).
 struct Segments {
   int64_t count = 1;
   int64_t len = 0;
@@ -257,10 +283,7 @@ __global__ void __launch_bounds__(kThreads) TopKKernel(TopKParams p, int cache_l
         const uint32_t at = slot + __popc(sel_mask & lanes_below);
         if (sel && at < static_cast<uint32_t>(take)) {  // always true; guards a logic error
           if (segmented) {
-            const int64_t at_row = off + i;
-            seg.cand_index[cand_base + at] = seg.map != nullptr
-                                                 ? seg.map[r * seg.map_width + at_row]
-                                                 : static_cast<int32_t>(at_row);
+            seg.cand_index[cand_base + at] = static_cast<int32_t>(off + i);
             seg.cand_score[cand_base + at] = KeyValue(key);
           } else {
             s.items[at] = RankItem(key, i);
@@ -292,7 +315,7 @@ __global__ void __launch_bounds__(kThreads) TopKKernel(TopKParams p, int cache_l
     while (size < take) size <<= 1;
     for (int j = take + threadIdx.x; j < size; j += kThreads) s.items[j] = 0ull;
     __syncthreads();
-    if (take > 1) BitonicSort<true>(s.items, size, threadIdx.x, kThreads, BlockBarrier{});
+    if (take > 1) BlockSortDescending(s.items, size);
     int32_t* out = p.out + r * p.out_stride;
     for (int j = threadIdx.x; j < p.k; j += kThreads) {
       int32_t v = -1;
@@ -557,62 +580,40 @@ Status LaunchTopK(const TopKParams& params, cudaStream_t stream) {
     return NW_CUDA_LAUNCH_STATUS("TopKKernel");
   }
   // Rows longer than the shared-memory cache: the top-k set of each kTopKSegment-entry segment
-  // (one block each, cached) as candidates in index order; while the rows are few and their
-  // candidates many (a single million-entry row), again over segments of the candidates, so no
-  // pass leaves one block with tens of thousands of entries; then the top-k over each row's
+  // (one block each, cached) as candidates in index order, then the top-k over each row's
   // candidates, mapped back to row indices.
-  struct Level {
-    DeviceBuffer<int32_t> index;
-    DeviceBuffer<float> score;
-    DeviceBuffer<int32_t> len;
-    int64_t width = 0;
-  };
-  std::vector<Level> levels;
-  TopKParams in = p;  // the current level's rows
   Segments seg;
   seg.count = (p.n + kTopKSegment - 1) / kTopKSegment;
   seg.len = kTopKSegment;
-  const int64_t later_len = std::max<int64_t>(8LL * p.k, 2048);  // <= kTopKSegment
-  for (;;) {
-    const int64_t width = seg.count * p.k;
-    if (p.rows * seg.count > 0x7FFFFFFF || width > 0x7FFFFFFF) {
-      return Status::InvalidArgument("TopK: too many segments");
-    }
-    Level next;
-    next.width = width;
-    NW_ASSIGN_OR_RETURN(
-        next.index, DeviceBuffer<int32_t>::AllocateOn(static_cast<size_t>(p.rows * width), stream));
-    NW_ASSIGN_OR_RETURN(
-        next.score, DeviceBuffer<float>::AllocateOn(static_cast<size_t>(p.rows * width), stream));
-    NW_ASSIGN_OR_RETURN(next.len,
-                        DeviceBuffer<int32_t>::AllocateOn(static_cast<size_t>(p.rows), stream));
-    seg.cand_index = next.index.data();
-    seg.cand_score = next.score.data();
-    seg.cand_len = next.len.data();
-    const int cache = static_cast<int>(std::min(seg.len, kTopKCachedLen));
-    TopKKernel<<<static_cast<unsigned>(std::clamp<int64_t>(p.rows * seg.count, 1, cap)), kThreads,
-                 static_cast<size_t>(cache) * sizeof(uint32_t), stream>>>(in, cache, seg);
-    NW_RETURN_IF_ERROR(NW_CUDA_LAUNCH_STATUS("TopKKernel (segments)"));
-    levels.push_back(std::move(next));
-    const Level& cur = levels.back();
-    in.scores = cur.score.data();
-    in.lengths = cur.len.data();
-    in.n = cur.width;
-    in.stride = cur.width;
-    if (p.rows >= MultiprocessorCount() || cur.width <= 2 * later_len) break;
-    seg = Segments{};
-    seg.count = (cur.width + later_len - 1) / later_len;
-    seg.len = later_len;
-    seg.map = cur.index.data();
-    seg.map_width = cur.width;
+  const int64_t width = seg.count * p.k;
+  if (p.rows * seg.count > 0x7FFFFFFF || width > 0x7FFFFFFF) {
+    return Status::InvalidArgument("TopK: too many segments");
   }
-  const Level& last = levels.back();
+  NW_ASSIGN_OR_RETURN(auto cand_index, DeviceBuffer<int32_t>::AllocateOn(
+                                           static_cast<size_t>(p.rows * width), stream));
+  NW_ASSIGN_OR_RETURN(auto cand_score,
+                      DeviceBuffer<float>::AllocateOn(static_cast<size_t>(p.rows * width), stream));
+  NW_ASSIGN_OR_RETURN(auto cand_len,
+                      DeviceBuffer<int32_t>::AllocateOn(static_cast<size_t>(p.rows), stream));
+  seg.cand_index = cand_index.data();
+  seg.cand_score = cand_score.data();
+  seg.cand_len = cand_len.data();
+  const int seg_cache = static_cast<int>(kTopKSegment);
+  TopKKernel<<<static_cast<unsigned>(std::clamp<int64_t>(p.rows * seg.count, 1, cap)), kThreads,
+               static_cast<size_t>(seg_cache) * sizeof(uint32_t), stream>>>(p, seg_cache, seg);
+  NW_RETURN_IF_ERROR(NW_CUDA_LAUNCH_STATUS("TopKKernel (segments)"));
+  TopKParams second = p;
+  second.scores = cand_score.data();
+  second.lengths = cand_len.data();
+  second.n = width;
+  second.stride = width;
   Segments map;
-  map.map = last.index.data();
-  map.map_width = last.width;
-  const int last_cache = static_cast<int>(std::min(last.width, kTopKCachedLen));
+  map.map = cand_index.data();
+  map.map_width = width;
+  const int second_cache = static_cast<int>(std::min(width, kTopKCachedLen));
   TopKKernel<<<static_cast<unsigned>(std::clamp<int64_t>(p.rows, 1, cap)), kThreads,
-               static_cast<size_t>(last_cache) * sizeof(uint32_t), stream>>>(in, last_cache, map);
+               static_cast<size_t>(second_cache) * sizeof(uint32_t), stream>>>(second, second_cache,
+                                                                               map);
   return NW_CUDA_LAUNCH_STATUS("TopKKernel (candidates)");
 }
 

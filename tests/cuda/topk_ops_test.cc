@@ -177,7 +177,6 @@ TEST(CudaTopK, CacheBoundaryAndLongRows) {
                                                  {24, 2 * kTopKSegment + 1, 64, true},
                                                  {2, 70000, 1, false},
                                                  {1, 300001, 64, true},
-                                                 // few rows: a second level of segments
                                                  {3, 600001, 256, true}}) {
     RunTopK(c, seed++);
   }
