@@ -48,6 +48,34 @@ struct DecodeSmem {
   static constexpr size_t kBytes = kRed + sizeof(float) * 4 * kTile;
 };
 
+/// Sums each of v[0..kN) over the 8 row groups g of a warp (lane bits 2, 3, 4) as a
+/// reduce-scatter: at level l (lane bit l + 2) a lane keeps half of its values (the upper half
+/// where that bit is set), adds its partner's copy of that half and sends the other half, so
+/// kN / 2 + kN / 4 + kN / 8 shuffles leave out[e] = the sum of v[kN/2 b0 + kN/4 b1 + kN/8 b2 + e]
+/// (g = b0 + 2 b1 + 4 b2). The pairs added are the ones a butterfly over lane bits 2, 3, 4 adds,
+/// in the same order, so the sums are the butterfly's bits.
+template <int kHalf, int kN>
+__device__ __forceinline__ void ReduceScatterLevel(float (&w)[kN], bool upper, int offset) {
+#pragma unroll
+  for (int m = 0; m < kHalf; ++m) {
+    const float keep = upper ? w[m + kHalf] : w[m], send = upper ? w[m] : w[m + kHalf];
+    w[m] = keep + __shfl_xor_sync(kFullMask, send, offset);
+  }
+}
+template <int kN>
+__device__ __forceinline__ void ReduceScatterRowGroups(const float (&v)[kN], int g,
+                                                       float (&out)[kN / 8]) {
+  static_assert(kN % 8 == 0);
+  float w[kN];
+#pragma unroll
+  for (int m = 0; m < kN; ++m) w[m] = v[m];
+  ReduceScatterLevel<kN / 2>(w, (g & 1) != 0, 4);
+  ReduceScatterLevel<kN / 4>(w, (g & 2) != 0, 8);
+  ReduceScatterLevel<kN / 8>(w, (g & 4) != 0, 16);
+#pragma unroll
+  for (int e = 0; e < kN / 8; ++e) out[e] = w[e];
+}
+
 // Physical row of logical key j (KeyRow) with 32-bit division when j and the page size allow,
 // -2 past the query's keys.
 __device__ __forceinline__ int64_t DecodeKeyRow(const IndexerLogitsParams& p,
@@ -201,30 +229,11 @@ __global__ void __launch_bounds__(kThreads) IndexerMmaKernel(IndexerLogitsParams
         v[2 * nt] = w0 * (c[0] < 0.0f ? 0.0f : c[0]) + w1 * (c[2] < 0.0f ? 0.0f : c[2]);
         v[2 * nt + 1] = w0 * (c[1] < 0.0f ? 0.0f : c[1]) + w1 * (c[3] < 0.0f ? 0.0f : c[3]);
       }
-      // Sum over the 8 row groups g (lane bits 2, 3, 4) as a reduce-scatter: at each level a lane
-      // keeps half of its values, adds its partner's copy of that half and sends the other half,
-      // so 8 + 4 + 2 shuffles leave every lane two finished sums. The pairs added are the ones a
-      // butterfly over lane bits 2, 3, 4 adds, in the same order.
-      float w8[8], w4[4], w2[2];
-      const bool b0 = (g & 1) != 0, b1 = (g & 2) != 0, b2 = (g & 4) != 0;
-#pragma unroll
-      for (int m = 0; m < 8; ++m) {
-        const float keep = b0 ? v[m + 8] : v[m], send = b0 ? v[m] : v[m + 8];
-        w8[m] = keep + __shfl_xor_sync(kFullMask, send, 4);
-      }
-#pragma unroll
-      for (int m = 0; m < 4; ++m) {
-        const float keep = b1 ? w8[m + 4] : w8[m], send = b1 ? w8[m] : w8[m + 4];
-        w4[m] = keep + __shfl_xor_sync(kFullMask, send, 8);
-      }
-#pragma unroll
-      for (int m = 0; m < 2; ++m) {
-        const float keep = b2 ? w4[m + 2] : w4[m], send = b2 ? w4[m] : w4[m + 2];
-        w2[m] = keep + __shfl_xor_sync(kFullMask, send, 16);
-      }
-      // This lane now holds v index 8 b0 + 4 b1 + 2 b2 + e: key nt 8 + 2 t4 + e, nt = 4 b0 + 2 b1 +
-      // b2.
-      const int nt = (b0 ? 4 : 0) + (b1 ? 2 : 0) + (b2 ? 1 : 0);
+      // Sum over the 8 row groups g: this lane gets v index 8 b0 + 4 b1 + 2 b2 + e, i.e. key
+      // nt 8 + 2 t4 + e with nt = 4 b0 + 2 b1 + b2.
+      float w2[2];
+      ReduceScatterRowGroups(v, g, w2);
+      const int nt = ((g & 1) << 2) | (g & 2) | ((g >> 2) & 1);
       *reinterpret_cast<float2*>(&sred[warp][nt * 8 + 2 * t4]) = make_float2(w2[0], w2[1]);
     } else {
       for (int r = lane; r < kTile; r += 32) sred[warp][r] = 0.0f;
@@ -242,27 +251,6 @@ __global__ void __launch_bounds__(kThreads) IndexerMmaKernel(IndexerLogitsParams
 }
 
 constexpr int kGroupRows = 128;  // (query, head) rows of a group block: 8 m16 tiles, 2 per warp
-
-/// Sums v[0..8) over the 8 row groups g of a warp (lane bits 2, 3, 4) as a reduce-scatter: at each
-/// level a lane keeps half of its values, adds its partner's copy of that half and sends the other
-/// half (4 + 2 + 1 shuffles). Returns the sum of v[4 b0 + 2 b1 + b2] (g = b0 + 2 b1 + 4 b2); the
-/// pairs added are the ones a butterfly over lane bits 2, 3, 4 adds, in the same order.
-__device__ __forceinline__ float ReduceScatter8(const float (&v)[8], int g) {
-  const bool b0 = (g & 1) != 0, b1 = (g & 2) != 0, b2 = (g & 4) != 0;
-  float w4[4], w2[2];
-#pragma unroll
-  for (int m = 0; m < 4; ++m) {
-    const float keep = b0 ? v[m + 4] : v[m], send = b0 ? v[m] : v[m + 4];
-    w4[m] = keep + __shfl_xor_sync(kFullMask, send, 4);
-  }
-#pragma unroll
-  for (int m = 0; m < 2; ++m) {
-    const float keep = b1 ? w4[m + 2] : w4[m], send = b1 ? w4[m] : w4[m + 2];
-    w2[m] = keep + __shfl_xor_sync(kFullMask, send, 8);
-  }
-  const float keep = b2 ? w2[1] : w2[0], send = b2 ? w2[0] : w2[1];
-  return keep + __shfl_xor_sync(kFullMask, send, 16);
-}
 
 // kHp8: 8 padded heads a query (the two halves of an m16 tile are two queries); else 16, 32 or
 // 64 (an m16 tile is 16 heads of one query).
@@ -425,9 +413,10 @@ __global__ void __launch_bounds__(kThreads, 3)
               for (int x = 0; x < 4; ++x) v[4 * u + x] = r[e][u][x];
             }
             const int idx = ((g & 1) << 2) | (g & 2) | ((g >> 2) & 1);
-            const float sum = ReduceScatter8(v, g);
+            float sum[1];
+            ReduceScatterRowGroups(v, g, sum);
             const int u = idx >> 2, x = idx & 3;
-            sred[2 * warp + u][x >> 1][(nt + e) * 8 + 2 * t4 + (x & 1)] = sum;
+            sred[2 * warp + u][x >> 1][(nt + e) * 8 + 2 * t4 + (x & 1)] = sum[0];
           }
         } else {
           // One query's 16 heads: v = (e, u, key parity) of the two halves' sum.
@@ -441,9 +430,10 @@ __global__ void __launch_bounds__(kThreads, 3)
             }
           }
           const int idx = ((g & 1) << 2) | (g & 2) | ((g >> 2) & 1);
-          const float sum = ReduceScatter8(v, g);
+          float sum[1];
+          ReduceScatterRowGroups(v, g, sum);
           const int e = idx >> 2, u = (idx >> 1) & 1, x = idx & 1;
-          sred[2 * warp + u][0][(nt + e) * 8 + 2 * t4 + x] = sum;
+          sred[2 * warp + u][0][(nt + e) * 8 + 2 * t4 + x] = sum[0];
         }
       }
       __syncthreads();
