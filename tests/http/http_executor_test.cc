@@ -857,7 +857,10 @@ TEST_F(RawFaultTest, TheExecutorsOfAWorkerShareOneConcurrencyLimit) {
     return sent == 3;  // the third slot has its request ready, waiting for a connection
   }));
   raw->Release();
-  ASSERT_TRUE(WaitFor([&] { return raw->hung() == 1; }));
+  // The third completion arrives (the health check and three completions) and hangs. hung() alone
+  // also reads 1 for a moment while Release() answers the first two, and a second Release() then
+  // would find nothing held and leave the third hanging.
+  ASSERT_TRUE(WaitFor([&] { return raw->requests() == 4 && raw->hung() == 1; }));
   raw->Release();
   for (auto& f : results) EXPECT_EQ(f.get().outcome, Outcome::kPass);
   EXPECT_EQ(raw->max_concurrent(), 2);
