@@ -142,6 +142,20 @@ struct Segments {
   int64_t map_width = 0;
 };
 
+/// Calls use(k, load(k)) for k = first, first + kThreads, ... below end, four loads in flight
+/// before their uses.
+template <class Load, class Use>
+__device__ __forceinline__ void InBatchesOfFour(int k, int end, Load load, Use use) {
+  for (; k + 3 * kThreads < end; k += 4 * kThreads) {
+    decltype(load(k)) v[4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) v[u] = load(k + u * kThreads);
+#pragma unroll
+    for (int u = 0; u < 4; ++u) use(k + u * kThreads, v[u]);
+  }
+  for (; k < end; k += kThreads) use(k, load(k));
+}
+
 /// Stages the rank keys of row[0..n) in cache[0..n) and, with hist set, counts their top 11 bits
 /// (the first radix pass). Four 16-byte loads a thread in flight where the row is 16-byte
 /// aligned, four 4-byte loads otherwise.
@@ -159,28 +173,13 @@ __device__ __forceinline__ void StageKeys(const float* row, int n, uint32_t* cac
   };
   int done = 0;
   if ((reinterpret_cast<uintptr_t>(row) & 15u) == 0) {
-    const int quads = n / 4;
     const float4* row4 = reinterpret_cast<const float4*>(row);
-    int j = threadIdx.x;
-    for (; j + 3 * kThreads < quads; j += 4 * kThreads) {
-      float4 v[4];
-#pragma unroll
-      for (int u = 0; u < 4; ++u) v[u] = row4[j + u * kThreads];
-#pragma unroll
-      for (int u = 0; u < 4; ++u) put4(j + u * kThreads, v[u]);
-    }
-    for (; j < quads; j += kThreads) put4(j, row4[j]);
-    done = quads * 4;
+    InBatchesOfFour(
+        threadIdx.x, n / 4, [&](int j) { return row4[j]; }, put4);
+    done = n / 4 * 4;
   }
-  int i = done + threadIdx.x;
-  for (; i + 3 * kThreads < n; i += 4 * kThreads) {
-    float v[4];
-#pragma unroll
-    for (int u = 0; u < 4; ++u) v[u] = row[i + u * kThreads];
-#pragma unroll
-    for (int u = 0; u < 4; ++u) put(i + u * kThreads, v[u]);
-  }
-  for (; i < n; i += kThreads) put(i, row[i]);
+  InBatchesOfFour(
+      done + threadIdx.x, n, [&](int i) { return row[i]; }, put);
 }
 
 // One block a row (or a segment of one). Rank keys are staged in shared memory when the row fits
