@@ -173,6 +173,10 @@ Status LaunchIndexerLogits(const IndexerLogitsParams& params, cudaStream_t strea
     return Status::InvalidArgument("IndexerLogits: decode_tiles_per_block must be >= 0, got " +
                                    std::to_string(p.decode_tiles_per_block));
   }
+  if (p.prefill_key_splits < 0) {
+    return Status::InvalidArgument("IndexerLogits: prefill_key_splits must be >= 0, got " +
+                                   std::to_string(p.prefill_key_splits));
+  }
   if (p.decode_stages != 0 && p.decode_stages != 2 && p.decode_stages != 3) {
     return Status::InvalidArgument("IndexerLogits: decode_stages must be 0, 2 or 3, got " +
                                    std::to_string(p.decode_stages));
@@ -190,7 +194,13 @@ Status LaunchIndexerLogits(const IndexerLogitsParams& params, cudaStream_t strea
   if (p.k_format != IndexerKeyFormat::kFp32) {
     // Contiguous keys and enough queries to fill a group block (a prefill chunk): the grouped
     // kernel, whose key tiles serve 128 / padded-heads queries at once.
-    if (!paged && p.m >= 16) return detail::LaunchIndexerMmaGroup(p, max_len, stream);
+    if (!paged && p.m >= 16) {
+      // Hopper wgmma (one key tile by bulk tensor copy serves 512 (query, head) columns).
+      if (p.prefill_kernel == IndexerPrefillKernel::kAuto && detail::WgmmaIndexerApplies(p)) {
+        return detail::LaunchIndexerWgmma(p, max_len, stream);
+      }
+      return detail::LaunchIndexerMmaGroup(p, max_len, stream);
+    }
     // As many 64-key tiles per block (up to 8: the H200 at V4-Flash shapes, session 13, ran
     // 8, 16 and 32 within 5 % of each other, 8 fastest with two stages) as still give two waves
     // of four blocks per multiprocessor.

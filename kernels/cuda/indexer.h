@@ -12,8 +12,10 @@
 //   kFp32  exact path: SIMT fp32 with the CPU's association order (8 interleaved partial dot
 //          sums, heads summed in ascending order, every product and sum rounded separately), so
 //          the logits are the CPU's bits. k_scale must be null.
-//   kBf16  tensor cores (mma.sync m16n8k16 bf16, fp32 accumulation); k_scale optional (a per-key
-//          fp32 factor, e.g. an NVFP4 row's global scale).
+//   kBf16  tensor cores (mma.sync m16n8k16 bf16, fp32 accumulation; contiguous keys with 16 or
+//          more queries, 16-byte aligned q and k: Hopper wgmma with keys by bulk tensor copy,
+//          see indexer_wgmma.cu); k_scale optional (a per-key fp32 factor, e.g. an NVFP4 row's
+//          global scale).
 //   kFp8   e4m3 codes widened exactly to bf16 in shared memory, then as kBf16; k_scale required
 //          (the per-key power-of-two scale of the fp8 index-K cache, 132 bytes a key).
 // The fake-quantized index q/k of every precision profile (bf16, fp8, MXFP4, NVFP4 rows) are
@@ -31,6 +33,11 @@
 namespace nw::cuda {
 
 enum class IndexerKeyFormat { kFp32, kBf16, kFp8 };
+
+/// The kernel of a contiguous-key launch with 16 or more bf16 queries: kAuto takes wgmma where it
+/// applies (bf16 keys, 16-byte aligned q and k), kMma the mma.sync grouped kernel. For tests and
+/// the perf mode; both give logits within the same bound of the CPU's.
+enum class IndexerPrefillKernel { kAuto, kMma };
 
 struct IndexerLogitsParams {
   const void* q = nullptr;         // [m, n_heads, head_dim] fp32 (kFp32 keys) or bf16
@@ -62,6 +69,10 @@ struct IndexerLogitsParams {
   // cp.async stages of that kernel's key pipeline, 2 or 3; 0: the default (2: more blocks fit a
   // multiprocessor). For tests and the perf mode: the results do not depend on it.
   int decode_stages = 0;
+  IndexerPrefillKernel prefill_kernel = IndexerPrefillKernel::kAuto;
+  // Blocks the wgmma kernel spreads each query block's key tiles over (its grid's y), 0: chosen
+  // from the shape. For tests: the results do not depend on it.
+  int prefill_key_splits = 0;
 };
 Status LaunchIndexerLogits(const IndexerLogitsParams& p, cudaStream_t stream);
 

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "common/status.h"
+#include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/indexer.h"
 
 namespace nw::cuda::detail {
@@ -54,9 +55,25 @@ __device__ __forceinline__ void FillTail(const IndexerLogitsParams& p, int64_t i
   }
 }
 
+/// One level of a reduce-scatter over a lane bit (`offset` = 1 << bit): a lane keeps half of its
+/// kN values (the upper half where that bit is set), adds its partner's copy of that half and
+/// sends the other half, leaving the sums in w[0..kHalf).
+template <int kHalf, int kN>
+__device__ __forceinline__ void ReduceScatterLevel(float (&w)[kN], bool upper, int offset) {
+#pragma unroll
+  for (int m = 0; m < kHalf; ++m) {
+    const float keep = upper ? w[m + kHalf] : w[m], send = upper ? w[m] : w[m + kHalf];
+    w[m] = keep + __shfl_xor_sync(kFullMask, send, offset);
+  }
+}
 /// Tensor-core launch (indexer_mma.cu); params already validated.
 Status LaunchIndexerMma(const IndexerLogitsParams& p, unsigned splits, cudaStream_t stream);
 /// Tensor cores, many queries per block (contiguous keys only); params already validated.
 Status LaunchIndexerMmaGroup(const IndexerLogitsParams& p, int64_t max_len, cudaStream_t stream);
+/// Whether the wgmma kernel takes these (validated, contiguous) params: bf16 keys, q and k
+/// 16-byte aligned, 1 <= key_rows < 2^31.
+bool WgmmaIndexerApplies(const IndexerLogitsParams& p);
+/// Hopper wgmma, many queries per block (indexer_wgmma.cu); WgmmaIndexerApplies(p) holds.
+Status LaunchIndexerWgmma(const IndexerLogitsParams& p, int64_t max_len, cudaStream_t stream);
 
 }  // namespace nw::cuda::detail

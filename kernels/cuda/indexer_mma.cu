@@ -54,14 +54,6 @@ struct DecodeSmem {
 /// kN / 2 + kN / 4 + kN / 8 shuffles leave out[e] = the sum of v[kN/2 b0 + kN/4 b1 + kN/8 b2 + e]
 /// (g = b0 + 2 b1 + 4 b2). The pairs added are the ones a butterfly over lane bits 2, 3, 4 adds,
 /// in the same order, so the sums are the butterfly's bits.
-template <int kHalf, int kN>
-__device__ __forceinline__ void ReduceScatterLevel(float (&w)[kN], bool upper, int offset) {
-#pragma unroll
-  for (int m = 0; m < kHalf; ++m) {
-    const float keep = upper ? w[m + kHalf] : w[m], send = upper ? w[m] : w[m + kHalf];
-    w[m] = keep + __shfl_xor_sync(kFullMask, send, offset);
-  }
-}
 template <int kN>
 __device__ __forceinline__ void ReduceScatterRowGroups(const float (&v)[kN], int g,
                                                        float (&out)[kN / 8]) {

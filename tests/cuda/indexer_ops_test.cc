@@ -45,6 +45,8 @@ struct IndexerCase {
   int page = 64;            // rows per page of paged keys
   int tiles_per_block = 0;  // IndexerLogitsParams::decode_tiles_per_block
   int stages = 0;           // IndexerLogitsParams::decode_stages
+  IndexerPrefillKernel prefill = IndexerPrefillKernel::kAuto;
+  int key_splits = 0;  // IndexerLogitsParams::prefill_key_splits
 };
 
 /// Everything one case needs on the host: fake-quantized q/k (what the CPU sees) and the device
@@ -63,7 +65,9 @@ std::vector<float> RunIndexer(const IndexerCase& c, uint64_t seed) {
   SCOPED_TRACE(::testing::Message()
                << ModeName(c.mode) << (c.paged ? " paged" : " contiguous") << " heads " << c.n_heads
                << " dim " << c.head_dim << " page " << c.page << " tiles/block "
-               << c.tiles_per_block << " seed " << seed);
+               << c.tiles_per_block << " prefill kernel "
+               << (c.prefill == IndexerPrefillKernel::kMma ? "mma" : "auto") << " key splits "
+               << c.key_splits << " seed " << seed);
   Rng rng(seed);
   const int64_t m = static_cast<int64_t>(c.lens.size());
   const int H = c.n_heads, D = c.head_dim;
@@ -256,6 +260,8 @@ std::vector<float> RunIndexer(const IndexerCase& c, uint64_t seed) {
   p.max_len = max_len;
   p.decode_tiles_per_block = c.tiles_per_block;
   p.decode_stages = c.stages;
+  p.prefill_kernel = c.prefill;
+  p.prefill_key_splits = c.key_splits;
   EXPECT_TRUE(LaunchIndexerLogits(p, nullptr).ok());
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   const std::vector<float> got = dout.Download();
@@ -299,9 +305,10 @@ TEST(CudaIndexer, Bf16TensorCores) {
   }
 }
 
-// Contiguous keys and at least 16 queries take the grouped tensor-core kernel: 128 / HP queries a
-// block for HP = 8, 16, 32 and 64 padded heads, the last block partial, shared key prefixes (one
-// pass) and per-query key ranges (one pass per query), bf16, fp8 and scaled NVFP4 keys.
+// Contiguous keys and at least 16 queries take the grouped kernels: wgmma (bf16 keys, scaled NVFP4
+// rows) and the mma.sync kernel (forced, and for fp8 keys), 2 x 256 / HP and 128 / HP queries a
+// block for HP = 8, 16, 32 and 64 padded heads, the last block partial, shared key prefixes and
+// per-query key ranges.
 TEST(CudaIndexer, GroupedTensorCoresContiguous) {
   NW_REQUIRE_GPU();
   uint64_t seed = 60;
@@ -310,13 +317,53 @@ TEST(CudaIndexer, GroupedTensorCoresContiguous) {
   std::vector<int64_t> ragged;
   for (int64_t t = 0; t < 37; ++t) ragged.push_back((t * 37) % 150);
   for (Mode mode : {Mode::kBf16, Mode::kFp8, Mode::kNvfp4Scaled}) {
-    RunIndexer({mode, false, 8, 64, causal, true}, seed++);
-    RunIndexer({mode, false, 4, 64, causal, true}, seed++);
-    RunIndexer({mode, false, 8, 64, ragged, false}, seed++);
-    RunIndexer({mode, false, 16, 128, ragged, true}, seed++);
-    RunIndexer({mode, false, 20, 64, causal, true}, seed++);
-    RunIndexer({mode, false, 64, 128, ragged, false}, seed++);
-    RunIndexer({mode, false, 48, 128, causal, true}, seed++);
+    for (IndexerPrefillKernel k : {IndexerPrefillKernel::kAuto, IndexerPrefillKernel::kMma}) {
+      if (mode == Mode::kFp8 && k == IndexerPrefillKernel::kMma) continue;  // the same kernel
+      IndexerCase c{mode, false, 8, 64, causal, true};
+      c.prefill = k;
+      RunIndexer(c, seed++);
+      for (const IndexerCase& x : {IndexerCase{mode, false, 4, 64, causal, true},
+                                   IndexerCase{mode, false, 8, 64, ragged, false},
+                                   IndexerCase{mode, false, 16, 128, ragged, true},
+                                   IndexerCase{mode, false, 20, 64, causal, true},
+                                   IndexerCase{mode, false, 64, 128, ragged, false},
+                                   IndexerCase{mode, false, 48, 128, causal, true}}) {
+        c = x;
+        c.prefill = k;
+        RunIndexer(c, seed++);
+      }
+    }
+  }
+}
+
+// The wgmma kernel over many key tiles: its 4-stage ring wraps many times with one key split,
+// tiles spread over blocks otherwise; lengths ending mid-tile; queries with their own key ranges
+// (a block's tiles are the union, those no query reads skipped). The logits are the same bits
+// however the tiles are split.
+TEST(CudaIndexer, WgmmaPrefillOverManyTiles) {
+  NW_REQUIRE_GPU();
+  uint64_t seed = 100;
+  std::vector<int64_t> causal;  // 100 queries of one request, keys growing by one every 4
+  for (int64_t t = 0; t < 100; ++t) causal.push_back((t + 1) / 4 + 600);
+  std::vector<int64_t> own;  // 41 queries, each over its own keys
+  for (int64_t t = 0; t < 41; ++t) own.push_back(t % 5 == 0 ? 0 : 100 + 37 * t);
+  for (Mode mode : {Mode::kBf16, Mode::kNvfp4Scaled}) {
+    for (const IndexerCase& base : {IndexerCase{mode, false, 64, 128, causal, true},
+                                    IndexerCase{mode, false, 8, 64, causal, true},
+                                    IndexerCase{mode, false, 32, 128, own, false}}) {
+      const uint64_t s = seed++;
+      std::vector<float> first;
+      for (int splits : {1, 3, 0}) {
+        IndexerCase c = base;
+        c.key_splits = splits;
+        const std::vector<float> got = RunIndexer(c, s);
+        if (first.empty()) {
+          first = got;
+        } else {
+          EXPECT_TRUE(BitEqual(got, first)) << "key splits " << splits << " against 1";
+        }
+      }
+    }
   }
 }
 
@@ -374,6 +421,9 @@ TEST(CudaIndexer, RejectsBadParams) {
   EXPECT_EQ(LaunchIndexerLogits(p, nullptr).code(), StatusCode::kInvalidArgument);
   p.decode_tiles_per_block = 0;
   p.decode_stages = 4;
+  EXPECT_EQ(LaunchIndexerLogits(p, nullptr).code(), StatusCode::kInvalidArgument);
+  p.decode_stages = 0;
+  p.prefill_key_splits = -1;
   EXPECT_EQ(LaunchIndexerLogits(p, nullptr).code(), StatusCode::kInvalidArgument);
 }
 

@@ -254,6 +254,12 @@ void PerfIndexer(const std::string& filter) {
       p.out_cols = n;
       Report(name, TimeMs([&] { return LaunchIndexerLogits(p, nullptr); }, 2, exact ? 3 : 10),
              2.0 * m * n * H * D, m * n * 4.0 + n * D * (exact ? 4.0 : 2.0));
+      if (!exact) {  // the mma.sync grouped kernel, the baseline of the wgmma one above
+        p.prefill_kernel = IndexerPrefillKernel::kMma;
+        Report("indexer prefill bf16 mma.sync",
+               TimeMs([&] { return LaunchIndexerLogits(p, nullptr); }, 2, 10), 2.0 * m * n * H * D,
+               m * n * 4.0 + n * D * 2.0);
+      }
     }
   }
 }
