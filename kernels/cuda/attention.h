@@ -14,7 +14,9 @@
 //   tensor cores (q bf16): mma.sync m16n8k16 bf16 for Q K^T and P V with fp32 accumulation and
 //     an online softmax over 32-entry tiles (FlashAttention-2 style; probabilities rounded to bf16
 //     for P V; bf16 rows of the next tile arrive by cp.async meanwhile); head_dim 128 or 512,
-//     n_heads <= 64, kv kBf16 or kV4Fp8.
+//     n_heads <= 64, kv kBf16 or kV4Fp8. With head_dim 512 and kBf16 KV: Hopper wgmma instead
+//     (attention_wgmma.cu: 64-entry tiles, two warpgroups splitting the entries for S and the
+//     output dims for P V), same contract.
 //   few heads, bf16 values (q fp32, bf16_values): q and the KV rows hold bf16 values (what the
 //     precision profiles that round activations and KV to bf16 store). With head_dim 128, at most
 //     8 heads and kBf16 KV, one warp per query runs S^T = K Q^T and O^T = V^T P^T on mma.sync
@@ -36,6 +38,10 @@
 namespace nw::cuda {
 
 enum class KvFormat { kFp32, kBf16, kV4Fp8 };
+
+/// The tensor-core kernel (q_bf16): kAuto takes wgmma where it applies (head_dim 512, bf16 KV),
+/// kMma the mma.sync kernel. For tests and the perf mode; both meet the same bound.
+enum class AttentionTcKernel { kAuto, kMma };
 
 struct KvSet {
   const void* kv = nullptr;  // kFp32/kBf16: [rows, head_dim]; kV4Fp8: [rows / page_size pages]
@@ -59,6 +65,7 @@ struct SparseAttentionParams {
   KvFormat kv_format = KvFormat::kFp32;
   V4KvLayout kv_layout;  // kV4Fp8 only (head_dim must match)
   KvSet sets[2];
+  AttentionTcKernel tc_kernel = AttentionTcKernel::kAuto;
 };
 Status LaunchSparseAttention(const SparseAttentionParams& p, cudaStream_t stream);
 

@@ -52,6 +52,10 @@ __device__ __forceinline__ float V4Value(const V4Row& r, const V4KvLayout& l, in
 
 /// Tensor-core launch (attention_mma.cu); params already validated.
 Status LaunchSparseAttentionMma(const SparseAttentionParams& p, cudaStream_t stream);
+/// Whether the wgmma kernel (attention_wgmma.cu) takes these validated params: bf16 q and KV,
+/// head_dim 512, n_heads <= 64, 16-byte aligned q and kv.
+bool WgmmaAttentionApplies(const SparseAttentionParams& p);
+Status LaunchSparseAttentionWgmma(const SparseAttentionParams& p, cudaStream_t stream);
 
 /// The few-heads tensor-core kernel for bf16 values (attention_few_heads.cu): its shapes.
 inline constexpr int kFewHeadsDim = 128;

@@ -1,8 +1,8 @@
 // Tensor maps for the bulk tensor copy engine (see tensor_map.h).
 #include "kernels/cuda/tensor_map.h"
 
-#include <cuda_runtime_api.h>
 #include <cudaTypedefs.h>
+#include <cuda_runtime_api.h>
 
 #include <string>
 
@@ -33,9 +33,10 @@ Result<CUtensorMap> Bf16RowsSw128Map(const void* base, uint64_t rows, uint64_t c
     return Status::InvalidArgument("tensor map: empty or null matrix");
   }
   if (reinterpret_cast<uintptr_t>(base) % 16 != 0 || (cols * 2) % 16 != 0) {
-    return Status::InvalidArgument("tensor map: base must be 16-byte aligned and rows a multiple "
-                                   "of 16 bytes, got cols " +
-                                   std::to_string(cols));
+    return Status::InvalidArgument(
+        "tensor map: base must be 16-byte aligned and rows a multiple "
+        "of 16 bytes, got cols " +
+        std::to_string(cols));
   }
   if (box_rows == 0 || box_rows > 256 || rows >= (uint64_t{1} << 32)) {
     return Status::InvalidArgument("tensor map: box rows must be in [1, 256] and rows < 2^32");
@@ -49,10 +50,10 @@ Result<CUtensorMap> Bf16RowsSw128Map(const void* base, uint64_t rows, uint64_t c
   const cuuint64_t strides[1] = {cols * 2};
   const cuuint32_t box[2] = {64, box_rows};
   const cuuint32_t elem_strides[2] = {1, 1};
-  const CUresult r = encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(base),
-                               dims, strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                               CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                               CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  const CUresult r =
+      encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(base), dims, strides, box,
+             elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS) {
     return Status::Internal("cuTensorMapEncodeTiled failed with CUresult " + std::to_string(r));
   }

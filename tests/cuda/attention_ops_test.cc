@@ -27,13 +27,15 @@ struct AttnCase {
   KvFormat format;
   bool tensor_cores;         // q in bf16
   bool bf16_values = false;  // q fp32 holding bf16 values: the few-heads tensor-core kernel
+  AttentionTcKernel tc_kernel = AttentionTcKernel::kAuto;
 };
 
 void RunAttention(const AttnCase& c, uint64_t seed) {
   SCOPED_TRACE(::testing::Message()
                << "m " << c.m << " heads " << c.n_heads << " dim " << c.head_dim << " window "
                << c.window << " topk " << c.topk << " format " << static_cast<int>(c.format)
-               << " tc " << c.tensor_cores << " seed " << seed);
+               << " tc " << c.tensor_cores << " mma.sync forced "
+               << (c.tc_kernel == AttentionTcKernel::kMma) << " seed " << seed);
   Rng rng(seed);
   const int H = c.n_heads, D = c.head_dim;
   const int64_t rows0 = 300, rows1 = 700;  // window buffer and compressed buffer rows
@@ -174,6 +176,7 @@ void RunAttention(const AttnCase& c, uint64_t seed) {
                                                       : static_cast<const void*>(cache1.get())};
   p.sets[0] = {kvp[0], rows0, didx0.get(), dlen0.get(), c.window};
   p.sets[1] = {kvp[1], rows1, didx1.get(), dlen1.get(), c.topk};
+  p.tc_kernel = c.tc_kernel;
   NW_ASSERT_OK(LaunchSparseAttention(p, nullptr));
   NW_ASSERT_SYNC();
   const std::vector<float> got = dout.Download();
@@ -218,12 +221,23 @@ TEST(CudaAttention, SimtV4Fp8Kv) {
   RunAttention({7, 4, 128, 64, 128, 64, KvFormat::kV4Fp8, false}, seed++);
 }
 
+// head_dim 512 with bf16 KV takes the wgmma kernel; each such case also runs the mma.sync kernel
+// (forced). Window and top-k widths that end mid-tile (64-entry tiles), 33 heads (padded rows).
 TEST(CudaAttention, TensorCoresBf16Kv) {
   NW_REQUIRE_GPU();
   uint64_t seed = 20;
-  RunAttention({6, 64, 512, 64, 128, 512, KvFormat::kBf16, true}, seed++);
+  for (AttentionTcKernel k : {AttentionTcKernel::kAuto, AttentionTcKernel::kMma}) {
+    AttnCase a{6, 64, 512, 64, 128, 512, KvFormat::kBf16, true};
+    a.tc_kernel = k;
+    RunAttention(a, seed++);
+    AttnCase b{5, 33, 512, 64, 63, 65, KvFormat::kBf16, true};
+    b.tc_kernel = k;
+    RunAttention(b, seed++);
+    AttnCase d{4, 64, 512, 64, 1, 200, KvFormat::kBf16, true};
+    d.tc_kernel = k;
+    RunAttention(d, seed++);
+  }
   RunAttention({7, 4, 128, 64, 128, 64, KvFormat::kBf16, true}, seed++);
-  RunAttention({5, 33, 512, 64, 63, 65, KvFormat::kBf16, true}, seed++);
 }
 
 TEST(CudaAttention, FewHeadsBf16ValuesOnTensorCores) {

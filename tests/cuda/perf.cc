@@ -343,6 +343,7 @@ void PerfAttention(const std::string& filter) {
       double row_bytes;
     };
     for (const Variant& v : {Variant{"bf16 kv, tensor cores", KvFormat::kBf16, true, 2.0 * D},
+                             Variant{"bf16 kv, mma.sync", KvFormat::kBf16, true, 2.0 * D},
                              Variant{"v4 fp8 kv, tensor cores", KvFormat::kV4Fp8, true, 584.0},
                              Variant{"bf16 kv, simt fp32", KvFormat::kBf16, false, 2.0 * D}}) {
       if (!v.tc && m != 256) continue;  // the SIMT path only at one size (it is slow)
@@ -357,6 +358,9 @@ void PerfAttention(const std::string& filter) {
       p.q = v.tc ? static_cast<const void*>(q16.data()) : static_cast<const void*>(q32.data());
       p.sets[0] = {kv, rows, d0.data(), nullptr, W};
       p.sets[1] = {kv, rows, d1.data(), nullptr, K};
+      p.tc_kernel = std::string(v.tag).find("mma.sync") != std::string::npos
+                        ? AttentionTcKernel::kMma
+                        : AttentionTcKernel::kAuto;
       Report(name, TimeMs([&] { return LaunchSparseAttention(p, nullptr); }, 2, v.tc ? 10 : 3),
              flops, m * (W + K) * v.row_bytes + m * H * D * (4.0 + (v.tc ? 2.0 : 4.0)));
     }

@@ -1,0 +1,289 @@
+// Sparse attention on Hopper's wgmma (see attention.h): head_dim 512, bf16 q and KV, one query per
+// block of two warpgroups. The query's 64 (zero-padded) heads are the M = 64 rows of every
+// wgmma. Per 64-entry tile of gathered KV rows (cp.async into one of two shared-memory stages,
+// 128-byte swizzled; the next tile's rows arrive while this one is computed):
+//   S = Q K^T: warpgroup c multiplies Q (shared memory) with the tile's entries 32 c .. 32 c + 31
+//     (wgmma m64n32k16, 32 k steps over the 512 dims);
+//   online softmax in base 2 with the sink as the initial maximum; the two warpgroups exchange
+//     their row maxima through shared memory, so both rescale by the same factors;
+//   O += P V: warpgroup c owns output dims 256 c .. 256 c + 255 (128 fp32 accumulators a
+//     thread); P (rounded to bf16) is the A operand from registers, its own half from the S
+//     registers and the other warpgroup's half through shared memory; V is the same tile read
+//     N-major (wgmma m64n256k16, B transposed).
+// The row sums of the two halves are added at the end; the sink's term is in warpgroup 0's.
+// Deterministic run to run; within the tensor-core path's bound of the CPU's.
+#include "kernels/cuda/attention_impl.cuh"
+#include "kernels/cuda/common.h"
+#include "kernels/cuda/device_util.cuh"
+#include "kernels/cuda/hopper.cuh"
+#include "kernels/cuda/mma.cuh"
+
+namespace nw::cuda::detail {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kDim = 512;
+constexpr int kEntries = 64;  // entries a tile
+constexpr int kHeads = 64;
+constexpr int kSub = kDim / 64;               // 128-byte atoms along the dims
+constexpr int kAtom = 64 * 128;               // bytes of one atom of 64 rows
+constexpr int kPStride = kEntries + 8;        // bf16 a row of the P exchange
+constexpr float kLog2e = 1.4426950408889634f;
+
+struct WgAttnSmem {
+  static constexpr size_t kQ = 0;                             // [kSub][64 heads x 128 B]
+  static constexpr size_t kKv = kQ + size_t{kSub} * kAtom;    // [2][kSub][64 entries x 128 B]
+  static constexpr size_t kP = kKv + 2 * size_t{kSub} * kAtom;  // bf16 [64][kPStride]
+  static constexpr size_t kMax = kP + size_t{kHeads} * kPStride * 2;  // float [2][64]
+  static constexpr size_t kSum = kMax + 2 * kHeads * sizeof(float);   // float [2][64]
+  static constexpr size_t kRow = kSum + 2 * kHeads * sizeof(float);   // int64 [3][64]
+  static constexpr size_t kSet = kRow + 3 * kEntries * sizeof(int64_t);  // int [3][64]
+  static constexpr size_t kBytes = kSet + 3 * kEntries * sizeof(int);
+  static constexpr size_t kAlloc = kBytes + 1024;  // room to align the base to 1024
+};
+
+__global__ void __launch_bounds__(kThreads, 1) SparseAttentionWgmmaKernel(SparseAttentionParams p) {
+  using L = WgAttnSmem;
+  extern __shared__ unsigned char smem_raw[];
+  unsigned char* smem = reinterpret_cast<unsigned char*>(
+      (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~static_cast<uintptr_t>(1023));
+  unsigned char* sq = smem + L::kQ;
+  unsigned char* skv = smem + L::kKv;
+  uint16_t* sp = reinterpret_cast<uint16_t*>(smem + L::kP);
+  float(*smax)[kHeads] = reinterpret_cast<float(*)[kHeads]>(smem + L::kMax);
+  float(*ssum)[kHeads] = reinterpret_cast<float(*)[kHeads]>(smem + L::kSum);
+  int64_t(*s_row)[kEntries] = reinterpret_cast<int64_t(*)[kEntries]>(smem + L::kRow);
+  int(*s_set)[kEntries] = reinterpret_cast<int(*)[kEntries]>(smem + L::kSet);
+
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
+  const int c = warp >> 2, wq = warp & 3;
+  const int64_t i = blockIdx.x;
+
+  // Q -> shared memory, swizzled (zero rows past n_heads).
+  {
+    const uint16_t* q = static_cast<const uint16_t*>(p.q) + i * p.n_heads * kDim;
+    constexpr int kChunks = kDim / 8;
+    for (int idx = threadIdx.x; idx < kHeads * kChunks; idx += kThreads) {
+      const int h = idx / kChunks, ch = idx % kChunks;
+      uint4 v = make_uint4(0, 0, 0, 0);
+      if (h < p.n_heads) v = *reinterpret_cast<const uint4*>(q + h * kDim + ch * 8);
+      *reinterpret_cast<uint4*>(sq + (ch / 8) * kAtom + SwizzledChunk(h, ch % 8)) = v;
+    }
+  }
+  const int64_t len0 = SetLength(p.sets[0], i);
+  const int64_t total = len0 + SetLength(p.sets[1], i);
+  const int64_t tiles = (total + kEntries - 1) / kEntries;
+  auto lookup = [&](int64_t u) {
+    if (threadIdx.x < kEntries && u < tiles) {
+      const int64_t s = u * kEntries + threadIdx.x;
+      Slot slot{0, -1};
+      if (s < total) slot = SlotAt(p, i, len0, s);
+      s_set[u % 3][threadIdx.x] = slot.set;
+      s_row[u % 3][threadIdx.x] = slot.row;
+    }
+  };
+  // Tile u's rows into stage u % 2 by cp.async (zeros for skipped entries); always closes a group.
+  auto issue = [&](int64_t u) {
+    if (u < tiles) {
+      unsigned char* dst = skv + (u & 1) * kSub * kAtom;
+      const int64_t* rows = s_row[u % 3];
+      const int* sets = s_set[u % 3];
+      constexpr int kChunks = kDim / 8;
+      for (int idx = threadIdx.x; idx < kEntries * kChunks; idx += kThreads) {
+        const int r = idx / kChunks, ch = idx % kChunks;
+        unsigned char* d = dst + (ch / 8) * kAtom + SwizzledChunk(r, ch % 8);
+        const int64_t row = rows[r];
+        if (row >= 0) {
+          const uint16_t* src = static_cast<const uint16_t*>(p.sets[sets[r]].kv);
+          CpAsync16(d, src + row * kDim + ch * 8, true);
+        } else {
+          *reinterpret_cast<uint4*>(d) = make_uint4(0, 0, 0, 0);
+        }
+      }
+    }
+    CpAsyncCommit();
+  };
+  lookup(0);
+  lookup(1);
+  __syncthreads();
+  issue(0);
+
+  // This thread's head rows r0 = 16 wq + g and r1 = r0 + 8 of the warpgroup's M = 64.
+  const int r0 = wq * 16 + g, r1 = r0 + 8;
+  float m0 = r0 < p.n_heads ? p.sink[r0] * kLog2e : 0.0f;
+  float m1 = r1 < p.n_heads ? p.sink[r1] * kLog2e : 0.0f;
+  // The sink's e^0 term (after the max shift) counts once, in warpgroup 0.
+  float l0 = (c == 0 && m0 != -INFINITY) ? 1.0f : 0.0f;
+  float l1 = (c == 0 && m1 != -INFINITY) ? 1.0f : 0.0f;
+  const float scale2 = p.scale * kLog2e;
+  float o[128];
+#pragma unroll
+  for (int e = 0; e < 128; ++e) o[e] = 0.0f;
+
+  for (int64_t t = 0; t < tiles; ++t) {
+    const unsigned char* kv = skv + (t & 1) * kSub * kAtom;
+    CpAsyncWait<0>();
+    FenceProxyAsync();  // this thread's copies and stores of tile t (and Q), for the tensor cores
+    __syncthreads();    // tile t is complete; tile t - 1 (stage, P, maxima) is no longer read
+    issue(t + 1);
+    lookup(t + 2);
+
+    // S = Q K^T over this warpgroup's 32 entries.
+    float s[16];
+#pragma unroll
+    for (int e = 0; e < 16; ++e) s[e] = 0.0f;
+    WgmmaFenceOperands(s);
+    WgmmaFence();
+#pragma unroll
+    for (int k = 0; k < kDim / 16; ++k) {
+      const int off = (k / 4) * kAtom + (k % 4) * 32;
+      WgmmaM64N32K16Bf16(s, Sw128Desc(sq + off), Sw128Desc(kv + off + 32 * c * 128), k > 0);
+    }
+    WgmmaCommit();
+    WgmmaWait<0>();
+    WgmmaFenceOperands(s);
+
+    // Scale and mask; row maxima over this warpgroup's entries, then over both.
+    const int64_t* rows = s_row[t % 3];
+    float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int e = 32 * c + 8 * j + 2 * t4;
+      const bool v0 = rows[e] >= 0, v1 = rows[e + 1] >= 0;
+      s[4 * j] = v0 ? s[4 * j] * scale2 : -INFINITY;
+      s[4 * j + 1] = v1 ? s[4 * j + 1] * scale2 : -INFINITY;
+      s[4 * j + 2] = v0 ? s[4 * j + 2] * scale2 : -INFINITY;
+      s[4 * j + 3] = v1 ? s[4 * j + 3] * scale2 : -INFINITY;
+      mx0 = fmaxf(mx0, fmaxf(s[4 * j], s[4 * j + 1]));
+      mx1 = fmaxf(mx1, fmaxf(s[4 * j + 2], s[4 * j + 3]));
+    }
+#pragma unroll
+    for (int off = 1; off < 4; off <<= 1) {
+      mx0 = fmaxf(mx0, __shfl_xor_sync(kFullMask, mx0, off));
+      mx1 = fmaxf(mx1, __shfl_xor_sync(kFullMask, mx1, off));
+    }
+    if (t4 == 0) {
+      smax[c][r0] = mx0;
+      smax[c][r1] = mx1;
+    }
+    __syncthreads();
+    mx0 = fmaxf(smax[0][r0], smax[1][r0]);
+    mx1 = fmaxf(smax[0][r1], smax[1][r1]);
+    const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
+    const float c0 = mn0 == -INFINITY ? 1.0f : exp2f(m0 - mn0);
+    const float c1 = mn1 == -INFINITY ? 1.0f : exp2f(m1 - mn1);
+    float sum0 = 0.0f, sum1 = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      s[4 * j] = mn0 == -INFINITY ? 0.0f : exp2f(s[4 * j] - mn0);
+      s[4 * j + 1] = mn0 == -INFINITY ? 0.0f : exp2f(s[4 * j + 1] - mn0);
+      s[4 * j + 2] = mn1 == -INFINITY ? 0.0f : exp2f(s[4 * j + 2] - mn1);
+      s[4 * j + 3] = mn1 == -INFINITY ? 0.0f : exp2f(s[4 * j + 3] - mn1);
+      sum0 += s[4 * j] + s[4 * j + 1];
+      sum1 += s[4 * j + 2] + s[4 * j + 3];
+    }
+#pragma unroll
+    for (int off = 1; off < 4; off <<= 1) {
+      sum0 += __shfl_xor_sync(kFullMask, sum0, off);
+      sum1 += __shfl_xor_sync(kFullMask, sum1, off);
+    }
+    l0 = l0 * c0 + sum0;
+    l1 = l1 * c1 + sum1;
+    m0 = mn0;
+    m1 = mn1;
+#pragma unroll
+    for (int j = 0; j < 32; ++j) {
+      o[4 * j] *= c0;
+      o[4 * j + 1] *= c0;
+      o[4 * j + 2] *= c1;
+      o[4 * j + 3] *= c1;
+    }
+    // P in bf16: this warpgroup's two k16 steps of entries as A fragments, and into shared
+    // memory for the other warpgroup.
+    uint32_t pa[2][4];
+#pragma unroll
+    for (int kk = 0; kk < 2; ++kk) {
+      pa[kk][0] = PackBf16x2(s[8 * kk], s[8 * kk + 1]);
+      pa[kk][1] = PackBf16x2(s[8 * kk + 2], s[8 * kk + 3]);
+      pa[kk][2] = PackBf16x2(s[8 * kk + 4], s[8 * kk + 5]);
+      pa[kk][3] = PackBf16x2(s[8 * kk + 6], s[8 * kk + 7]);
+      const int e = 32 * c + 16 * kk + 2 * t4;
+      *reinterpret_cast<uint32_t*>(sp + r0 * kPStride + e) = pa[kk][0];
+      *reinterpret_cast<uint32_t*>(sp + r1 * kPStride + e) = pa[kk][1];
+      *reinterpret_cast<uint32_t*>(sp + r0 * kPStride + e + 8) = pa[kk][2];
+      *reinterpret_cast<uint32_t*>(sp + r1 * kPStride + e + 8) = pa[kk][3];
+    }
+    __syncthreads();
+    uint32_t pb[2][4];  // the other warpgroup's entries
+#pragma unroll
+    for (int kk = 0; kk < 2; ++kk) {
+      const int e = 32 * (1 - c) + 16 * kk + 2 * t4;
+      pb[kk][0] = *reinterpret_cast<const uint32_t*>(sp + r0 * kPStride + e);
+      pb[kk][1] = *reinterpret_cast<const uint32_t*>(sp + r1 * kPStride + e);
+      pb[kk][2] = *reinterpret_cast<const uint32_t*>(sp + r0 * kPStride + e + 8);
+      pb[kk][3] = *reinterpret_cast<const uint32_t*>(sp + r1 * kPStride + e + 8);
+    }
+
+    // O += P V over the tile's four k16 steps of entries (in ascending order).
+    WgmmaFenceOperands(o);
+    WgmmaFence();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      const bool own = (kk >> 1) == c;
+      const uint32_t a[4] = {own ? pa[kk & 1][0] : pb[kk & 1][0], own ? pa[kk & 1][1] : pb[kk & 1][1],
+                             own ? pa[kk & 1][2] : pb[kk & 1][2], own ? pa[kk & 1][3] : pb[kk & 1][3]};
+      WgmmaM64N256K16Bf16RegA(o, a, Sw128Desc(kv + 4 * c * kAtom + kk * 16 * 128, kAtom, 1024));
+    }
+    WgmmaCommit();
+    WgmmaWait<0>();
+    WgmmaFenceOperands(o);
+  }
+  CpAsyncWait<0>();  // no copy outlives the block (the trailing groups are empty)
+
+  // Row sums of both halves, then the outputs of this warpgroup's dims.
+  if (t4 == 0) {
+    ssum[c][r0] = l0;
+    ssum[c][r1] = l1;
+  }
+  __syncthreads();
+  const float inv0 = 1.0f / (ssum[0][r0] + ssum[1][r0]);
+  const float inv1 = 1.0f / (ssum[0][r1] + ssum[1][r1]);
+  auto store = [&](float v) { return p.round_bf16 ? quant::RoundBf16(v) : v; };
+  float* out = p.out + i * p.n_heads * kDim;
+#pragma unroll
+  for (int j = 0; j < 32; ++j) {
+    const int col = 256 * c + 8 * j + 2 * t4;
+    if (r0 < p.n_heads) {
+      *reinterpret_cast<float2*>(out + r0 * kDim + col) =
+          make_float2(store(o[4 * j] * inv0), store(o[4 * j + 1] * inv0));
+    }
+    if (r1 < p.n_heads) {
+      *reinterpret_cast<float2*>(out + r1 * kDim + col) =
+          make_float2(store(o[4 * j + 2] * inv1), store(o[4 * j + 3] * inv1));
+    }
+  }
+}
+
+}  // namespace
+
+bool WgmmaAttentionApplies(const SparseAttentionParams& p) {
+  if (!p.q_bf16 || p.head_dim != kDim || p.n_heads > kHeads || p.kv_format != KvFormat::kBf16) {
+    return false;
+  }
+  if (reinterpret_cast<uintptr_t>(p.q) % 16 != 0) return false;
+  for (const KvSet& s : p.sets) {
+    if (s.indices != nullptr && reinterpret_cast<uintptr_t>(s.kv) % 16 != 0) return false;
+  }
+  return true;
+}
+
+Status LaunchSparseAttentionWgmma(const SparseAttentionParams& p, cudaStream_t stream) {
+  NW_RETURN_IF_ERROR(
+      AllowDynamicSharedMemory(reinterpret_cast<const void*>(&SparseAttentionWgmmaKernel),
+                               WgAttnSmem::kAlloc, "SparseAttentionWgmmaKernel"));
+  SparseAttentionWgmmaKernel<<<static_cast<unsigned>(p.m), kThreads, WgAttnSmem::kAlloc, stream>>>(
+      p);
+  return NW_CUDA_LAUNCH_STATUS("SparseAttentionWgmmaKernel");
+}
+
+}  // namespace nw::cuda::detail
