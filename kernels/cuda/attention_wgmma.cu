@@ -25,18 +25,19 @@ constexpr int kThreads = 256;
 constexpr int kDim = 512;
 constexpr int kEntries = 64;  // entries a tile
 constexpr int kHeads = 64;
-constexpr int kSub = kDim / 64;               // 128-byte atoms along the dims
-constexpr int kAtom = 64 * 128;               // bytes of one atom of 64 rows
-constexpr int kPStride = kEntries + 8;        // bf16 a row of the P exchange
+constexpr int kSub = kDim / 64;         // 128-byte atoms along the dims
+constexpr int kAtom = 64 * 128;         // bytes of one atom of 64 rows
+constexpr int kPStride = kEntries + 8;  // bf16 a row of the P exchange
 constexpr float kLog2e = 1.4426950408889634f;
+constexpr int kPrefetch = 3;  // tiles ahead whose rows are prefetched into L2
 
 struct WgAttnSmem {
-  static constexpr size_t kQ = 0;                             // [kSub][64 heads x 128 B]
-  static constexpr size_t kKv = kQ + size_t{kSub} * kAtom;    // [2][kSub][64 entries x 128 B]
+  static constexpr size_t kQ = 0;                               // [kSub][64 heads x 128 B]
+  static constexpr size_t kKv = kQ + size_t{kSub} * kAtom;      // [2][kSub][64 entries x 128 B]
   static constexpr size_t kP = kKv + 2 * size_t{kSub} * kAtom;  // bf16 [64][kPStride]
-  static constexpr size_t kMax = kP + size_t{kHeads} * kPStride * 2;  // float [2][64]
-  static constexpr size_t kSum = kMax + 2 * kHeads * sizeof(float);   // float [2][64]
-  static constexpr size_t kRow = kSum + 2 * kHeads * sizeof(float);   // int64 [3][64]
+  static constexpr size_t kMax = kP + size_t{kHeads} * kPStride * 2;     // float [2][64]
+  static constexpr size_t kSum = kMax + 2 * kHeads * sizeof(float);      // float [2][64]
+  static constexpr size_t kRow = kSum + 2 * kHeads * sizeof(float);      // int64 [3][64]
   static constexpr size_t kSet = kRow + 3 * kEntries * sizeof(int64_t);  // int [3][64]
   static constexpr size_t kBytes = kSet + 3 * kEntries * sizeof(int);
   static constexpr size_t kAlloc = kBytes + 1024;  // room to align the base to 1024
@@ -83,19 +84,26 @@ __global__ void __launch_bounds__(kThreads, 1) SparseAttentionWgmmaKernel(Sparse
     }
   };
   // Tile u's rows into stage u % 2 by cp.async (zeros for skipped entries); always closes a group.
+  // Thread x copies 16-byte chunk x % 64 of rows x / 64 + 4 k, k = 0 .. 15.
+  const int ch = threadIdx.x % 64, r_lo = threadIdx.x / 64;
+  const uint32_t ch_off = static_cast<uint32_t>((ch / 8) * kAtom);
+  const uint32_t sw_even = static_cast<uint32_t>(((ch & 7) ^ r_lo) << 4);
+  const uint32_t sw_odd = static_cast<uint32_t>(((ch & 7) ^ (r_lo + 4)) << 4);
+  const unsigned char* kv0 = static_cast<const unsigned char*>(p.sets[0].kv) + ch * 16;
+  const unsigned char* kv1 = static_cast<const unsigned char*>(p.sets[1].kv) + ch * 16;
+  static_assert(kThreads == 4 * kEntries && kDim / 8 == 64);
   auto issue = [&](int64_t u) {
     if (u < tiles) {
-      unsigned char* dst = skv + (u & 1) * kSub * kAtom;
+      unsigned char* dst = skv + (u & 1) * kSub * kAtom + ch_off;
       const int64_t* rows = s_row[u % 3];
       const int* sets = s_set[u % 3];
-      constexpr int kChunks = kDim / 8;
-      for (int idx = threadIdx.x; idx < kEntries * kChunks; idx += kThreads) {
-        const int r = idx / kChunks, ch = idx % kChunks;
-        unsigned char* d = dst + (ch / 8) * kAtom + SwizzledChunk(r, ch % 8);
+#pragma unroll
+      for (int k = 0; k < kEntries / 4; ++k) {
+        const int r = r_lo + 4 * k;
+        unsigned char* d = dst + r * 128 + ((k & 1) ? sw_odd : sw_even);
         const int64_t row = rows[r];
         if (row >= 0) {
-          const uint16_t* src = static_cast<const uint16_t*>(p.sets[sets[r]].kv);
-          CpAsync16(d, src + row * kDim + ch * 8, true);
+          CpAsync16(d, (sets[r] != 0 ? kv1 : kv0) + row * (kDim * 2), true);
         } else {
           *reinterpret_cast<uint4*>(d) = make_uint4(0, 0, 0, 0);
         }
@@ -103,6 +111,28 @@ __global__ void __launch_bounds__(kThreads, 1) SparseAttentionWgmmaKernel(Sparse
     }
     CpAsyncCommit();
   };
+  // L2 prefetch of the rows kPrefetch tiles ahead (threads 64 .. 127, one entry each): the index
+  // is loaded one tile before its prefetch is issued, so no thread waits on it.
+  const bool prefetcher = threadIdx.x >= kEntries && threadIdx.x < 2 * kEntries;
+  const unsigned char* pf_src = nullptr;
+  auto prefetch_index = [&](int64_t u) {
+    pf_src = nullptr;
+    const int64_t s = u * kEntries + (threadIdx.x - kEntries);
+    if (prefetcher && u < tiles && s < total) {
+      const Slot slot = SlotAt(p, i, len0, s);
+      if (slot.row >= 0) {
+        pf_src = static_cast<const unsigned char*>(p.sets[slot.set].kv) + slot.row * (kDim * 2);
+      }
+    }
+  };
+  auto prefetch_issue = [&] {
+    if (pf_src != nullptr) PrefetchL2(pf_src, kDim * 2);
+  };
+  for (int64_t u = 1; u < kPrefetch; ++u) {
+    prefetch_index(u);
+    prefetch_issue();
+  }
+  prefetch_index(kPrefetch);
   lookup(0);
   lookup(1);
   __syncthreads();
@@ -116,6 +146,7 @@ __global__ void __launch_bounds__(kThreads, 1) SparseAttentionWgmmaKernel(Sparse
   float l0 = (c == 0 && m0 != -INFINITY) ? 1.0f : 0.0f;
   float l1 = (c == 0 && m1 != -INFINITY) ? 1.0f : 0.0f;
   const float scale2 = p.scale * kLog2e;
+  const uint64_t dq = Sw128Desc(sq);
   float o[128];
 #pragma unroll
   for (int e = 0; e < 128; ++e) o[e] = 0.0f;
@@ -127,6 +158,8 @@ __global__ void __launch_bounds__(kThreads, 1) SparseAttentionWgmmaKernel(Sparse
     __syncthreads();    // tile t is complete; tile t - 1 (stage, P, maxima) is no longer read
     issue(t + 1);
     lookup(t + 2);
+    prefetch_issue();  // tile t + kPrefetch's rows (indices loaded one tile ago)
+    prefetch_index(t + kPrefetch + 1);
 
     // S = Q K^T over this warpgroup's 32 entries.
     float s[16];
@@ -134,10 +167,11 @@ __global__ void __launch_bounds__(kThreads, 1) SparseAttentionWgmmaKernel(Sparse
     for (int e = 0; e < 16; ++e) s[e] = 0.0f;
     WgmmaFenceOperands(s);
     WgmmaFence();
+    const uint64_t dk = Sw128Desc(kv + 32 * c * 128);
 #pragma unroll
     for (int k = 0; k < kDim / 16; ++k) {
-      const int off = (k / 4) * kAtom + (k % 4) * 32;
-      WgmmaM64N32K16Bf16(s, Sw128Desc(sq + off), Sw128Desc(kv + off + 32 * c * 128), k > 0);
+      const uint32_t off = (k / 4) * kAtom + (k % 4) * 32;
+      WgmmaM64N32K16Bf16(s, DescPlus(dq, off), DescPlus(dk, off), k > 0);
     }
     WgmmaCommit();
     WgmmaWait<0>();
@@ -224,16 +258,21 @@ __global__ void __launch_bounds__(kThreads, 1) SparseAttentionWgmmaKernel(Sparse
       pb[kk][3] = *reinterpret_cast<const uint32_t*>(sp + r1 * kPStride + e + 8);
     }
 
-    // O += P V over the tile's four k16 steps of entries (in ascending order).
-    WgmmaFenceOperands(o);
-    WgmmaFence();
+    // O += P V over the tile's four k16 steps of entries (in ascending order). The A fragments
+    // are settled before the fence, so no wgmma waits for register writes between them.
+    uint32_t a[4][4];
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
       const bool own = (kk >> 1) == c;
-      const uint32_t a[4] = {own ? pa[kk & 1][0] : pb[kk & 1][0], own ? pa[kk & 1][1] : pb[kk & 1][1],
-                             own ? pa[kk & 1][2] : pb[kk & 1][2], own ? pa[kk & 1][3] : pb[kk & 1][3]};
-      WgmmaM64N256K16Bf16RegA(o, a, Sw128Desc(kv + 4 * c * kAtom + kk * 16 * 128, kAtom, 1024));
+#pragma unroll
+      for (int x = 0; x < 4; ++x) a[kk][x] = own ? pa[kk & 1][x] : pb[kk & 1][x];
+      WgmmaFenceOperands(a[kk]);
     }
+    const uint64_t dv = Sw128Desc(kv + 4 * c * kAtom, kAtom, 1024);
+    WgmmaFenceOperands(o);
+    WgmmaFence();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) WgmmaM64N256K16Bf16RegA(o, a[kk], DescPlus(dv, kk * 16 * 128));
     WgmmaCommit();
     WgmmaWait<0>();
     WgmmaFenceOperands(o);

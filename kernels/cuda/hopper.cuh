@@ -74,6 +74,11 @@ __device__ __forceinline__ void TmaLoad2d(void* dst, const CUtensorMap* map, int
       : "memory");
 }
 
+/// Starts loading `bytes` (a multiple of 16) at `src` (16-byte aligned) into L2; no completion.
+__device__ __forceinline__ void PrefetchL2(const void* src, uint32_t bytes) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(src), "r"(bytes) : "memory");
+}
+
 // ---- fences and named barriers --------------------------------------------------------------
 
 /// Orders this thread's ordinary shared-memory stores before later async-proxy reads (wgmma,
@@ -100,6 +105,11 @@ __device__ __forceinline__ uint64_t Sw128Desc(const void* p, uint32_t lbo, uint3
 }
 /// K-major SW128 operand at `p`: 8-row groups 1024 bytes apart.
 __device__ __forceinline__ uint64_t Sw128Desc(const void* p) { return Sw128Desc(p, 16, 1024); }
+/// The descriptor of the operand `bytes` (a multiple of 16) past `desc`'s: the start address is
+/// the low 14 bits in 16-byte units, and shared-memory addresses stay below 2^18, so a plain add.
+__device__ __forceinline__ uint64_t DescPlus(uint64_t desc, uint32_t bytes) {
+  return desc + (bytes >> 4);
+}
 
 __device__ __forceinline__ void WgmmaFence() {
   asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
@@ -116,6 +126,11 @@ template <int kN>
 __device__ __forceinline__ void WgmmaFenceOperands(float (&d)[kN]) {
 #pragma unroll
   for (int i = 0; i < kN; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+template <int kN>
+__device__ __forceinline__ void WgmmaFenceOperands(uint32_t (&a)[kN]) {
+#pragma unroll
+  for (int i = 0; i < kN; ++i) asm volatile("" : "+r"(a[i])::"memory");
 }
 
 /// d[64 x 256] (+)= A[64 x 16] * B[256 x 16]^T, bf16 operands in shared memory (K-major

@@ -171,7 +171,7 @@ __global__ void __launch_bounds__(kThreadsW, 1)
   const int c = warp / 4, wq = warp % 4, g = lane >> 2, t4 = lane & 3;
   int n_tiles = 0;
   for (int64_t t = blockIdx.y; t < tiles; t += gridDim.y) n_tiles += needed(t) ? 1 : 0;
-  const unsigned char* bc = sb + c * L::kSub * L::kSubB;
+  const uint64_t db = Sw128Desc(sb + c * L::kSub * L::kSubB);
   const float* swc = sw + c * kCols;
   float* out = p.out;
   float d[128];
@@ -191,12 +191,12 @@ __global__ void __launch_bounds__(kThreadsW, 1)
     }
     WgmmaFenceOperands(d);
     WgmmaFence();
-    const unsigned char* a = sa + st * L::kTileBytes;
+    const uint64_t da = Sw128Desc(sa + st * L::kTileBytes);
 #pragma unroll
     for (int s = 0; s < kDim / 16; ++s) {
-      const int kb = s / 4, off = (s % 4) * 32;
-      WgmmaM64N256K16Bf16(d, Sw128Desc(a + kb * L::kSubA + off),
-                          Sw128Desc(bc + kb * L::kSubB + off), s > 0 ? 1 : 0);
+      const uint32_t kb = s / 4, off = (s % 4) * 32;
+      WgmmaM64N256K16Bf16(d, DescPlus(da, kb * L::kSubA + off), DescPlus(db, kb * L::kSubB + off),
+                          s > 0 ? 1 : 0);
     }
     WgmmaCommit();
     if (c == 0) {
