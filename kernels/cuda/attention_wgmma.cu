@@ -156,10 +156,6 @@ __global__ void __launch_bounds__(kThreads, 1) SparseAttentionWgmmaKernel(Sparse
     CpAsyncWait<0>();
     FenceProxyAsync();  // this thread's copies and stores of tile t (and Q), for the tensor cores
     __syncthreads();    // tile t is complete; tile t - 1 (stage, P, maxima) is no longer read
-    issue(t + 1);
-    lookup(t + 2);
-    prefetch_issue();  // tile t + kPrefetch's rows (indices loaded one tile ago)
-    prefetch_index(t + kPrefetch + 1);
 
     // S = Q K^T over this warpgroup's 32 entries.
     float s[16];
@@ -174,6 +170,12 @@ __global__ void __launch_bounds__(kThreads, 1) SparseAttentionWgmmaKernel(Sparse
       WgmmaM64N32K16Bf16(s, DescPlus(dq, off), DescPlus(dk, off), k > 0);
     }
     WgmmaCommit();
+    // While the tensor cores work: the next tile's copies, the slots of the one after, and the
+    // L2 prefetch of tile t + kPrefetch's rows (indices loaded one tile ago).
+    issue(t + 1);
+    lookup(t + 2);
+    prefetch_issue();
+    prefetch_index(t + kPrefetch + 1);
     WgmmaWait<0>();
     WgmmaFenceOperands(s);
 
