@@ -60,15 +60,16 @@ __global__ void __launch_bounds__(kThreads, 1) SparseAttentionWgmmaKernel(Sparse
   const int c = warp >> 2, wq = warp & 3;
   const int64_t i = blockIdx.x;
 
-  // Q -> shared memory, swizzled (zero rows past n_heads).
+  // Q -> shared memory, swizzled, by cp.async with tile 0's rows (zero rows past n_heads).
   {
     const uint16_t* q = static_cast<const uint16_t*>(p.q) + i * p.n_heads * kDim;
     constexpr int kChunks = kDim / 8;
+#pragma unroll 4
     for (int idx = threadIdx.x; idx < kHeads * kChunks; idx += kThreads) {
       const int h = idx / kChunks, ch = idx % kChunks;
-      uint4 v = make_uint4(0, 0, 0, 0);
-      if (h < p.n_heads) v = *reinterpret_cast<const uint4*>(q + h * kDim + ch * 8);
-      *reinterpret_cast<uint4*>(sq + (ch / 8) * kAtom + SwizzledChunk(h, ch % 8)) = v;
+      const bool live = h < p.n_heads;
+      CpAsync16(sq + (ch / 8) * kAtom + SwizzledChunk(h, ch % 8),
+                q + (live ? h : 0) * kDim + ch * 8, live);
     }
   }
   const int64_t len0 = SetLength(p.sets[0], i);
