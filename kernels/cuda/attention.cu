@@ -239,8 +239,8 @@ Status LaunchSparseAttention(const SparseAttentionParams& p, cudaStream_t stream
           "SparseAttention (tensor cores): need head_dim 128 or 512, n_heads <= 64 and bf16 or "
           "V4 fp8 KV");
     }
-    if (p.tc_kernel == AttentionTcKernel::kAuto && detail::WgmmaAttentionApplies(p)) {
-      return detail::LaunchSparseAttentionWgmma(p, stream);
+    if (p.tc_kernel != AttentionTcKernel::kMma && detail::WgmmaAttentionApplies(p)) {
+      return detail::LaunchSparseAttentionWgmma(p, p.tc_kernel == AttentionTcKernel::kAuto, stream);
     }
     return detail::LaunchSparseAttentionMma(p, stream);
   }

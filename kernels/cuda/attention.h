@@ -40,8 +40,9 @@ namespace nw::cuda {
 enum class KvFormat { kFp32, kBf16, kV4Fp8 };
 
 /// The tensor-core kernel (q_bf16): kAuto takes wgmma where it applies (head_dim 512, bf16 KV),
-/// kMma the mma.sync kernel. For tests and the perf mode; both meet the same bound.
-enum class AttentionTcKernel { kAuto, kMma };
+/// its rows by bulk tensor copies; kWgmmaCpAsync the same kernel with its rows by cp.async; kMma
+/// the mma.sync kernel. For tests and the perf mode; all meet the same bound.
+enum class AttentionTcKernel { kAuto, kWgmmaCpAsync, kMma };
 
 struct KvSet {
   const void* kv = nullptr;  // kFp32/kBf16: [rows, head_dim]; kV4Fp8: [rows / page_size pages]

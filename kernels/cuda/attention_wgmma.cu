@@ -17,6 +17,7 @@
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/hopper.cuh"
 #include "kernels/cuda/mma.cuh"
+#include "kernels/cuda/tensor_map.h"
 
 namespace nw::cuda::detail {
 namespace {
@@ -39,11 +40,19 @@ struct WgAttnSmem {
   static constexpr size_t kSum = kMax + 2 * kHeads * sizeof(float);      // float [2][64]
   static constexpr size_t kRow = kSum + 2 * kHeads * sizeof(float);      // int64 [3][64]
   static constexpr size_t kSet = kRow + 3 * kEntries * sizeof(int64_t);  // int [3][64]
-  static constexpr size_t kBytes = kSet + 3 * kEntries * sizeof(int);
+  static constexpr size_t kBar = kSet + 3 * kEntries * sizeof(int);      // uint64 q, full[2]
+  static constexpr size_t kBytes = kBar + 3 * sizeof(uint64_t);
   static constexpr size_t kAlloc = kBytes + 1024;  // room to align the base to 1024
 };
 
-__global__ void __launch_bounds__(kThreads, 1) SparseAttentionWgmmaKernel(SparseAttentionParams p) {
+// kTma: Q and the KV rows arrive by bulk tensor copies (one 128-byte box a row and atom, rows
+// past the buffer zero-filled), completing on mbarriers; else by cp.async from every thread.
+template <bool kTma>
+__global__ void __launch_bounds__(kThreads, 1)
+    SparseAttentionWgmmaKernel(const __grid_constant__ CUtensorMap qmap,
+                               const __grid_constant__ CUtensorMap kvmap0,
+                               const __grid_constant__ CUtensorMap kvmap1,
+                               SparseAttentionParams p) {
   using L = WgAttnSmem;
   extern __shared__ unsigned char smem_raw[];
   unsigned char* smem = reinterpret_cast<unsigned char*>(
@@ -55,13 +64,31 @@ __global__ void __launch_bounds__(kThreads, 1) SparseAttentionWgmmaKernel(Sparse
   float(*ssum)[kHeads] = reinterpret_cast<float(*)[kHeads]>(smem + L::kSum);
   int64_t(*s_row)[kEntries] = reinterpret_cast<int64_t(*)[kEntries]>(smem + L::kRow);
   int(*s_set)[kEntries] = reinterpret_cast<int(*)[kEntries]>(smem + L::kSet);
+  uint64_t* qbar = reinterpret_cast<uint64_t*>(smem + L::kBar);
+  uint64_t* full = qbar + 1;  // [2]: tile u's rows in stage u % 2, 64 arrivals a phase
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
   const int c = warp >> 2, wq = warp & 3;
   const int64_t i = blockIdx.x;
 
-  // Q -> shared memory, swizzled, by cp.async with tile 0's rows (zero rows past n_heads).
-  {
+  if constexpr (kTma) {
+    if (threadIdx.x == 0) {
+      MbarInit(qbar, 1);
+      MbarInit(&full[0], kEntries);
+      MbarInit(&full[1], kEntries);
+      MbarInitFence();
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      // Q: 8 boxes of 64 rows (heads; rows past n_heads are the next query's, never stored, or
+      // zeros past the last) x 64 dims.
+      MbarArriveExpectTx(qbar, kSub * kAtom);
+      for (int kb = 0; kb < kSub; ++kb) {
+        TmaLoad2d(sq + kb * kAtom, &qmap, kb * 64, static_cast<int32_t>(i * p.n_heads), qbar);
+      }
+    }
+  } else {
+    // Q by cp.async with tile 0's rows (zero rows past n_heads).
     const uint16_t* q = static_cast<const uint16_t*>(p.q) + i * p.n_heads * kDim;
     constexpr int kChunks = kDim / 8;
 #pragma unroll 4
@@ -94,6 +121,23 @@ __global__ void __launch_bounds__(kThreads, 1) SparseAttentionWgmmaKernel(Sparse
   const unsigned char* kv1 = static_cast<const unsigned char*>(p.sets[1].kv) + ch * 16;
   static_assert(kThreads == 4 * kEntries && kDim / 8 == 64);
   auto issue = [&](int64_t u) {
+    if constexpr (kTma) {
+      // Thread r < 64 copies row r of tile u (its own lookup): 8 boxes of 128 bytes; a skipped
+      // entry reads past the buffer's last row (zeros).
+      if (threadIdx.x < kEntries && u < tiles) {
+        const int r = threadIdx.x;
+        const int set = s_set[u % 3][r];
+        const int64_t row = s_row[u % 3][r];
+        const CUtensorMap* map = set != 0 ? &kvmap1 : &kvmap0;
+        const int32_t y = static_cast<int32_t>(row >= 0 ? row : p.sets[set].rows);
+        unsigned char* dst = skv + (u & 1) * kSub * kAtom + r * 128;
+        MbarArriveExpectTx(&full[u & 1], kSub * 128);
+#pragma unroll
+        for (int kb = 0; kb < kSub; ++kb)
+          TmaLoad2d(dst + kb * kAtom, map, kb * 64, y, &full[u & 1]);
+      }
+      return;
+    }
     if (u < tiles) {
       unsigned char* dst = skv + (u & 1) * kSub * kAtom + ch_off;
       const int64_t* rows = s_row[u % 3];
@@ -154,9 +198,14 @@ __global__ void __launch_bounds__(kThreads, 1) SparseAttentionWgmmaKernel(Sparse
 
   for (int64_t t = 0; t < tiles; ++t) {
     const unsigned char* kv = skv + (t & 1) * kSub * kAtom;
-    CpAsyncWait<0>();
-    FenceProxyAsync();  // this thread's copies and stores of tile t (and Q), for the tensor cores
-    __syncthreads();    // tile t is complete; tile t - 1 (stage, P, maxima) is no longer read
+    if constexpr (kTma) {
+      if (t == 0) MbarWait(qbar, 0);
+      MbarWait(&full[t & 1], static_cast<uint32_t>((t >> 1) & 1));
+    } else {
+      CpAsyncWait<0>();
+      FenceProxyAsync();  // this thread's copies and stores of tile t (and Q), for wgmma
+    }
+    __syncthreads();  // tile t is complete; tile t - 1 (stage, P, maxima) is no longer read
 
     // S = Q K^T over this warpgroup's 32 entries.
     float s[16];
@@ -280,7 +329,11 @@ __global__ void __launch_bounds__(kThreads, 1) SparseAttentionWgmmaKernel(Sparse
     WgmmaWait<0>();
     WgmmaFenceOperands(o);
   }
-  CpAsyncWait<0>();  // no copy outlives the block (the trailing groups are empty)
+  if constexpr (kTma) {
+    if (tiles == 0) MbarWait(qbar, 0);  // no copy outlives the block
+  } else {
+    CpAsyncWait<0>();  // no copy outlives the block (the trailing groups are empty)
+  }
 
   // Row sums of both halves, then the outputs of this warpgroup's dims.
   if (t4 == 0) {
@@ -312,19 +365,38 @@ bool WgmmaAttentionApplies(const SparseAttentionParams& p) {
   if (!p.q_bf16 || p.head_dim != kDim || p.n_heads > kHeads || p.kv_format != KvFormat::kBf16) {
     return false;
   }
-  if (reinterpret_cast<uintptr_t>(p.q) % 16 != 0) return false;
+  if (reinterpret_cast<uintptr_t>(p.q) % 16 != 0 || p.m * p.n_heads >= 0x7FFFFFFF) return false;
   for (const KvSet& s : p.sets) {
-    if (s.indices != nullptr && reinterpret_cast<uintptr_t>(s.kv) % 16 != 0) return false;
+    if (s.indices != nullptr &&
+        (reinterpret_cast<uintptr_t>(s.kv) % 16 != 0 || s.rows >= 0x7FFFFFFF)) {
+      return false;
+    }
   }
   return true;
 }
 
-Status LaunchSparseAttentionWgmma(const SparseAttentionParams& p, cudaStream_t stream) {
-  NW_RETURN_IF_ERROR(
-      AllowDynamicSharedMemory(reinterpret_cast<const void*>(&SparseAttentionWgmmaKernel),
-                               WgAttnSmem::kAlloc, "SparseAttentionWgmmaKernel"));
-  SparseAttentionWgmmaKernel<<<static_cast<unsigned>(p.m), kThreads, WgAttnSmem::kAlloc, stream>>>(
-      p);
+Status LaunchSparseAttentionWgmma(const SparseAttentionParams& p, bool tma, cudaStream_t stream) {
+  CUtensorMap maps[3] = {};
+  if (tma) {
+    Result<CUtensorMap> q = Bf16RowsSw128Map(p.q, static_cast<uint64_t>(p.m * p.n_heads), kDim, 64);
+    if (!q.ok()) return q.status();
+    maps[0] = *q;
+    for (int s = 0; s < 2; ++s) {
+      const KvSet& set = p.sets[s];
+      if (set.indices == nullptr || set.kv == nullptr || set.rows < 1) {
+        maps[1 + s] = maps[0];  // never read: the set has no entries
+        continue;
+      }
+      Result<CUtensorMap> kv = Bf16RowsSw128Map(set.kv, static_cast<uint64_t>(set.rows), kDim, 1);
+      if (!kv.ok()) return kv.status();
+      maps[1 + s] = *kv;
+    }
+  }
+  auto kernel = tma ? SparseAttentionWgmmaKernel<true> : SparseAttentionWgmmaKernel<false>;
+  NW_RETURN_IF_ERROR(AllowDynamicSharedMemory(reinterpret_cast<const void*>(kernel),
+                                              WgAttnSmem::kAlloc, "SparseAttentionWgmmaKernel"));
+  kernel<<<static_cast<unsigned>(p.m), kThreads, WgAttnSmem::kAlloc, stream>>>(maps[0], maps[1],
+                                                                               maps[2], p);
   return NW_CUDA_LAUNCH_STATUS("SparseAttentionWgmmaKernel");
 }
 

@@ -34,8 +34,8 @@ void RunAttention(const AttnCase& c, uint64_t seed) {
   SCOPED_TRACE(::testing::Message()
                << "m " << c.m << " heads " << c.n_heads << " dim " << c.head_dim << " window "
                << c.window << " topk " << c.topk << " format " << static_cast<int>(c.format)
-               << " tc " << c.tensor_cores << " mma.sync forced "
-               << (c.tc_kernel == AttentionTcKernel::kMma) << " seed " << seed);
+               << " tc " << c.tensor_cores << " tc kernel " << static_cast<int>(c.tc_kernel)
+               << " seed " << seed);
   Rng rng(seed);
   const int H = c.n_heads, D = c.head_dim;
   const int64_t rows0 = 300, rows1 = 700;  // window buffer and compressed buffer rows
@@ -221,12 +221,14 @@ TEST(CudaAttention, SimtV4Fp8Kv) {
   RunAttention({7, 4, 128, 64, 128, 64, KvFormat::kV4Fp8, false}, seed++);
 }
 
-// head_dim 512 with bf16 KV takes the wgmma kernel; each such case also runs the mma.sync kernel
-// (forced). Window and top-k widths that end mid-tile (64-entry tiles), 33 heads (padded rows).
+// head_dim 512 with bf16 KV takes the wgmma kernel (rows by bulk tensor copies); each such case
+// also runs it with rows by cp.async, and the mma.sync kernel (forced). Window and top-k widths
+// that end mid-tile (64-entry tiles), 33 heads (padded rows).
 TEST(CudaAttention, TensorCoresBf16Kv) {
   NW_REQUIRE_GPU();
   uint64_t seed = 20;
-  for (AttentionTcKernel k : {AttentionTcKernel::kAuto, AttentionTcKernel::kMma}) {
+  for (AttentionTcKernel k :
+       {AttentionTcKernel::kAuto, AttentionTcKernel::kWgmmaCpAsync, AttentionTcKernel::kMma}) {
     AttnCase a{6, 64, 512, 64, 128, 512, KvFormat::kBf16, true};
     a.tc_kernel = k;
     RunAttention(a, seed++);

@@ -367,8 +367,10 @@ void PerfAttention(const std::string& filter) {
       const bool in_l2 = std::string(v.tag).find("in L2") != std::string::npos;
       p.sets[0] = {kv, rows, in_l2 ? d0_l2.data() : d0.data(), nullptr, W};
       p.sets[1] = {kv, rows, in_l2 ? d1_l2.data() : d1.data(), nullptr, K};
-      p.tc_kernel = std::string(v.tag).find("mma.sync") != std::string::npos
-                        ? AttentionTcKernel::kMma
+      const std::string tag = v.tag;
+      p.tc_kernel = tag.find("mma.sync") != std::string::npos ? AttentionTcKernel::kMma
+                    : tag.find("wgmma cp.async") != std::string::npos
+                        ? AttentionTcKernel::kWgmmaCpAsync
                         : AttentionTcKernel::kAuto;
       Report(name, TimeMs([&] { return LaunchSparseAttention(p, nullptr); }, 2, v.tc ? 10 : 3),
              flops, m * (W + K) * v.row_bytes + m * H * D * (4.0 + (v.tc ? 2.0 : 4.0)));
