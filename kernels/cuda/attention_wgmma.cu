@@ -207,17 +207,21 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     __syncthreads();  // tile t is complete; tile t - 1 (stage, P, maxima) is no longer read
 
-    // S = Q K^T over this warpgroup's 32 entries.
-    float s[16];
+    // S = Q K^T over this warpgroup's 32 entries, as two independent chains of MMAs (even and
+    // odd k steps) that are added afterwards: the tensor cores need not wait for one small MMA's
+    // result before starting the next.
+    float s[16], s_odd[16];
 #pragma unroll
-    for (int e = 0; e < 16; ++e) s[e] = 0.0f;
+    for (int e = 0; e < 16; ++e) s[e] = s_odd[e] = 0.0f;
     WgmmaFenceOperands(s);
+    WgmmaFenceOperands(s_odd);
     WgmmaFence();
     const uint64_t dk = Sw128Desc(kv + 32 * c * 128);
 #pragma unroll
-    for (int k = 0; k < kDim / 16; ++k) {
+    for (int k = 0; k < kDim / 16; k += 2) {
       const uint32_t off = (k / 4) * kAtom + (k % 4) * 32;
       WgmmaM64N32K16Bf16(s, DescPlus(dq, off), DescPlus(dk, off), k > 0);
+      WgmmaM64N32K16Bf16(s_odd, DescPlus(dq, off + 32), DescPlus(dk, off + 32), k > 0);
     }
     WgmmaCommit();
     // While the tensor cores work: the next tile's copies, the slots of the one after, and the
@@ -228,6 +232,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     prefetch_index(t + kPrefetch + 1);
     WgmmaWait<0>();
     WgmmaFenceOperands(s);
+    WgmmaFenceOperands(s_odd);
+#pragma unroll
+    for (int e = 0; e < 16; ++e) s[e] += s_odd[e];
 
     // Scale and mask; row maxima over this warpgroup's entries, then over both.
     const int64_t* rows = s_row[t % 3];
