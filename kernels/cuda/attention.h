@@ -40,9 +40,10 @@ namespace nw::cuda {
 enum class KvFormat { kFp32, kBf16, kV4Fp8 };
 
 /// The tensor-core kernel (q_bf16): kAuto takes wgmma where it applies (head_dim 512, bf16 KV),
-/// its rows by bulk tensor copies; kWgmmaCpAsync the same kernel with its rows by cp.async; kMma
-/// the mma.sync kernel. For tests and the perf mode; all meet the same bound.
-enum class AttentionTcKernel { kAuto, kWgmmaCpAsync, kMma };
+/// its rows by cp.async; kWgmmaTma the same kernel with Q and the rows by bulk tensor copies
+/// (slower: one 128-byte box a row and atom, 512 copies a tile from two warps); kMma the
+/// mma.sync kernel. For tests and the perf mode; all meet the same bound.
+enum class AttentionTcKernel { kAuto, kWgmmaTma, kMma };
 
 struct KvSet {
   const void* kv = nullptr;  // kFp32/kBf16: [rows, head_dim]; kV4Fp8: [rows / page_size pages]

@@ -350,6 +350,7 @@ void PerfAttention(const std::string& filter) {
     };
     for (const Variant& v :
          {Variant{"bf16 kv, tensor cores", KvFormat::kBf16, true, 2.0 * D},
+          Variant{"bf16 kv, wgmma, rows by tma", KvFormat::kBf16, true, 2.0 * D},
           Variant{"bf16 kv, mma.sync", KvFormat::kBf16, true, 2.0 * D},
           Variant{"bf16 kv, tensor cores, rows in L2", KvFormat::kBf16, true, 2.0 * D},
           Variant{"v4 fp8 kv, tensor cores", KvFormat::kV4Fp8, true, 584.0},
@@ -368,10 +369,9 @@ void PerfAttention(const std::string& filter) {
       p.sets[0] = {kv, rows, in_l2 ? d0_l2.data() : d0.data(), nullptr, W};
       p.sets[1] = {kv, rows, in_l2 ? d1_l2.data() : d1.data(), nullptr, K};
       const std::string tag = v.tag;
-      p.tc_kernel = tag.find("mma.sync") != std::string::npos ? AttentionTcKernel::kMma
-                    : tag.find("wgmma cp.async") != std::string::npos
-                        ? AttentionTcKernel::kWgmmaCpAsync
-                        : AttentionTcKernel::kAuto;
+      p.tc_kernel = tag.find("mma.sync") != std::string::npos      ? AttentionTcKernel::kMma
+                    : tag.find("rows by tma") != std::string::npos ? AttentionTcKernel::kWgmmaTma
+                                                                   : AttentionTcKernel::kAuto;
       Report(name, TimeMs([&] { return LaunchSparseAttention(p, nullptr); }, 2, v.tc ? 10 : 3),
              flops, m * (W + K) * v.row_bytes + m * H * D * (4.0 + (v.tc ? 2.0 : 4.0)));
     }
