@@ -7,6 +7,7 @@
 
 #include "common/status.h"
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/device_util.cuh"
 #include "kernels/quant/scalar.h"
 
 namespace nw::cuda::detail {
@@ -29,6 +30,44 @@ __device__ __forceinline__ Slot SlotAt(const SparseAttentionParams& p, int64_t i
   const KvSet& ks = p.sets[set];
   const int64_t idx = ks.indices[i * ks.index_stride + (set == 0 ? s : s - len0)];
   return {set, (idx >= 0 && idx < ks.rows) ? idx : int64_t{-1}};
+}
+
+/// One online-softmax step (base 2) for a thread's two rows of a tensor-core tile: s[n] holds the
+/// scaled, masked logits of row 0 in s[n][0..1] and of row 1 in s[n][2..3] (the m16n8 / wgmma
+/// accumulator layout), mn0 / mn1 the rows' new maxima. Turns s into the probabilities, adds
+/// their sums over the quad to l (after rescaling l by e^(m - mn)), moves m to mn and rescales
+/// the output accumulators o (same layout) by the same factors.
+template <int kN, int kO>
+__device__ __forceinline__ void SoftmaxStep(float (&s)[kN][4], float (&o)[kO][4], float mn0,
+                                            float mn1, float& m0, float& m1, float& l0, float& l1) {
+  const float c0 = mn0 == -INFINITY ? 1.0f : exp2f(m0 - mn0);
+  const float c1 = mn1 == -INFINITY ? 1.0f : exp2f(m1 - mn1);
+  float sum0 = 0.0f, sum1 = 0.0f;
+#pragma unroll
+  for (int n = 0; n < kN; ++n) {
+    s[n][0] = mn0 == -INFINITY ? 0.0f : exp2f(s[n][0] - mn0);
+    s[n][1] = mn0 == -INFINITY ? 0.0f : exp2f(s[n][1] - mn0);
+    s[n][2] = mn1 == -INFINITY ? 0.0f : exp2f(s[n][2] - mn1);
+    s[n][3] = mn1 == -INFINITY ? 0.0f : exp2f(s[n][3] - mn1);
+    sum0 += s[n][0] + s[n][1];
+    sum1 += s[n][2] + s[n][3];
+  }
+#pragma unroll
+  for (int off = 1; off < 4; off <<= 1) {
+    sum0 += __shfl_xor_sync(kFullMask, sum0, off);
+    sum1 += __shfl_xor_sync(kFullMask, sum1, off);
+  }
+  l0 = l0 * c0 + sum0;
+  l1 = l1 * c1 + sum1;
+  m0 = mn0;
+  m1 = mn1;
+#pragma unroll
+  for (int n = 0; n < kO; ++n) {
+    o[n][0] *= c0;
+    o[n][1] *= c0;
+    o[n][2] *= c1;
+    o[n][3] *= c1;
+  }
 }
 
 /// Dequantized value c of V4-fp8 row `row` of a paged cache (exactly quant::FakeQuantV4Kv's).

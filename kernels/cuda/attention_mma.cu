@@ -263,34 +263,7 @@ __global__ void __launch_bounds__(kThreads, 1) SparseAttentionMmaKernel(SparseAt
       mx1 = fmaxf(mx1, __shfl_xor_sync(kFullMask, mx1, off));
     }
     const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
-    const float c0 = mn0 == -INFINITY ? 1.0f : exp2f(m0 - mn0);
-    const float c1 = mn1 == -INFINITY ? 1.0f : exp2f(m1 - mn1);
-    float sum0 = 0.0f, sum1 = 0.0f;
-#pragma unroll
-    for (int n = 0; n < kN; ++n) {
-      s[n][0] = mn0 == -INFINITY ? 0.0f : exp2f(s[n][0] - mn0);
-      s[n][1] = mn0 == -INFINITY ? 0.0f : exp2f(s[n][1] - mn0);
-      s[n][2] = mn1 == -INFINITY ? 0.0f : exp2f(s[n][2] - mn1);
-      s[n][3] = mn1 == -INFINITY ? 0.0f : exp2f(s[n][3] - mn1);
-      sum0 += s[n][0] + s[n][1];
-      sum1 += s[n][2] + s[n][3];
-    }
-#pragma unroll
-    for (int off = 1; off < 4; off <<= 1) {
-      sum0 += __shfl_xor_sync(kFullMask, sum0, off);
-      sum1 += __shfl_xor_sync(kFullMask, sum1, off);
-    }
-    l0 = l0 * c0 + sum0;
-    l1 = l1 * c1 + sum1;
-    m0 = mn0;
-    m1 = mn1;
-#pragma unroll
-    for (int n = 0; n < kOut; ++n) {
-      o[n][0] *= c0;
-      o[n][1] *= c0;
-      o[n][2] *= c1;
-      o[n][3] *= c1;
-    }
+    SoftmaxStep(s, o, mn0, mn1, m0, m1, l0, l1);
     // O += P V over the tile's 4 groups of 16 entries.
 #pragma unroll
     for (int kk = 0; kk < kTile / 16; ++kk) {

@@ -57,8 +57,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                                SparseAttentionParams p) {
   using L = WgAttnSmem;
   extern __shared__ unsigned char smem_raw[];
-  unsigned char* smem = reinterpret_cast<unsigned char*>(
-      (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~static_cast<uintptr_t>(1023));
+  unsigned char* smem = Align1024(smem_raw);
   unsigned char* sq = smem + L::kQ;
   unsigned char* skv = smem + L::kKv;
   uint16_t* sp = reinterpret_cast<uint16_t*>(smem + L::kP);
@@ -265,34 +264,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     mx0 = fmaxf(smax[0][r0], smax[1][r0]);
     mx1 = fmaxf(smax[0][r1], smax[1][r1]);
     const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
-    const float c0 = mn0 == -INFINITY ? 1.0f : exp2f(m0 - mn0);
-    const float c1 = mn1 == -INFINITY ? 1.0f : exp2f(m1 - mn1);
-    float sum0 = 0.0f, sum1 = 0.0f;
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      s[4 * j] = mn0 == -INFINITY ? 0.0f : exp2f(s[4 * j] - mn0);
-      s[4 * j + 1] = mn0 == -INFINITY ? 0.0f : exp2f(s[4 * j + 1] - mn0);
-      s[4 * j + 2] = mn1 == -INFINITY ? 0.0f : exp2f(s[4 * j + 2] - mn1);
-      s[4 * j + 3] = mn1 == -INFINITY ? 0.0f : exp2f(s[4 * j + 3] - mn1);
-      sum0 += s[4 * j] + s[4 * j + 1];
-      sum1 += s[4 * j + 2] + s[4 * j + 3];
-    }
-#pragma unroll
-    for (int off = 1; off < 4; off <<= 1) {
-      sum0 += __shfl_xor_sync(kFullMask, sum0, off);
-      sum1 += __shfl_xor_sync(kFullMask, sum1, off);
-    }
-    l0 = l0 * c0 + sum0;
-    l1 = l1 * c1 + sum1;
-    m0 = mn0;
-    m1 = mn1;
-#pragma unroll
-    for (int j = 0; j < 32; ++j) {
-      o[4 * j] *= c0;
-      o[4 * j + 1] *= c0;
-      o[4 * j + 2] *= c1;
-      o[4 * j + 3] *= c1;
-    }
+    SoftmaxStep(reinterpret_cast<float(&)[4][4]>(s), reinterpret_cast<float(&)[32][4]>(o), mn0, mn1,
+                m0, m1, l0, l1);
     // P in bf16: this warpgroup's two k16 steps of entries as A fragments, and into shared
     // memory for the other warpgroup.
     uint32_t pa[2][4];

@@ -75,8 +75,7 @@ __global__ void __launch_bounds__(kThreadsW, 1)
   constexpr int kQc = kCols / kHp;       // queries of a consumer
   constexpr int kQb = kConsumers * kQc;  // queries of the block
   extern __shared__ unsigned char smem_raw[];
-  unsigned char* smem = reinterpret_cast<unsigned char*>(
-      (reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~static_cast<uintptr_t>(1023));
+  unsigned char* smem = Align1024(smem_raw);
   unsigned char* sa = smem + L::kA;
   unsigned char* sb = smem + L::kB;
   float* sw = reinterpret_cast<float*>(smem + L::kW);
