@@ -2,7 +2,7 @@
 //
 //   cuda_backend_ops_test [gtest flags]      test mode: every kernel against the CPU reference
 //                                            (--gtest_filter='CudaTopK.*' etc. picks ops)
-//   cuda_backend_ops_test --perf [--filter=SUBSTR]
+//   cuda_backend_ops_test --perf [--filter=SUBSTR[|SUBSTR...]]
 //                                            perf mode: times the kernels at DeepSeek-V4-Flash
 //                                            shapes and prints achieved TFLOP/s and GB/s against
 //                                            the H200 ceilings (docs/cuda.md)

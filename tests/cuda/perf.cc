@@ -118,8 +118,19 @@ void Report(const char* name, double ms, double flops, double bytes) {
   std::fflush(stdout);
 }
 
+/// Whether the case `name` runs: no filter, or one of the filter's '|'-separated substrings
+/// occurs in the name.
 bool Want(const std::string& filter, const char* name) {
-  return filter.empty() || std::string(name).find(filter) != std::string::npos;
+  if (filter.empty()) return true;
+  const std::string n = name;
+  size_t start = 0;
+  while (true) {
+    const size_t bar = filter.find('|', start);
+    const std::string part = filter.substr(start, bar == std::string::npos ? bar : bar - start);
+    if (!part.empty() && n.find(part) != std::string::npos) return true;
+    if (bar == std::string::npos) return false;
+    start = bar + 1;
+  }
 }
 
 void PerfCopy() {

@@ -6,7 +6,8 @@
 
 namespace nw::cuda::testing {
 
-/// Runs the perf cases whose name contains `filter` (all when empty); returns the exit code.
+/// Runs the perf cases whose name contains `filter`, or one of its '|'-separated parts (all when
+/// empty); returns the exit code.
 int RunPerf(const std::string& filter);
 
 }  // namespace nw::cuda::testing
