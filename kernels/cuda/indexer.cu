@@ -210,6 +210,9 @@ Status LaunchIndexerLogits(const IndexerLogitsParams& params, cudaStream_t strea
     if (p.decode_tiles_per_block > 0) per = p.decode_tiles_per_block;
     const unsigned splits =
         static_cast<unsigned>(std::clamp<int64_t>((tiles + per - 1) / per, 1, 65535));
+    if (p.decode_kernel == IndexerDecodeKernel::kAuto && detail::WgmmaDecodeIndexerApplies(p)) {
+      return detail::LaunchIndexerDecodeWgmma(p, splits, stream);
+    }
     return detail::LaunchIndexerMma(p, splits, stream);
   }
   const unsigned splits = static_cast<unsigned>(

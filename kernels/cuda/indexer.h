@@ -12,12 +12,14 @@
 //   kFp32  exact path: SIMT fp32 with the CPU's association order (8 interleaved partial dot
 //          sums, heads summed in ascending order, every product and sum rounded separately), so
 //          the logits are the CPU's bits. k_scale must be null.
-//   kBf16  tensor cores (mma.sync m16n8k16 bf16, fp32 accumulation; contiguous keys with 16 or
-//          more queries, 16-byte aligned q and k: Hopper wgmma with keys by bulk tensor copy,
-//          see indexer_wgmma.cu); k_scale optional (a per-key fp32 factor, e.g. an NVFP4 row's
-//          global scale).
-//   kFp8   e4m3 codes widened exactly to bf16 in shared memory, then as kBf16; k_scale required
-//          (the per-key power-of-two scale of the fp8 index-K cache, 132 bytes a key).
+//   kBf16  tensor cores, bf16 products with fp32 accumulation: contiguous keys with 16 or more
+//          queries and 16-byte aligned q and k take Hopper wgmma with keys by bulk tensor copy
+//          (indexer_wgmma.cu); one query per block (paged keys, fewer queries) takes wgmma with
+//          the keys as a register operand (indexer_decode_wgmma.cu); the rest mma.sync m16n8k16.
+//          k_scale optional (a per-key fp32 factor, e.g. an NVFP4 row's global scale).
+//   kFp8   e4m3 codes widened exactly to bf16 (in registers for the decode wgmma kernel, in
+//          shared memory for the mma.sync kernels), then as kBf16; k_scale required (the per-key
+//          power-of-two scale of the fp8 index-K cache, 132 bytes a key).
 // The fake-quantized index q/k of every precision profile (bf16, fp8, MXFP4, NVFP4 rows) are
 // exact bf16 values or exact bf16 values times a per-row factor, so the bf16 path computes exact
 // products; only the fp32 summation order differs from the CPU. Deterministic run to run.
@@ -38,6 +40,12 @@ enum class IndexerKeyFormat { kFp32, kBf16, kFp8 };
 /// applies (bf16 keys, 16-byte aligned q and k), kMma the mma.sync grouped kernel. For tests and
 /// the perf mode; both give logits within the same bound of the CPU's.
 enum class IndexerPrefillKernel { kAuto, kMma };
+
+/// The kernel of a one-query-per-block launch (paged keys, or fewer than 16 queries): kAuto takes
+/// Hopper wgmma where it applies (bf16 or e4m3 keys, k 16-byte aligned; indexer_decode_wgmma.cu),
+/// kMma the mma.sync kernel. For tests and the perf mode; both give logits within the same bound
+/// of the CPU's.
+enum class IndexerDecodeKernel { kAuto, kMma };
 
 struct IndexerLogitsParams {
   const void* q = nullptr;         // [m, n_heads, head_dim] fp32 (kFp32 keys) or bf16
@@ -66,10 +74,12 @@ struct IndexerLogitsParams {
   // 64-key tiles per block of the one-query-per-block tensor-core kernel (paged keys or fewer
   // than 16 queries), 0: chosen from the shape. For tests: the results do not depend on it.
   int decode_tiles_per_block = 0;
-  // cp.async stages of that kernel's key pipeline, 2 or 3; 0: the default (2: more blocks fit a
-  // multiprocessor). For tests and the perf mode: the results do not depend on it.
+  // cp.async stages of that kernel's key pipeline, 2 or 3; 0: the default (mma.sync 2: more
+  // blocks fit a multiprocessor; wgmma 3). For tests and the perf mode: the results do not
+  // depend on it.
   int decode_stages = 0;
   IndexerPrefillKernel prefill_kernel = IndexerPrefillKernel::kAuto;
+  IndexerDecodeKernel decode_kernel = IndexerDecodeKernel::kAuto;
   // Blocks the wgmma kernel spreads each query block's key tiles over (its grid's y), 0: chosen
   // from the shape. For tests: the results do not depend on it.
   int prefill_key_splits = 0;

@@ -46,6 +46,21 @@ __device__ __forceinline__ int64_t KeyRow(const IndexerLogitsParams& p, const In
   return (page < 0 || row >= p.key_rows) ? -1 : row;
 }
 
+/// Physical row of logical key j (KeyRow) with 32-bit division when j and the page size allow,
+/// -2 past the query's keys.
+__device__ __forceinline__ int64_t DecodeKeyRow(const IndexerLogitsParams& p,
+                                                const IndexerKeys& keys, int64_t j) {
+  if (j >= keys.len) return -2;
+  if (keys.table == nullptr) return keys.base + j;
+  if (j > 0x7FFFFFFF) return KeyRow(p, keys, j);
+  const uint32_t ps = static_cast<uint32_t>(p.page_size);
+  const uint32_t jj = static_cast<uint32_t>(j);
+  const uint32_t pg = jj / ps;
+  const int64_t page = keys.table[pg];
+  const int64_t row = page * p.page_size + (jj - pg * ps);
+  return (page < 0 || row >= p.key_rows) ? -1 : row;
+}
+
 /// -inf into out[i, j] for len <= j < out_cols, this block's share (by blockIdx.y).
 __device__ __forceinline__ void FillTail(const IndexerLogitsParams& p, int64_t i, int64_t len) {
   float* out = p.out + i * p.out_stride;
@@ -75,5 +90,11 @@ Status LaunchIndexerMmaGroup(const IndexerLogitsParams& p, int64_t max_len, cuda
 bool WgmmaIndexerApplies(const IndexerLogitsParams& p);
 /// Hopper wgmma, many queries per block (indexer_wgmma.cu); WgmmaIndexerApplies(p) holds.
 Status LaunchIndexerWgmma(const IndexerLogitsParams& p, int64_t max_len, cudaStream_t stream);
+/// Whether the wgmma decode kernel takes these (validated) params: bf16 or e4m3 keys, k 16-byte,
+/// q and k_scale 4-byte aligned.
+bool WgmmaDecodeIndexerApplies(const IndexerLogitsParams& p);
+/// Hopper wgmma, one query per block over `splits` blocks (indexer_decode_wgmma.cu);
+/// WgmmaDecodeIndexerApplies(p) holds.
+Status LaunchIndexerDecodeWgmma(const IndexerLogitsParams& p, unsigned splits, cudaStream_t stream);
 
 }  // namespace nw::cuda::detail

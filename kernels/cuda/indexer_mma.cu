@@ -68,21 +68,6 @@ __device__ __forceinline__ void ReduceScatterRowGroups(const float (&v)[kN], int
   for (int e = 0; e < kN / 8; ++e) out[e] = w[e];
 }
 
-// Physical row of logical key j (KeyRow) with 32-bit division when j and the page size allow,
-// -2 past the query's keys.
-__device__ __forceinline__ int64_t DecodeKeyRow(const IndexerLogitsParams& p,
-                                                const IndexerKeys& keys, int64_t j) {
-  if (j >= keys.len) return -2;
-  if (keys.table == nullptr) return keys.base + j;
-  if (j > 0x7FFFFFFF) return KeyRow(p, keys, j);
-  const uint32_t ps = static_cast<uint32_t>(p.page_size);
-  const uint32_t jj = static_cast<uint32_t>(j);
-  const uint32_t pg = jj / ps;
-  const int64_t page = keys.table[pg];
-  const int64_t row = page * p.page_size + (jj - pg * ps);
-  return (page < 0 || row >= p.key_rows) ? -1 : row;
-}
-
 // One query per block, its tiles blockIdx.y, blockIdx.y + gridDim.y, ... of kTile keys, loaded
 // kStages - 1 tiles ahead with cp.async (a tile's physical rows are looked up one tile earlier
 // still, by the first kTile threads). Each warp multiplies its 16 heads' query fragments

@@ -47,6 +47,7 @@ struct IndexerCase {
   int stages = 0;           // IndexerLogitsParams::decode_stages
   IndexerPrefillKernel prefill = IndexerPrefillKernel::kAuto;
   int key_splits = 0;  // IndexerLogitsParams::prefill_key_splits
+  IndexerDecodeKernel decode = IndexerDecodeKernel::kAuto;
 };
 
 /// Everything one case needs on the host: fake-quantized q/k (what the CPU sees) and the device
@@ -262,6 +263,7 @@ std::vector<float> RunIndexer(const IndexerCase& c, uint64_t seed) {
   p.decode_stages = c.stages;
   p.prefill_kernel = c.prefill;
   p.prefill_key_splits = c.key_splits;
+  p.decode_kernel = c.decode;
   EXPECT_TRUE(LaunchIndexerLogits(p, nullptr).ok());
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   const std::vector<float> got = dout.Download();
@@ -380,29 +382,37 @@ TEST(CudaIndexer, Fp8AndNvfp4KeysTensorCores) {
 // The decode kernel (one query per block, paged keys) streams each block's tiles through a
 // cp.async pipeline: many tiles per block (forced), page sizes that do not divide its 64-key tiles,
 // lengths ending mid-tile; the logits are the same bits however the tiles are spread over blocks.
+// Both decode kernels: wgmma (the default) and mma.sync (forced).
 TEST(CudaIndexer, DecodePipelineOverManyTiles) {
   NW_REQUIRE_GPU();
-  uint64_t seed = 80;
   const std::vector<int64_t> lens = {2000, 1, 700, 4097, 64, 0, 1300};
-  for (Mode mode : {Mode::kBf16, Mode::kFp8, Mode::kNvfp4Scaled}) {
-    for (int page : {16, 100, 256}) {
-      const uint64_t s = seed++;
-      std::vector<float> first;
-      for (int stages : {3, 2}) {
-        for (int per : {1, 3, 16}) {
-          const std::vector<float> got =
-              RunIndexer({mode, true, 64, 128, lens, false, page, per, stages}, s);
-          if (first.empty()) {
-            first = got;
-          } else {
-            EXPECT_TRUE(BitEqual(got, first))
-                << "tiles per block " << per << ", " << stages << " stages against 1, 3";
+  for (IndexerDecodeKernel kernel : {IndexerDecodeKernel::kAuto, IndexerDecodeKernel::kMma}) {
+    SCOPED_TRACE(kernel == IndexerDecodeKernel::kAuto ? "wgmma" : "mma.sync");
+    uint64_t seed = 80;
+    for (Mode mode : {Mode::kBf16, Mode::kFp8, Mode::kNvfp4Scaled}) {
+      for (int page : {16, 100, 256}) {
+        const uint64_t s = seed++;
+        std::vector<float> first;
+        for (int stages : {3, 2}) {
+          for (int per : {1, 3, 16}) {
+            const std::vector<float> got =
+                RunIndexer({mode, true, 64, 128, lens, false, page, per, stages, {}, 0, kernel}, s);
+            if (first.empty()) {
+              first = got;
+            } else {
+              EXPECT_TRUE(BitEqual(got, first))
+                  << "tiles per block " << per << ", " << stages << " stages against 1, 3";
+            }
           }
         }
       }
+      RunIndexer({mode, true, 8, 64, lens, false, 64, 5, 0, {}, 0, kernel}, seed++);
+      RunIndexer({mode, false, 17, 128, {3000, 5, 129}, false, 64, 7, 0, {}, 0, kernel}, seed++);
+      // Every padded head count of the wgmma kernel (16, 32, 64) at both head dims.
+      RunIndexer({mode, true, 16, 128, {300, 65}, false, 64, 0, 0, {}, 0, kernel}, seed++);
+      RunIndexer({mode, true, 32, 64, {300, 65}, false, 32, 0, 0, {}, 0, kernel}, seed++);
+      RunIndexer({mode, true, 33, 64, {129, 2}, false, 64, 0, 0, {}, 0, kernel}, seed++);
     }
-    RunIndexer({mode, true, 8, 64, lens, false, 64, 5}, seed++);
-    RunIndexer({mode, false, 17, 128, {3000, 5, 129}, false, 64, 7}, seed++);
   }
 }
 

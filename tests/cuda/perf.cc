@@ -218,6 +218,11 @@ void PerfIndexer(const std::string& filter) {
       Report("indexer decode bf16 paged", TimeMs([&] { return LaunchIndexerLogits(p, nullptr); }),
              flops, m * len * (2.0 * D + 4.0));
       SweepDecodeTiles("indexer decode bf16 paged", p, flops, m * len * (2.0 * D + 4.0));
+      IndexerLogitsParams mma = p;  // the mma.sync kernel wgmma replaced, as the baseline
+      mma.decode_kernel = IndexerDecodeKernel::kMma;
+      Report("indexer decode bf16 paged, mma.sync",
+             TimeMs([&] { return LaunchIndexerLogits(mma, nullptr); }), flops,
+             m * len * (2.0 * D + 4.0));
     }
     if (Want(filter, "indexer decode fp8 paged")) {
       Fast f{11};
@@ -232,6 +237,11 @@ void PerfIndexer(const std::string& filter) {
       Report("indexer decode fp8 paged", TimeMs([&] { return LaunchIndexerLogits(p, nullptr); }),
              flops, m * len * (D + 4.0 + 4.0));
       SweepDecodeTiles("indexer decode fp8 paged", p, flops, m * len * (D + 4.0 + 4.0));
+      IndexerLogitsParams mma = p;
+      mma.decode_kernel = IndexerDecodeKernel::kMma;
+      Report("indexer decode fp8 paged, mma.sync",
+             TimeMs([&] { return LaunchIndexerLogits(mma, nullptr); }), flops,
+             m * len * (D + 4.0 + 4.0));
     }
   }
   {  // Prefill: 4096 queries over 16384 keys (a 64K-token request), contiguous.

@@ -1,0 +1,292 @@
+// Decode indexer logits on Hopper's wgmma (see indexer.h): one query per block of one warpgroup,
+// its key tiles blockIdx.y, blockIdx.y + gridDim.y, ... (paged keys, or fewer than 16 queries).
+//
+// The 64 keys of a tile are wgmma's M (warp w: keys 16 w .. 16 w + 15) and the query's heads,
+// zero-padded to kN = 16, 32 or 64, its N; K runs over the head dimension. Keys are the A
+// operand from registers: a tile arrives raw (bf16 or e4m3 rows, swizzled) by cp.async, and each
+// thread reads its own rows' fragments straight from it, widening e4m3 to bf16 exactly in
+// registers: no widened copy in shared memory and no barrier for one. The query is B, in shared
+// memory (SW128, K-major), staged once per block.
+//
+// A permutation of K keeps those reads wide: the 32 dims 32 c .. 32 c + 31 feed k16 steps 2 c and
+// 2 c + 1, and the thread with t4 = lane % 4 reads dims 32 c + 8 t4 .. + 7 (8 bytes of e4m3, 16 of
+// bf16) of each of its two rows. Fragment slot 2 t4 + b of step 2 c + s then holds dim
+// 32 c + 8 t4 + 4 s + b and slot 8 + 2 t4 + b dim 32 c + 8 t4 + 4 s + 2 + b; the query is staged
+// with the same permutation, so every product q_d k_d is formed once, as before.
+//
+// Per tile: 8 (kDim 128) wgmma m64nNk16 into kN / 2 fp32 accumulators a thread (key rows g and
+// g + 8 of its warp, heads 8 j + 2 t4 + {0, 1}); ReLU and the head weights, the thread's heads
+// summed in ascending j, then across the four lanes of a quad by a butterfly (the same bits in
+// every lane); times the key's scale. Deterministic; the logits do not depend on the tiles per
+// block or the stages. Within the tensor-core paths' bound of the CPU's (the products are exact,
+// the fp32 sums' order differs).
+#include <algorithm>
+
+#include "kernels/cuda/common.h"
+#include "kernels/cuda/device_util.cuh"
+#include "kernels/cuda/hopper.cuh"
+#include "kernels/cuda/indexer_impl.cuh"
+#include "kernels/cuda/mma.cuh"
+
+namespace nw::cuda::detail {
+namespace {
+
+constexpr int kThreads = 128;
+constexpr int kTile = 64;
+constexpr int kDefaultStages = 3;
+
+template <int kDim, bool kFp8, int kN, int kStagesT>
+struct DecodeWgSmem {
+  static constexpr int kStages = kStagesT;
+  static constexpr int kRowBytes = kFp8 ? kDim : 2 * kDim;  // one key row, as in global memory
+  static constexpr int kChunks = kRowBytes / 16;
+  static constexpr int kQAtom = kN * 128;  // one 64-dim slice of the query: kN rows x 128 bytes
+  static constexpr size_t kQ = 0;          // [kDim / 64][kN rows x 128 B], SW128
+  static constexpr size_t kStage = kQ + size_t{kDim / 64} * kQAtom;  // [kStages][64 rows]
+  static constexpr size_t kStageBytes = size_t{kTile} * kRowBytes;
+  static constexpr size_t kScale = kStage + kStages * kStageBytes;           // float [S][64]
+  static constexpr size_t kRows = kScale + sizeof(float) * kStages * kTile;  // int64 [2][64]
+  static constexpr size_t kBytes = kRows + sizeof(int64_t) * 2 * kTile;
+  static constexpr size_t kAlloc = kBytes + 1024;  // room to align the base to 1024
+};
+
+/// The XOR (in 16-byte chunks) of row r's chunks in a staged tile, chosen so that the fragment
+/// reads of a warp fall on distinct banks: 8-byte reads (e4m3) of chunk 2 c + t4 / 2 by four
+/// rows a half-warp; 16-byte reads (bf16) of chunk 4 c + t4 by two rows a quarter-warp.
+template <int kDim, bool kFp8>
+__device__ __forceinline__ int RowSwizzle(int r) {
+  if constexpr (kFp8) {
+    return kDim == 128 ? (2 * r) & 6 : r & 2;
+  } else {
+    return (r & 1) << 2;
+  }
+}
+
+template <int kDim, bool kFp8, int kN, int kStages>
+__global__ void __launch_bounds__(kThreads, kN == 64 ? 3 : 4)
+    IndexerDecodeWgmmaKernel(IndexerLogitsParams p) {
+  using L = DecodeWgSmem<kDim, kFp8, kN, kStages>;
+  constexpr int kS = kStages;
+  constexpr int kSteps = kDim / 16;
+  extern __shared__ unsigned char smem_raw[];
+  unsigned char* smem = Align1024(smem_raw);
+  unsigned char* sq = smem + L::kQ;
+  unsigned char* staging = smem + L::kStage;
+  float* sscale = reinterpret_cast<float*>(smem + L::kScale);   // [kS][kTile]
+  int64_t* srow = reinterpret_cast<int64_t*>(smem + L::kRows);  // [2][kTile]
+
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
+  const int64_t i = blockIdx.x;
+  const IndexerKeys keys = QueryKeys(p, i);
+  FillTail(p, i, keys.len);
+  const int64_t tiles = (keys.len + kTile - 1) / kTile;
+  if (static_cast<int64_t>(blockIdx.y) >= tiles) return;
+  const int64_t n_local = (tiles - blockIdx.y + gridDim.y - 1) / gridDim.y;  // this block's tiles
+  auto tile_start = [&](int64_t u) {
+    return (static_cast<int64_t>(blockIdx.y) + u * gridDim.y) * kTile;
+  };
+
+  // The query, permuted along K (see the top), into SW128 slices: logical 16-byte chunk lc of
+  // head n holds dims 32 c + 8 t + 4 s + 2 h + {0, 1}, t = 0..3, for lc = 4 c + 2 s + h.
+  const uint16_t* q = static_cast<const uint16_t*>(p.q) + i * p.n_heads * kDim;
+  for (int idx = threadIdx.x; idx < kN * (kDim / 8); idx += kThreads) {
+    const int n = idx / (kDim / 8), lc = idx % (kDim / 8);
+    const int c = lc >> 2, s = (lc >> 1) & 1, h = lc & 1;
+    uint32_t v[4] = {0u, 0u, 0u, 0u};
+    if (n < p.n_heads) {
+#pragma unroll
+      for (int t = 0; t < 4; ++t) {
+        v[t] = *reinterpret_cast<const uint32_t*>(q + n * kDim + 32 * c + 8 * t + 4 * s + 2 * h);
+      }
+    }
+    *reinterpret_cast<uint4*>(sq + (lc / 8) * L::kQAtom + SwizzledChunk(n, lc % 8)) =
+        make_uint4(v[0], v[1], v[2], v[3]);
+  }
+  FenceProxyAsync();  // the query's stores, for wgmma (a barrier follows before the first)
+
+  // Head weights of this thread's accumulator columns 8 j + 2 t4 + b.
+  float wr[kN / 4];
+#pragma unroll
+  for (int j = 0; j < kN / 8; ++j) {
+#pragma unroll
+    for (int b = 0; b < 2; ++b) {
+      const int h = 8 * j + 2 * t4 + b;
+      wr[2 * j + b] = h < p.n_heads ? p.w[i * p.n_heads + h] : 0.0f;
+    }
+  }
+  float* out = p.out + i * p.out_stride;
+  const unsigned char* kbase = static_cast<const unsigned char*>(p.k);
+
+  // Rows of local tile u into srow[u % 2] (the first kTile threads).
+  auto lookup = [&](int64_t u) {
+    if (threadIdx.x < kTile && u < n_local) {
+      srow[(u & 1) * kTile + threadIdx.x] = DecodeKeyRow(p, keys, tile_start(u) + threadIdx.x);
+    }
+  };
+  // cp.async of local tile u (rows from srow[u % 2]) into stage u % kS, zeros for keys past the
+  // end or on a missing page; its scales (NaN for a missing page). Always closes a group.
+  auto issue = [&](int64_t u) {
+    if (u < n_local) {
+      const int st = static_cast<int>(u % kS);
+      const int64_t* rows = srow + (u & 1) * kTile;
+      unsigned char* dst = staging + st * L::kStageBytes;
+#pragma unroll
+      for (int k = 0; k < kTile * L::kChunks / kThreads; ++k) {
+        const int c = threadIdx.x + k * kThreads;
+        const int r = c / L::kChunks, cc = c % L::kChunks;
+        const int64_t row = rows[r];
+        unsigned char* d = dst + r * L::kRowBytes + ((cc ^ RowSwizzle<kDim, kFp8>(r)) << 4);
+        if (row >= 0) {
+          CpAsync16(d, kbase + row * L::kRowBytes + cc * 16, true);
+        } else {
+          *reinterpret_cast<uint4*>(d) = make_uint4(0, 0, 0, 0);
+        }
+      }
+      if (threadIdx.x < kTile) {
+        const int64_t row = rows[threadIdx.x];
+        float* s = sscale + st * kTile + threadIdx.x;
+        if (row >= 0 && p.k_scale != nullptr) {
+          CpAsync4(s, p.k_scale + row);
+        } else {
+          *s = row == -1 ? quant::QuietNan() : 1.0f;
+        }
+      }
+    }
+    CpAsyncCommit();
+  };
+
+  lookup(0);
+  __syncthreads();
+#pragma unroll
+  for (int u = 0; u < kS - 1; ++u) {
+    issue(u);
+    lookup(u + 1);
+    __syncthreads();
+  }
+
+  const uint64_t dq = Sw128Desc(sq);
+  const int r0 = warp * 16 + g, r1 = r0 + 8;  // this thread's key rows of a tile
+  const int sw = RowSwizzle<kDim, kFp8>(r0);  // = RowSwizzle(r1)
+  for (int64_t t = 0; t < n_local; ++t) {
+    CpAsyncWait<kS - 2>();
+    __syncthreads();  // tile t has landed; the buffers of tile t - 1 are free
+    issue(t + kS - 1);
+    lookup(t + kS);
+    const int st = static_cast<int>(t % kS);
+    const unsigned char* tile = staging + st * L::kStageBytes;
+    const unsigned char* row0 = tile + r0 * L::kRowBytes;
+    const unsigned char* row1 = tile + r1 * L::kRowBytes;
+
+    // A fragments: step 2 c + s, slots {2 t4, 2 t4 + 1} (a[0] row r0, a[1] row r1) and
+    // {8 + 2 t4, 9 + 2 t4} (a[2], a[3]).
+    uint32_t a[kSteps][4];
+#pragma unroll
+    for (int c = 0; c < kDim / 32; ++c) {
+      if constexpr (kFp8) {
+        const int off = (((2 * c + (t4 >> 1)) ^ sw) << 4) + 8 * (t4 & 1);
+        const uint2 v0 = *reinterpret_cast<const uint2*>(row0 + off);
+        const uint2 v1 = *reinterpret_cast<const uint2*>(row1 + off);
+        a[2 * c][0] = E4m3x2ToBf16x2(static_cast<uint16_t>(v0.x & 0xFFFFu));
+        a[2 * c][2] = E4m3x2ToBf16x2(static_cast<uint16_t>(v0.x >> 16));
+        a[2 * c + 1][0] = E4m3x2ToBf16x2(static_cast<uint16_t>(v0.y & 0xFFFFu));
+        a[2 * c + 1][2] = E4m3x2ToBf16x2(static_cast<uint16_t>(v0.y >> 16));
+        a[2 * c][1] = E4m3x2ToBf16x2(static_cast<uint16_t>(v1.x & 0xFFFFu));
+        a[2 * c][3] = E4m3x2ToBf16x2(static_cast<uint16_t>(v1.x >> 16));
+        a[2 * c + 1][1] = E4m3x2ToBf16x2(static_cast<uint16_t>(v1.y & 0xFFFFu));
+        a[2 * c + 1][3] = E4m3x2ToBf16x2(static_cast<uint16_t>(v1.y >> 16));
+      } else {
+        const int off = ((4 * c + t4) ^ sw) << 4;
+        const uint4 v0 = *reinterpret_cast<const uint4*>(row0 + off);
+        const uint4 v1 = *reinterpret_cast<const uint4*>(row1 + off);
+        a[2 * c][0] = v0.x;
+        a[2 * c][2] = v0.y;
+        a[2 * c + 1][0] = v0.z;
+        a[2 * c + 1][2] = v0.w;
+        a[2 * c][1] = v1.x;
+        a[2 * c][3] = v1.y;
+        a[2 * c + 1][1] = v1.z;
+        a[2 * c + 1][3] = v1.w;
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < kSteps; ++k) WgmmaFenceOperands(a[k]);
+
+    float d[kN / 2];
+#pragma unroll
+    for (int e = 0; e < kN / 2; ++e) d[e] = 0.0f;
+    WgmmaFenceOperands(d);
+    WgmmaFence();
+#pragma unroll
+    for (int k = 0; k < kSteps; ++k) {
+      WgmmaM64NK16Bf16RegA<kN>(d, a[k], DescPlus(dq, (k / 4) * L::kQAtom + (k % 4) * 32), k > 0);
+    }
+    WgmmaCommit();
+    WgmmaWait<0>();
+    WgmmaFenceOperands(d);
+
+    // ReLU (c < 0 ? 0 : c, like std::max(c, 0)) and the head weights; the thread's heads in
+    // ascending order, then the quad.
+    float s0 = 0.0f, s1 = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kN / 8; ++j) {
+      s0 += wr[2 * j] * (d[4 * j] < 0.0f ? 0.0f : d[4 * j]) +
+            wr[2 * j + 1] * (d[4 * j + 1] < 0.0f ? 0.0f : d[4 * j + 1]);
+      s1 += wr[2 * j] * (d[4 * j + 2] < 0.0f ? 0.0f : d[4 * j + 2]) +
+            wr[2 * j + 1] * (d[4 * j + 3] < 0.0f ? 0.0f : d[4 * j + 3]);
+    }
+    s0 += __shfl_xor_sync(kFullMask, s0, 1);
+    s1 += __shfl_xor_sync(kFullMask, s1, 1);
+    s0 += __shfl_xor_sync(kFullMask, s0, 2);
+    s1 += __shfl_xor_sync(kFullMask, s1, 2);
+    if (t4 < 2) {
+      const int r = t4 == 0 ? r0 : r1;
+      const int64_t j = tile_start(t) + r;
+      if (j < keys.len) out[j] = sscale[st * kTile + r] * (t4 == 0 ? s0 : s1);
+    }
+  }
+  CpAsyncWait<0>();  // no copy outlives the block (the trailing groups are empty)
+}
+
+template <int kDim, bool kFp8, int kN, int kStages>
+Status LaunchFor(const IndexerLogitsParams& p, unsigned splits, cudaStream_t stream) {
+  void (*kernel)(IndexerLogitsParams) = IndexerDecodeWgmmaKernel<kDim, kFp8, kN, kStages>;
+  constexpr size_t kBytes = DecodeWgSmem<kDim, kFp8, kN, kStages>::kAlloc;
+  NW_RETURN_IF_ERROR(AllowDynamicSharedMemory(reinterpret_cast<const void*>(kernel), kBytes,
+                                              "IndexerDecodeWgmmaKernel"));
+  kernel<<<dim3(static_cast<unsigned>(p.m), splits), kThreads, kBytes, stream>>>(p);
+  return NW_CUDA_LAUNCH_STATUS("IndexerDecodeWgmmaKernel");
+}
+
+template <int kDim, bool kFp8, int kN>
+Status LaunchStages(const IndexerLogitsParams& p, unsigned splits, cudaStream_t stream) {
+  const int stages = p.decode_stages == 0 ? kDefaultStages : p.decode_stages;
+  if (stages == 2) return LaunchFor<kDim, kFp8, kN, 2>(p, splits, stream);
+  return LaunchFor<kDim, kFp8, kN, 3>(p, splits, stream);
+}
+
+template <int kDim, bool kFp8>
+Status LaunchHeads(const IndexerLogitsParams& p, unsigned splits, cudaStream_t stream) {
+  if (p.n_heads <= 16) return LaunchStages<kDim, kFp8, 16>(p, splits, stream);
+  if (p.n_heads <= 32) return LaunchStages<kDim, kFp8, 32>(p, splits, stream);
+  return LaunchStages<kDim, kFp8, 64>(p, splits, stream);
+}
+
+}  // namespace
+
+bool WgmmaDecodeIndexerApplies(const IndexerLogitsParams& p) {
+  return p.k_format != IndexerKeyFormat::kFp32 && reinterpret_cast<uintptr_t>(p.q) % 4 == 0 &&
+         reinterpret_cast<uintptr_t>(p.k) % 16 == 0 &&
+         (p.k_scale == nullptr || reinterpret_cast<uintptr_t>(p.k_scale) % 4 == 0);
+}
+
+Status LaunchIndexerDecodeWgmma(const IndexerLogitsParams& p, unsigned splits,
+                                cudaStream_t stream) {
+  const bool fp8 = p.k_format == IndexerKeyFormat::kFp8;
+  if (p.head_dim == 128) {
+    return fp8 ? LaunchHeads<128, true>(p, splits, stream)
+               : LaunchHeads<128, false>(p, splits, stream);
+  }
+  return fp8 ? LaunchHeads<64, true>(p, splits, stream) : LaunchHeads<64, false>(p, splits, stream);
+}
+
+}  // namespace nw::cuda::detail
