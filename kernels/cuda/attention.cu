@@ -240,8 +240,7 @@ Status LaunchSparseAttention(const SparseAttentionParams& p, cudaStream_t stream
           "V4 fp8 KV");
     }
     if (p.tc_kernel != AttentionTcKernel::kMma && detail::WgmmaAttentionApplies(p)) {
-      return detail::LaunchSparseAttentionWgmma(p, p.tc_kernel == AttentionTcKernel::kWgmmaTma,
-                                                stream);
+      return detail::LaunchSparseAttentionWgmma(p, p.tc_kernel, stream);
     }
     return detail::LaunchSparseAttentionMma(p, stream);
   }

@@ -39,11 +39,13 @@ namespace nw::cuda {
 
 enum class KvFormat { kFp32, kBf16, kV4Fp8 };
 
-/// The tensor-core kernel (q_bf16): kAuto takes wgmma where it applies (head_dim 512, bf16 KV),
-/// its rows by cp.async; kWgmmaTma the same kernel with Q and the rows by bulk tensor copies
-/// (slower: one 128-byte box a row and atom, 512 copies a tile from two warps); kMma the
-/// mma.sync kernel. For tests and the perf mode; all meet the same bound.
-enum class AttentionTcKernel { kAuto, kWgmmaTma, kMma };
+/// The tensor-core kernel (q_bf16): kAuto takes wgmma where it applies (head_dim 512, bf16 KV):
+/// the dims-split kernel, each warpgroup owning half of the dims, S (t + 1) issued behind P V (t);
+/// kWgmmaEntrySplit the earlier wgmma kernel (each warpgroup half of a tile's entries, phases
+/// separated by block barriers), rows by cp.async; kWgmmaTma that kernel with Q and the rows by
+/// bulk tensor copies (one 128-byte box a row and atom); kMma the mma.sync kernel. For tests and
+/// the perf mode; all meet the same bound.
+enum class AttentionTcKernel { kAuto, kWgmmaEntrySplit, kWgmmaTma, kMma };
 
 struct KvSet {
   const void* kv = nullptr;  // kFp32/kBf16: [rows, head_dim]; kV4Fp8: [rows / page_size pages]

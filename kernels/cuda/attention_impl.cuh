@@ -94,8 +94,10 @@ Status LaunchSparseAttentionMma(const SparseAttentionParams& p, cudaStream_t str
 /// Whether the wgmma kernel (attention_wgmma.cu) takes these validated params: bf16 q and KV,
 /// head_dim 512, n_heads <= 64, 16-byte aligned q and kv.
 bool WgmmaAttentionApplies(const SparseAttentionParams& p);
-/// `tma`: Q and KV rows by bulk tensor copies, else by cp.async.
-Status LaunchSparseAttentionWgmma(const SparseAttentionParams& p, bool tma, cudaStream_t stream);
+/// `kernel`: kAuto the dims-split kernel, kWgmmaEntrySplit / kWgmmaTma the entries-split kernel
+/// with rows by cp.async / bulk tensor copies.
+Status LaunchSparseAttentionWgmma(const SparseAttentionParams& p, AttentionTcKernel kernel,
+                                  cudaStream_t stream);
 
 /// The few-heads tensor-core kernel for bf16 values (attention_few_heads.cu): its shapes.
 inline constexpr int kFewHeadsDim = 128;

@@ -341,6 +341,255 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 }
 
+// ---- The dims-split kernel (the default) ----------------------------------------------------
+//
+// Warpgroup c owns dims 256 c .. 256 c + 255 of Q, of every KV row and of O, and copies only its
+// half of each row (cp.async, its own two stages), so the warpgroups share no copy buffers.
+// Per 64-entry tile t:
+//   S_c = Q_c K_c^T over the warpgroup's 256 dims (16 wgmma m64n64k16); the two partial S are
+//     exchanged through shared memory and added in a fixed order (partial 0 + partial 1), so both
+//     warpgroups hold the same S bits and run the same online softmax over all 64 entries (no
+//     row-maximum or P exchange);
+//   O_c += P V_c (4 wgmma m64n256k16, P from registers), left in flight: the next tile's S is
+//     issued behind it, and only then does the warpgroup wait for P V (so the stage it read can
+//     take tile t + 2's rows, issued right then) and for S.
+// The tensor cores run P V (t) and S (t + 1) back to back; the exchange and the softmax are the
+// only phases without MMAs in flight.
+constexpr int kHalf = kDim / 2;                 // dims a warpgroup owns
+constexpr int kHalfAtoms = kHalf / 64;          // 4 atoms of 64 dims
+constexpr int kHalfBytes = kHalfAtoms * kAtom;  // 32 KiB: a half of 64 rows
+constexpr int kRing = 4;                        // tiles of looked-up rows in flight
+
+struct SplitSmem {
+  static constexpr size_t kQ = 0;                             // [2 halves][4 atoms][64 x 128 B]
+  static constexpr size_t kKv = kQ + 2 * size_t{kHalfBytes};  // [2 stages][2 halves][...]
+  static constexpr size_t kX = kKv + 4 * size_t{kHalfBytes};  // float [2][64][64], swizzled
+  static constexpr size_t kRow = kX + 2 * size_t{kHeads} * kEntries * sizeof(float);  // u32 [4][64]
+  static constexpr size_t kBytes = kRow + size_t{kRing} * kEntries * sizeof(uint32_t);
+  static constexpr size_t kAlloc = kBytes + 1024;  // room to align the base to 1024
+};
+constexpr uint32_t kNoRow = 0xFFFFFFFFu;  // a skipped entry; else row | set << 31
+
+__global__ void __launch_bounds__(kThreads, 1) SparseAttentionSplitKernel(SparseAttentionParams p) {
+  using L = SplitSmem;
+  extern __shared__ unsigned char smem_raw[];
+  unsigned char* smem = Align1024(smem_raw);
+  const int c = threadIdx.x >> 7, tid = threadIdx.x & 127;
+  const int warp = tid >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
+  unsigned char* sq = smem + L::kQ + c * kHalfBytes;  // this warpgroup's half of Q
+  auto skv = [&](int64_t u) { return smem + L::kKv + ((u & 1) * 2 + c) * kHalfBytes; };
+  float* sx = reinterpret_cast<float*>(smem + L::kX);  // [2][64][64]
+  uint32_t(*ring)[kEntries] = reinterpret_cast<uint32_t(*)[kEntries]>(smem + L::kRow);
+  const int64_t i = blockIdx.x;
+
+  const int64_t len0 = SetLength(p.sets[0], i);
+  const int64_t total = len0 + SetLength(p.sets[1], i);
+  const int64_t tiles = (total + kEntries - 1) / kEntries;
+  // Rows of tile u into ring[u % kRing] (threads 0 .. 63).
+  auto lookup = [&](int64_t u) {
+    if (threadIdx.x < kEntries && u < tiles) {
+      const int64_t s = u * kEntries + threadIdx.x;
+      uint32_t v = kNoRow;
+      if (s < total) {
+        const Slot slot = SlotAt(p, i, len0, s);
+        if (slot.row >= 0) v = static_cast<uint32_t>(slot.row) | (uint32_t(slot.set) << 31);
+      }
+      ring[u % kRing][threadIdx.x] = v;
+    }
+  };
+  // This warpgroup's half of tile u's rows into its stage u % 2 (zeros for skipped entries); the
+  // thread copies 16-byte chunk ch = tid % 32 of rows tid / 32 + 4 k, k = 0 .. 15. Closes a group.
+  const int ch = tid & 31, r_lo = tid >> 5;
+  const uint32_t ch_off = static_cast<uint32_t>((ch / 8) * kAtom);
+  const uint32_t sw_even = static_cast<uint32_t>(((ch & 7) ^ r_lo) << 4);
+  const uint32_t sw_odd = static_cast<uint32_t>(((ch & 7) ^ (r_lo + 4)) << 4);
+  const unsigned char* kv0 = static_cast<const unsigned char*>(p.sets[0].kv) + c * 512 + ch * 16;
+  const unsigned char* kv1 = static_cast<const unsigned char*>(p.sets[1].kv) + c * 512 + ch * 16;
+  auto issue = [&](int64_t u) {
+    if (u < tiles) {
+      unsigned char* dst = skv(u) + ch_off;
+      const uint32_t* rows = ring[u % kRing];
+#pragma unroll
+      for (int k = 0; k < kEntries / 4; ++k) {
+        const int r = r_lo + 4 * k;
+        unsigned char* d = dst + r * 128 + ((k & 1) ? sw_odd : sw_even);
+        const uint32_t v = rows[r];
+        if (v != kNoRow) {
+          CpAsync16(d, ((v >> 31) != 0 ? kv1 : kv0) + int64_t{v & 0x7FFFFFFFu} * (kDim * 2), true);
+        } else {
+          *reinterpret_cast<uint4*>(d) = make_uint4(0, 0, 0, 0);
+        }
+      }
+    }
+    CpAsyncCommit();
+  };
+  // L2 prefetch of the rows kPrefetch tiles ahead (threads 64 .. 127, one entry each).
+  const bool prefetcher = threadIdx.x >= kEntries && threadIdx.x < 2 * kEntries;
+  const unsigned char* pf_src = nullptr;
+  auto prefetch_index = [&](int64_t u) {
+    pf_src = nullptr;
+    const int64_t s = u * kEntries + (threadIdx.x - kEntries);
+    if (prefetcher && u < tiles && s < total) {
+      const Slot slot = SlotAt(p, i, len0, s);
+      if (slot.row >= 0) {
+        pf_src = static_cast<const unsigned char*>(p.sets[slot.set].kv) + slot.row * (kDim * 2);
+      }
+    }
+  };
+  auto prefetch_issue = [&] {
+    if (pf_src != nullptr) PrefetchL2(pf_src, kDim * 2);
+  };
+  for (int64_t u = 1; u < kPrefetch; ++u) {
+    prefetch_index(u);
+    prefetch_issue();
+  }
+  prefetch_index(kPrefetch);
+
+  lookup(0);
+  lookup(1);
+  lookup(2);
+  __syncthreads();
+  {  // This warpgroup's half of Q (zero rows past n_heads), in the same group as tile 0.
+    const uint16_t* q = static_cast<const uint16_t*>(p.q) + i * p.n_heads * kDim + c * kHalf;
+#pragma unroll 4
+    for (int k = 0; k < kHeads / 4; ++k) {
+      const int h = r_lo + 4 * k;
+      const bool live = h < p.n_heads;
+      CpAsync16(sq + ch_off + h * 128 + ((k & 1) ? sw_odd : sw_even),
+                q + (live ? h : 0) * kDim + ch * 8, live);
+    }
+  }
+  issue(0);
+
+  const int r0 = warp * 16 + g, r1 = r0 + 8;  // this thread's head rows
+  float m0 = r0 < p.n_heads ? p.sink[r0] * kLog2e : 0.0f;
+  float m1 = r1 < p.n_heads ? p.sink[r1] * kLog2e : 0.0f;
+  // The sink's e^0 term (after the max shift); both warpgroups hold the whole row sums.
+  float l0 = m0 != -INFINITY ? 1.0f : 0.0f;
+  float l1 = m1 != -INFINITY ? 1.0f : 0.0f;
+  const float scale2 = p.scale * kLog2e;
+  const uint64_t dq = Sw128Desc(sq);
+  float* x_own = sx + c * kHeads * kEntries;
+  const float* x_other = sx + (1 - c) * kHeads * kEntries;
+  // Float2 slot of (row r, entries 8 j + 2 t4 + {0, 1}) in an exchange buffer: rows 256 bytes
+  // apart, slots XORed by r % 4 so that a half-warp's eight-byte stores hit distinct banks.
+  auto xslot = [&](int r, int j) { return r * kEntries + 2 * ((4 * j + t4) ^ ((r & 3) << 2)); };
+  float o[128];
+#pragma unroll
+  for (int e = 0; e < 128; ++e) o[e] = 0.0f;
+  uint32_t a[4][4] = {};  // P of the tile whose P V is in flight
+
+  for (int64_t t = 0; t < tiles; ++t) {
+    CpAsyncWait<0>();
+    FenceProxyAsync();             // this thread's copies of tile t (and Q), for wgmma
+    NamedBarrierSync(1 + c, 128);  // the warpgroup's half of tile t is complete
+    const unsigned char* kv = skv(t);
+
+    float s[32];
+#pragma unroll
+    for (int e = 0; e < 32; ++e) s[e] = 0.0f;
+    WgmmaFenceOperands(s);
+    WgmmaFence();
+    const uint64_t dk = Sw128Desc(kv);
+#pragma unroll
+    for (int k = 0; k < kHalf / 16; ++k) {
+      const uint32_t off = (k / 4) * kAtom + (k % 4) * 32;
+      WgmmaM64N64K16Bf16(s, DescPlus(dq, off), DescPlus(dk, off), k > 0);
+    }
+    WgmmaCommit();
+    prefetch_issue();
+    prefetch_index(t + kPrefetch + 1);
+    WgmmaWait<1>();  // P V of tile t - 1: its stage is free for tile t + 1
+    WgmmaFenceOperands(o);
+    WgmmaFenceOperands(a[0]);
+    WgmmaFenceOperands(a[1]);
+    WgmmaFenceOperands(a[2]);
+    WgmmaFenceOperands(a[3]);
+    issue(t + 1);
+    WgmmaWait<0>();
+    WgmmaFenceOperands(s);
+
+    // Exchange the partial S: the other warpgroup has read this one's buffer of tile t - 1.
+    if (t > 0) NamedBarrierSync(3 + c, 2 * 128);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      *reinterpret_cast<float2*>(x_own + xslot(r0, j)) = make_float2(s[4 * j], s[4 * j + 1]);
+      *reinterpret_cast<float2*>(x_own + xslot(r1, j)) = make_float2(s[4 * j + 2], s[4 * j + 3]);
+    }
+    __syncthreads();  // both partials stored; every read of ring slot (t - 1) % kRing is done
+    lookup(t + 3);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const float2 x0 = *reinterpret_cast<const float2*>(x_other + xslot(r0, j));
+      const float2 x1 = *reinterpret_cast<const float2*>(x_other + xslot(r1, j));
+      // partial 0 + partial 1 in both warpgroups: the same bits.
+      s[4 * j] = c == 0 ? s[4 * j] + x0.x : x0.x + s[4 * j];
+      s[4 * j + 1] = c == 0 ? s[4 * j + 1] + x0.y : x0.y + s[4 * j + 1];
+      s[4 * j + 2] = c == 0 ? s[4 * j + 2] + x1.x : x1.x + s[4 * j + 2];
+      s[4 * j + 3] = c == 0 ? s[4 * j + 3] + x1.y : x1.y + s[4 * j + 3];
+    }
+    NamedBarrierArrive(3 + (1 - c), 2 * 128);  // the other warpgroup's buffer is read
+
+    // Scale and mask; row maxima over the 64 entries.
+    const uint32_t* rows = ring[t % kRing];
+    float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const int e = 8 * j + 2 * t4;
+      const bool v0 = rows[e] != kNoRow, v1 = rows[e + 1] != kNoRow;
+      s[4 * j] = v0 ? s[4 * j] * scale2 : -INFINITY;
+      s[4 * j + 1] = v1 ? s[4 * j + 1] * scale2 : -INFINITY;
+      s[4 * j + 2] = v0 ? s[4 * j + 2] * scale2 : -INFINITY;
+      s[4 * j + 3] = v1 ? s[4 * j + 3] * scale2 : -INFINITY;
+      mx0 = fmaxf(mx0, fmaxf(s[4 * j], s[4 * j + 1]));
+      mx1 = fmaxf(mx1, fmaxf(s[4 * j + 2], s[4 * j + 3]));
+    }
+#pragma unroll
+    for (int off = 1; off < 4; off <<= 1) {
+      mx0 = fmaxf(mx0, __shfl_xor_sync(kFullMask, mx0, off));
+      mx1 = fmaxf(mx1, __shfl_xor_sync(kFullMask, mx1, off));
+    }
+    SoftmaxStep(reinterpret_cast<float(&)[8][4]>(s), reinterpret_cast<float(&)[32][4]>(o),
+                fmaxf(m0, mx0), fmaxf(m1, mx1), m0, m1, l0, l1);
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      a[kk][0] = PackBf16x2(s[8 * kk], s[8 * kk + 1]);
+      a[kk][1] = PackBf16x2(s[8 * kk + 2], s[8 * kk + 3]);
+      a[kk][2] = PackBf16x2(s[8 * kk + 4], s[8 * kk + 5]);
+      a[kk][3] = PackBf16x2(s[8 * kk + 6], s[8 * kk + 7]);
+      WgmmaFenceOperands(a[kk]);
+    }
+
+    // O_c += P V_c, left in flight.
+    const uint64_t dv = Sw128Desc(kv, kAtom, 1024);
+    WgmmaFenceOperands(o);
+    WgmmaFence();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) WgmmaM64N256K16Bf16RegA(o, a[kk], DescPlus(dv, kk * 16 * 128));
+    WgmmaCommit();
+  }
+  WgmmaWait<0>();
+  WgmmaFenceOperands(o);
+  CpAsyncWait<0>();  // no copy outlives the block (the trailing groups are empty)
+  if (tiles > 0) NamedBarrierSync(3 + c, 2 * 128);  // the last tile's arrival
+
+  const float inv0 = 1.0f / l0, inv1 = 1.0f / l1;
+  auto store = [&](float v) { return p.round_bf16 ? quant::RoundBf16(v) : v; };
+  float* out = p.out + i * p.n_heads * kDim;
+#pragma unroll
+  for (int j = 0; j < 32; ++j) {
+    const int col = kHalf * c + 8 * j + 2 * t4;
+    if (r0 < p.n_heads) {
+      *reinterpret_cast<float2*>(out + r0 * kDim + col) =
+          make_float2(store(o[4 * j] * inv0), store(o[4 * j + 1] * inv0));
+    }
+    if (r1 < p.n_heads) {
+      *reinterpret_cast<float2*>(out + r1 * kDim + col) =
+          make_float2(store(o[4 * j + 2] * inv1), store(o[4 * j + 3] * inv1));
+    }
+  }
+}
+
 }  // namespace
 
 bool WgmmaAttentionApplies(const SparseAttentionParams& p) {
@@ -357,7 +606,17 @@ bool WgmmaAttentionApplies(const SparseAttentionParams& p) {
   return true;
 }
 
-Status LaunchSparseAttentionWgmma(const SparseAttentionParams& p, bool tma, cudaStream_t stream) {
+Status LaunchSparseAttentionWgmma(const SparseAttentionParams& p, AttentionTcKernel which,
+                                  cudaStream_t stream) {
+  if (which == AttentionTcKernel::kAuto) {
+    NW_RETURN_IF_ERROR(
+        AllowDynamicSharedMemory(reinterpret_cast<const void*>(SparseAttentionSplitKernel),
+                                 SplitSmem::kAlloc, "SparseAttentionSplitKernel"));
+    SparseAttentionSplitKernel<<<static_cast<unsigned>(p.m), kThreads, SplitSmem::kAlloc, stream>>>(
+        p);
+    return NW_CUDA_LAUNCH_STATUS("SparseAttentionSplitKernel");
+  }
+  const bool tma = which == AttentionTcKernel::kWgmmaTma;
   CUtensorMap maps[3] = {};
   if (tma) {
     Result<CUtensorMap> q = Bf16RowsSw128Map(p.q, static_cast<uint64_t>(p.m * p.n_heads), kDim, 64);

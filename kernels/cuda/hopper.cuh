@@ -211,6 +211,27 @@ __device__ __forceinline__ void WgmmaM64N32K16Bf16(float (&d)[16], uint64_t a, u
       : "l"(a), "l"(b), "r"(accumulate));
 }
 
+/// d[64 x 64] (+)= A[64 x 16] * B[64 x 16]^T, bf16 operands in shared memory (K-major
+/// descriptors), fp32 accumulators laid out as WgmmaM64N32K16Bf16's; `accumulate` 0 overwrites d.
+__device__ __forceinline__ void WgmmaM64N64K16Bf16(float (&d)[32], uint64_t a, uint64_t b,
+                                                   int accumulate) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+      " %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31},"
+      " %32, %33, p, 1, 1, 0, 0;\n"
+      "}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "l"(a), "l"(b), "r"(accumulate));
+}
+
 /// d[64 x 256] += A[64 x 16] * B[16 x 256]: A bf16 from registers (the mma.sync m16n8k16 A
 /// fragment of the warp's 16 rows: a[0] = row g, columns 2 t4 + {0, 1}; a[1] = row g + 8; a[2],
 /// a[3] the same at columns + 8), B bf16 in shared memory MN-major (N contiguous: descriptor with

@@ -221,14 +221,14 @@ TEST(CudaAttention, SimtV4Fp8Kv) {
   RunAttention({7, 4, 128, 64, 128, 64, KvFormat::kV4Fp8, false}, seed++);
 }
 
-// head_dim 512 with bf16 KV takes the wgmma kernel (rows by cp.async); each such case also runs
-// it with Q and the rows by bulk tensor copies, and the mma.sync kernel (forced). Window and top-k
-// widths that end mid-tile (64-entry tiles), 33 heads (padded rows).
+// head_dim 512 with bf16 KV takes the dims-split wgmma kernel; each such case also runs the
+// entries-split wgmma kernel (rows by cp.async and by bulk tensor copies) and the mma.sync kernel
+// (forced). Window and top-k widths that end mid-tile (64-entry tiles), 33 heads (padded rows).
 TEST(CudaAttention, TensorCoresBf16Kv) {
   NW_REQUIRE_GPU();
   uint64_t seed = 20;
-  for (AttentionTcKernel k :
-       {AttentionTcKernel::kAuto, AttentionTcKernel::kWgmmaTma, AttentionTcKernel::kMma}) {
+  for (AttentionTcKernel k : {AttentionTcKernel::kAuto, AttentionTcKernel::kWgmmaEntrySplit,
+                              AttentionTcKernel::kWgmmaTma, AttentionTcKernel::kMma}) {
     AttnCase a{6, 64, 512, 64, 128, 512, KvFormat::kBf16, true};
     a.tc_kernel = k;
     RunAttention(a, seed++);

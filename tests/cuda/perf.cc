@@ -371,6 +371,7 @@ void PerfAttention(const std::string& filter) {
     };
     for (const Variant& v :
          {Variant{"bf16 kv, tensor cores", KvFormat::kBf16, true, 2.0 * D},
+          Variant{"bf16 kv, wgmma entries split", KvFormat::kBf16, true, 2.0 * D},
           Variant{"bf16 kv, wgmma, rows by tma", KvFormat::kBf16, true, 2.0 * D},
           Variant{"bf16 kv, mma.sync", KvFormat::kBf16, true, 2.0 * D},
           Variant{"bf16 kv, tensor cores, rows in L2", KvFormat::kBf16, true, 2.0 * D},
@@ -392,7 +393,9 @@ void PerfAttention(const std::string& filter) {
       const std::string tag = v.tag;
       p.tc_kernel = tag.find("mma.sync") != std::string::npos      ? AttentionTcKernel::kMma
                     : tag.find("rows by tma") != std::string::npos ? AttentionTcKernel::kWgmmaTma
-                                                                   : AttentionTcKernel::kAuto;
+                    : tag.find("entries split") != std::string::npos
+                        ? AttentionTcKernel::kWgmmaEntrySplit
+                        : AttentionTcKernel::kAuto;
       Report(name, TimeMs([&] { return LaunchSparseAttention(p, nullptr); }, 2, v.tc ? 10 : 3),
              flops, m * (W + K) * v.row_bytes + m * H * D * (4.0 + (v.tc ? 2.0 : 4.0)));
     }
