@@ -351,8 +351,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 //     warpgroups hold the same S bits and run the same online softmax over all 64 entries (no
 //     row-maximum or P exchange);
 //   O_c += P V_c (4 wgmma m64n256k16, P from registers), left in flight: the next tile's S is
-//     issued behind it, and only then does the warpgroup wait for P V (so the stage it read can
-//     take tile t + 2's rows, issued right then) and for S.
+//     issued behind it, and then the warpgroup waits for both (so the stage P V read can take
+//     tile t + 2's rows, issued right then).
 // The tensor cores run P V (t) and S (t + 1) back to back; the exchange and the softmax are the
 // only phases without MMAs in flight.
 constexpr int kHalf = kDim / 2;                 // dims a warpgroup owns
@@ -499,15 +499,14 @@ __global__ void __launch_bounds__(kThreads, 1) SparseAttentionSplitKernel(Sparse
     WgmmaCommit();
     prefetch_issue();
     prefetch_index(t + kPrefetch + 1);
-    WgmmaWait<1>();  // P V of tile t - 1: its stage is free for tile t + 1
-    WgmmaFenceOperands(o);
-    WgmmaFenceOperands(a[0]);
-    WgmmaFenceOperands(a[1]);
-    WgmmaFenceOperands(a[2]);
-    WgmmaFenceOperands(a[3]);
-    issue(t + 1);
+    // P V (t - 1) and S (t) retire together: ptxas serializes every wgmma of a kernel (C7514)
+    // when a wait for fewer than all groups has to retire a group issued in the previous loop
+    // iteration. Tile t - 1's stage then takes tile t + 1, whose rows have the exchange, the
+    // softmax and P V (t) to arrive.
     WgmmaWait<0>();
+    WgmmaFenceOperands(o);
     WgmmaFenceOperands(s);
+    issue(t + 1);
 
     // Exchange the partial S: the other warpgroup has read this one's buffer of tile t - 1.
     if (t > 0) NamedBarrierSync(3 + c, 2 * 128);

@@ -177,8 +177,8 @@ Status LaunchIndexerLogits(const IndexerLogitsParams& params, cudaStream_t strea
     return Status::InvalidArgument("IndexerLogits: prefill_key_splits must be >= 0, got " +
                                    std::to_string(p.prefill_key_splits));
   }
-  if (p.decode_stages != 0 && p.decode_stages != 2 && p.decode_stages != 3) {
-    return Status::InvalidArgument("IndexerLogits: decode_stages must be 0, 2 or 3, got " +
+  if (p.decode_stages != 0 && (p.decode_stages < 2 || p.decode_stages > 4)) {
+    return Status::InvalidArgument("IndexerLogits: decode_stages must be 0, 2, 3 or 4, got " +
                                    std::to_string(p.decode_stages));
   }
   if (p.k_format == IndexerKeyFormat::kFp32 && p.k_scale != nullptr) {
@@ -210,7 +210,10 @@ Status LaunchIndexerLogits(const IndexerLogitsParams& params, cudaStream_t strea
     if (p.decode_tiles_per_block > 0) per = p.decode_tiles_per_block;
     const unsigned splits =
         static_cast<unsigned>(std::clamp<int64_t>((tiles + per - 1) / per, 1, 65535));
-    if (p.decode_kernel == IndexerDecodeKernel::kAuto && detail::WgmmaDecodeIndexerApplies(p)) {
+    const bool wgmma =
+        p.decode_kernel == IndexerDecodeKernel::kWgmma ||
+        (p.decode_kernel == IndexerDecodeKernel::kAuto && p.k_format == IndexerKeyFormat::kFp8);
+    if (wgmma && detail::WgmmaDecodeIndexerApplies(p)) {
       return detail::LaunchIndexerDecodeWgmma(p, splits, stream);
     }
     return detail::LaunchIndexerMma(p, splits, stream);

@@ -41,11 +41,12 @@ enum class IndexerKeyFormat { kFp32, kBf16, kFp8 };
 /// the perf mode; both give logits within the same bound of the CPU's.
 enum class IndexerPrefillKernel { kAuto, kMma };
 
-/// The kernel of a one-query-per-block launch (paged keys, or fewer than 16 queries): kAuto takes
-/// Hopper wgmma where it applies (bf16 or e4m3 keys, k 16-byte aligned; indexer_decode_wgmma.cu),
-/// kMma the mma.sync kernel. For tests and the perf mode; both give logits within the same bound
+/// The kernel of a one-query-per-block launch (paged keys, or fewer than 16 queries): kWgmma the
+/// Hopper wgmma kernel (indexer_decode_wgmma.cu; k 16-byte aligned), kMma the mma.sync kernel,
+/// kAuto wgmma for e4m3 keys and mma.sync for bf16 keys (the faster of the two for each on the
+/// H200, docs/throughput.md). For tests and the perf mode; both give logits within the same bound
 /// of the CPU's.
-enum class IndexerDecodeKernel { kAuto, kMma };
+enum class IndexerDecodeKernel { kAuto, kWgmma, kMma };
 
 struct IndexerLogitsParams {
   const void* q = nullptr;         // [m, n_heads, head_dim] fp32 (kFp32 keys) or bf16
@@ -74,9 +75,9 @@ struct IndexerLogitsParams {
   // 64-key tiles per block of the one-query-per-block tensor-core kernel (paged keys or fewer
   // than 16 queries), 0: chosen from the shape. For tests: the results do not depend on it.
   int decode_tiles_per_block = 0;
-  // cp.async stages of that kernel's key pipeline, 2 or 3; 0: the default (mma.sync 2: more
-  // blocks fit a multiprocessor; wgmma 3). For tests and the perf mode: the results do not
-  // depend on it.
+  // cp.async stages of that kernel's key pipeline, 2, 3 or 4 (the mma.sync kernel runs 3 for 4);
+  // 0: the default (mma.sync 2: more blocks fit a multiprocessor; wgmma 3). For tests and the
+  // perf mode: the results do not depend on it.
   int decode_stages = 0;
   IndexerPrefillKernel prefill_kernel = IndexerPrefillKernel::kAuto;
   IndexerDecodeKernel decode_kernel = IndexerDecodeKernel::kAuto;

@@ -46,7 +46,8 @@ struct DecodeWgSmem {
   static constexpr size_t kStageBytes = size_t{kTile} * kRowBytes;
   static constexpr size_t kScale = kStage + kStages * kStageBytes;           // float [S][64]
   static constexpr size_t kRows = kScale + sizeof(float) * kStages * kTile;  // int64 [2][64]
-  static constexpr size_t kBytes = kRows + sizeof(int64_t) * 2 * kTile;
+  static constexpr size_t kW = kRows + sizeof(int64_t) * 2 * kTile;          // float [kN]
+  static constexpr size_t kBytes = kW + sizeof(float) * kN;
   static constexpr size_t kAlloc = kBytes + 1024;  // room to align the base to 1024
 };
 
@@ -74,6 +75,7 @@ __global__ void __launch_bounds__(kThreads, kN == 64 ? 3 : 4)
   unsigned char* staging = smem + L::kStage;
   float* sscale = reinterpret_cast<float*>(smem + L::kScale);   // [kS][kTile]
   int64_t* srow = reinterpret_cast<int64_t*>(smem + L::kRows);  // [2][kTile]
+  float* sw8 = reinterpret_cast<float*>(smem + L::kW);          // [kN] head weights, 0 past H
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
   const int64_t i = blockIdx.x;
@@ -104,15 +106,8 @@ __global__ void __launch_bounds__(kThreads, kN == 64 ? 3 : 4)
   }
   FenceProxyAsync();  // the query's stores, for wgmma (a barrier follows before the first)
 
-  // Head weights of this thread's accumulator columns 8 j + 2 t4 + b.
-  float wr[kN / 4];
-#pragma unroll
-  for (int j = 0; j < kN / 8; ++j) {
-#pragma unroll
-    for (int b = 0; b < 2; ++b) {
-      const int h = 8 * j + 2 * t4 + b;
-      wr[2 * j + b] = h < p.n_heads ? p.w[i * p.n_heads + h] : 0.0f;
-    }
+  for (int h = threadIdx.x; h < kN; h += kThreads) {
+    sw8[h] = h < p.n_heads ? p.w[i * p.n_heads + h] : 0.0f;
   }
   float* out = p.out + i * p.out_stride;
   const unsigned char* kbase = static_cast<const unsigned char*>(p.k);
@@ -170,8 +165,6 @@ __global__ void __launch_bounds__(kThreads, kN == 64 ? 3 : 4)
   for (int64_t t = 0; t < n_local; ++t) {
     CpAsyncWait<kS - 2>();
     __syncthreads();  // tile t has landed; the buffers of tile t - 1 are free
-    issue(t + kS - 1);
-    lookup(t + kS);
     const int st = static_cast<int>(t % kS);
     const unsigned char* tile = staging + st * L::kStageBytes;
     const unsigned char* row0 = tile + r0 * L::kRowBytes;
@@ -221,6 +214,8 @@ __global__ void __launch_bounds__(kThreads, kN == 64 ? 3 : 4)
       WgmmaM64NK16Bf16RegA<kN>(d, a[k], DescPlus(dq, (k / 4) * L::kQAtom + (k % 4) * 32), k > 0);
     }
     WgmmaCommit();
+    issue(t + kS - 1);  // while the tensor cores work
+    lookup(t + kS);
     WgmmaWait<0>();
     WgmmaFenceOperands(d);
 
@@ -229,10 +224,11 @@ __global__ void __launch_bounds__(kThreads, kN == 64 ? 3 : 4)
     float s0 = 0.0f, s1 = 0.0f;
 #pragma unroll
     for (int j = 0; j < kN / 8; ++j) {
-      s0 += wr[2 * j] * (d[4 * j] < 0.0f ? 0.0f : d[4 * j]) +
-            wr[2 * j + 1] * (d[4 * j + 1] < 0.0f ? 0.0f : d[4 * j + 1]);
-      s1 += wr[2 * j] * (d[4 * j + 2] < 0.0f ? 0.0f : d[4 * j + 2]) +
-            wr[2 * j + 1] * (d[4 * j + 3] < 0.0f ? 0.0f : d[4 * j + 3]);
+      const float2 w = *reinterpret_cast<const float2*>(sw8 + 8 * j + 2 * t4);
+      s0 += w.x * (d[4 * j] < 0.0f ? 0.0f : d[4 * j]) +
+            w.y * (d[4 * j + 1] < 0.0f ? 0.0f : d[4 * j + 1]);
+      s1 += w.x * (d[4 * j + 2] < 0.0f ? 0.0f : d[4 * j + 2]) +
+            w.y * (d[4 * j + 3] < 0.0f ? 0.0f : d[4 * j + 3]);
     }
     s0 += __shfl_xor_sync(kFullMask, s0, 1);
     s1 += __shfl_xor_sync(kFullMask, s1, 1);
@@ -261,6 +257,7 @@ template <int kDim, bool kFp8, int kN>
 Status LaunchStages(const IndexerLogitsParams& p, unsigned splits, cudaStream_t stream) {
   const int stages = p.decode_stages == 0 ? kDefaultStages : p.decode_stages;
   if (stages == 2) return LaunchFor<kDim, kFp8, kN, 2>(p, splits, stream);
+  if (stages == 4) return LaunchFor<kDim, kFp8, kN, 4>(p, splits, stream);
   return LaunchFor<kDim, kFp8, kN, 3>(p, splits, stream);
 }
 

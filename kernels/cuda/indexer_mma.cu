@@ -485,7 +485,7 @@ Status LaunchDecode(const IndexerLogitsParams& p, unsigned splits, cudaStream_t 
 template <int kDim, bool kFp8>
 Status LaunchDecodeStages(const IndexerLogitsParams& p, unsigned splits, cudaStream_t stream) {
   const int stages = p.decode_stages == 0 ? kDefaultDecodeStages : p.decode_stages;
-  if (stages == 3) return LaunchDecode<kDim, kFp8, 3>(p, splits, stream);
+  if (stages >= 3) return LaunchDecode<kDim, kFp8, 3>(p, splits, stream);
   return LaunchDecode<kDim, kFp8, 2>(p, splits, stream);
 }
 

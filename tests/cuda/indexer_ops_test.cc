@@ -382,18 +382,18 @@ TEST(CudaIndexer, Fp8AndNvfp4KeysTensorCores) {
 // The decode kernel (one query per block, paged keys) streams each block's tiles through a
 // cp.async pipeline: many tiles per block (forced), page sizes that do not divide its 64-key tiles,
 // lengths ending mid-tile; the logits are the same bits however the tiles are spread over blocks.
-// Both decode kernels: wgmma (the default) and mma.sync (forced).
+// Both decode kernels (wgmma and mma.sync, forced) on every key format.
 TEST(CudaIndexer, DecodePipelineOverManyTiles) {
   NW_REQUIRE_GPU();
   const std::vector<int64_t> lens = {2000, 1, 700, 4097, 64, 0, 1300};
-  for (IndexerDecodeKernel kernel : {IndexerDecodeKernel::kAuto, IndexerDecodeKernel::kMma}) {
-    SCOPED_TRACE(kernel == IndexerDecodeKernel::kAuto ? "wgmma" : "mma.sync");
+  for (IndexerDecodeKernel kernel : {IndexerDecodeKernel::kWgmma, IndexerDecodeKernel::kMma}) {
+    SCOPED_TRACE(kernel == IndexerDecodeKernel::kWgmma ? "wgmma" : "mma.sync");
     uint64_t seed = 80;
     for (Mode mode : {Mode::kBf16, Mode::kFp8, Mode::kNvfp4Scaled}) {
       for (int page : {16, 100, 256}) {
         const uint64_t s = seed++;
         std::vector<float> first;
-        for (int stages : {3, 2}) {
+        for (int stages : {3, 2, 4}) {
           for (int per : {1, 3, 16}) {
             const std::vector<float> got =
                 RunIndexer({mode, true, 64, 128, lens, false, page, per, stages, {}, 0, kernel}, s);
@@ -430,7 +430,7 @@ TEST(CudaIndexer, RejectsBadParams) {
   p.decode_tiles_per_block = -1;
   EXPECT_EQ(LaunchIndexerLogits(p, nullptr).code(), StatusCode::kInvalidArgument);
   p.decode_tiles_per_block = 0;
-  p.decode_stages = 4;
+  p.decode_stages = 5;
   EXPECT_EQ(LaunchIndexerLogits(p, nullptr).code(), StatusCode::kInvalidArgument);
   p.decode_stages = 0;
   p.prefill_key_splits = -1;

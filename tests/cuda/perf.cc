@@ -169,8 +169,8 @@ void PerfGemm() {
 /// The decode kernel's 64-key tiles per block and pipeline stages against the launcher's choice
 /// (above).
 void SweepDecodeTiles(const char* base, IndexerLogitsParams p, double flops, double bytes) {
-  for (const int stages : {3, 2}) {
-    for (const int per : {8, 16, 32}) {
+  for (const int stages : {4, 3, 2}) {
+    for (const int per : {8, 32}) {
       p.decode_tiles_per_block = per;
       p.decode_stages = stages;
       const std::string name = std::string(base) + ", " + std::to_string(per) + " tiles a block, " +
@@ -218,10 +218,10 @@ void PerfIndexer(const std::string& filter) {
       Report("indexer decode bf16 paged", TimeMs([&] { return LaunchIndexerLogits(p, nullptr); }),
              flops, m * len * (2.0 * D + 4.0));
       SweepDecodeTiles("indexer decode bf16 paged", p, flops, m * len * (2.0 * D + 4.0));
-      IndexerLogitsParams mma = p;  // the mma.sync kernel wgmma replaced, as the baseline
-      mma.decode_kernel = IndexerDecodeKernel::kMma;
-      Report("indexer decode bf16 paged, mma.sync",
-             TimeMs([&] { return LaunchIndexerLogits(mma, nullptr); }), flops,
+      IndexerLogitsParams wg = p;  // the wgmma kernel, which kAuto leaves to fp8 keys
+      wg.decode_kernel = IndexerDecodeKernel::kWgmma;
+      Report("indexer decode bf16 paged, wgmma",
+             TimeMs([&] { return LaunchIndexerLogits(wg, nullptr); }), flops,
              m * len * (2.0 * D + 4.0));
     }
     if (Want(filter, "indexer decode fp8 paged")) {
