@@ -32,23 +32,32 @@ __device__ __forceinline__ Slot SlotAt(const SparseAttentionParams& p, int64_t i
   return {set, (idx >= 0 && idx < ks.rows) ? idx : int64_t{-1}};
 }
 
+/// 2^x by the SFU (`ex2.approx.ftz`: about 2 ulp, results below 2^-126 flushed to 0, -inf -> 0):
+/// what exp2f compiles to, without its range fix-up for subnormal results.
+__device__ __forceinline__ float Exp2Approx(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 /// One online-softmax step (base 2) for a thread's two rows of a tensor-core tile: s[n] holds the
 /// scaled, masked logits of row 0 in s[n][0..1] and of row 1 in s[n][2..3] (the m16n8 / wgmma
 /// accumulator layout), mn0 / mn1 the rows' new maxima. Turns s into the probabilities, adds
 /// their sums over the quad to l (after rescaling l by e^(m - mn)), moves m to mn and rescales
-/// the output accumulators o (same layout) by the same factors.
+/// the output accumulators o (same layout) by the same factors: skipped when every factor of the
+/// warp is exactly 1 (no row maximum moved), which leaves the same bits. The warp is converged.
 template <int kN, int kO>
 __device__ __forceinline__ void SoftmaxStep(float (&s)[kN][4], float (&o)[kO][4], float mn0,
                                             float mn1, float& m0, float& m1, float& l0, float& l1) {
-  const float c0 = mn0 == -INFINITY ? 1.0f : exp2f(m0 - mn0);
-  const float c1 = mn1 == -INFINITY ? 1.0f : exp2f(m1 - mn1);
+  const float c0 = mn0 == -INFINITY ? 1.0f : Exp2Approx(m0 - mn0);
+  const float c1 = mn1 == -INFINITY ? 1.0f : Exp2Approx(m1 - mn1);
   float sum0 = 0.0f, sum1 = 0.0f;
 #pragma unroll
   for (int n = 0; n < kN; ++n) {
-    s[n][0] = mn0 == -INFINITY ? 0.0f : exp2f(s[n][0] - mn0);
-    s[n][1] = mn0 == -INFINITY ? 0.0f : exp2f(s[n][1] - mn0);
-    s[n][2] = mn1 == -INFINITY ? 0.0f : exp2f(s[n][2] - mn1);
-    s[n][3] = mn1 == -INFINITY ? 0.0f : exp2f(s[n][3] - mn1);
+    s[n][0] = mn0 == -INFINITY ? 0.0f : Exp2Approx(s[n][0] - mn0);
+    s[n][1] = mn0 == -INFINITY ? 0.0f : Exp2Approx(s[n][1] - mn0);
+    s[n][2] = mn1 == -INFINITY ? 0.0f : Exp2Approx(s[n][2] - mn1);
+    s[n][3] = mn1 == -INFINITY ? 0.0f : Exp2Approx(s[n][3] - mn1);
     sum0 += s[n][0] + s[n][1];
     sum1 += s[n][2] + s[n][3];
   }
@@ -61,12 +70,14 @@ __device__ __forceinline__ void SoftmaxStep(float (&s)[kN][4], float (&o)[kO][4]
   l1 = l1 * c1 + sum1;
   m0 = mn0;
   m1 = mn1;
+  if (__any_sync(kFullMask, c0 != 1.0f || c1 != 1.0f)) {
 #pragma unroll
-  for (int n = 0; n < kO; ++n) {
-    o[n][0] *= c0;
-    o[n][1] *= c0;
-    o[n][2] *= c1;
-    o[n][3] *= c1;
+    for (int n = 0; n < kO; ++n) {
+      o[n][0] *= c0;
+      o[n][1] *= c0;
+      o[n][2] *= c1;
+      o[n][3] *= c1;
+    }
   }
 }
 

@@ -18,11 +18,12 @@ __device__ __forceinline__ uint32_t SmemAddress(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
-/// The first 1024-byte aligned address at or after `p` (SW128 tiles start there; allocate 1023
-/// bytes more).
+/// The first 1024-byte aligned shared-memory address at or after `p`, a shared-memory pointer
+/// (SW128 tiles start there; allocate 1023 bytes more). Computed as an offset from `p`, so the
+/// compiler still knows the result points to shared memory (a pointer rebuilt from an integer
+/// turns every access through it into a generic load or store).
 __device__ __forceinline__ unsigned char* Align1024(unsigned char* p) {
-  return reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(p) + 1023) &
-                                          ~static_cast<uintptr_t>(1023));
+  return p + ((1024u - (SmemAddress(p) & 1023u)) & 1023u);
 }
 
 /// Byte offset of 16-byte chunk `c` (0..7) of row `r` in an SW128 tile.

@@ -63,8 +63,16 @@ __device__ __forceinline__ int RowSwizzle(int r) {
   }
 }
 
+/// max(x, 0) with NaN kept (`max.NaN`: one instruction for the compare and select of
+/// x < 0 ? 0 : x, the CPU's std::max(x, 0.0f); -0 becomes +0, which adds the same).
+__device__ __forceinline__ float ReluKeepNan(float x) {
+  float y;
+  asm("max.NaN.f32 %0, %1, 0f00000000;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 template <int kDim, bool kFp8, int kN, int kStages>
-__global__ void __launch_bounds__(kThreads, kN == 64 ? 3 : 4)
+__global__ void __launch_bounds__(kThreads, kN == 64 && !kFp8 ? 3 : 4)
     IndexerDecodeWgmmaKernel(IndexerLogitsParams p) {
   using L = DecodeWgSmem<kDim, kFp8, kN, kStages>;
   constexpr int kS = kStages;
@@ -219,16 +227,13 @@ __global__ void __launch_bounds__(kThreads, kN == 64 ? 3 : 4)
     WgmmaWait<0>();
     WgmmaFenceOperands(d);
 
-    // ReLU (c < 0 ? 0 : c, like std::max(c, 0)) and the head weights; the thread's heads in
-    // ascending order, then the quad.
+    // ReLU and the head weights; the thread's heads in ascending order, then the quad.
     float s0 = 0.0f, s1 = 0.0f;
 #pragma unroll
     for (int j = 0; j < kN / 8; ++j) {
       const float2 w = *reinterpret_cast<const float2*>(sw8 + 8 * j + 2 * t4);
-      s0 += w.x * (d[4 * j] < 0.0f ? 0.0f : d[4 * j]) +
-            w.y * (d[4 * j + 1] < 0.0f ? 0.0f : d[4 * j + 1]);
-      s1 += w.x * (d[4 * j + 2] < 0.0f ? 0.0f : d[4 * j + 2]) +
-            w.y * (d[4 * j + 3] < 0.0f ? 0.0f : d[4 * j + 3]);
+      s0 += w.x * ReluKeepNan(d[4 * j]) + w.y * ReluKeepNan(d[4 * j + 1]);
+      s1 += w.x * ReluKeepNan(d[4 * j + 2]) + w.y * ReluKeepNan(d[4 * j + 3]);
     }
     s0 += __shfl_xor_sync(kFullMask, s0, 1);
     s1 += __shfl_xor_sync(kFullMask, s1, 1);
