@@ -364,11 +364,12 @@ struct SplitSmem {
   static constexpr size_t kQ = 0;                             // [2 halves][4 atoms][64 x 128 B]
   static constexpr size_t kKv = kQ + 2 * size_t{kHalfBytes};  // [2 stages][2 halves][...]
   static constexpr size_t kX = kKv + 4 * size_t{kHalfBytes};  // float [2][64][64], swizzled
-  static constexpr size_t kRow = kX + 2 * size_t{kHeads} * kEntries * sizeof(float);  // u32 [4][64]
-  static constexpr size_t kBytes = kRow + size_t{kRing} * kEntries * sizeof(uint32_t);
+  // Row pointers [4][64] (null: a skipped entry).
+  static constexpr size_t kRow = kX + 2 * size_t{kHeads} * kEntries * sizeof(float);
+  static constexpr size_t kBytes = kRow + size_t{kRing} * kEntries * sizeof(void*);
   static constexpr size_t kAlloc = kBytes + 1024;  // room to align the base to 1024
 };
-constexpr uint32_t kNoRow = 0xFFFFFFFFu;  // a skipped entry; else row | set << 31
+static_assert(SplitSmem::kAlloc <= 227 * 1024, "the H200's shared memory a block");
 
 __global__ void __launch_bounds__(kThreads, 1) SparseAttentionSplitKernel(SparseAttentionParams p) {
   using L = SplitSmem;
@@ -379,20 +380,24 @@ __global__ void __launch_bounds__(kThreads, 1) SparseAttentionSplitKernel(Sparse
   unsigned char* sq = smem + L::kQ + c * kHalfBytes;  // this warpgroup's half of Q
   auto skv = [&](int64_t u) { return smem + L::kKv + ((u & 1) * 2 + c) * kHalfBytes; };
   float* sx = reinterpret_cast<float*>(smem + L::kX);  // [2][64][64]
-  uint32_t(*ring)[kEntries] = reinterpret_cast<uint32_t(*)[kEntries]>(smem + L::kRow);
+  using RowPtr = const unsigned char*;
+  RowPtr(*ring)[kEntries] = reinterpret_cast<RowPtr(*)[kEntries]>(smem + L::kRow);
   const int64_t i = blockIdx.x;
 
   const int64_t len0 = SetLength(p.sets[0], i);
   const int64_t total = len0 + SetLength(p.sets[1], i);
   const int64_t tiles = (total + kEntries - 1) / kEntries;
-  // Rows of tile u into ring[u % kRing] (threads 0 .. 63).
+  // Row pointers of tile u into ring[u % kRing] (threads 0 .. 63): the copies then need one
+  // add an entry.
   auto lookup = [&](int64_t u) {
     if (threadIdx.x < kEntries && u < tiles) {
       const int64_t s = u * kEntries + threadIdx.x;
-      uint32_t v = kNoRow;
+      RowPtr v = nullptr;
       if (s < total) {
         const Slot slot = SlotAt(p, i, len0, s);
-        if (slot.row >= 0) v = static_cast<uint32_t>(slot.row) | (uint32_t(slot.set) << 31);
+        if (slot.row >= 0) {
+          v = static_cast<const unsigned char*>(p.sets[slot.set].kv) + slot.row * (kDim * 2);
+        }
       }
       ring[u % kRing][threadIdx.x] = v;
     }
@@ -403,22 +408,18 @@ __global__ void __launch_bounds__(kThreads, 1) SparseAttentionSplitKernel(Sparse
   const uint32_t ch_off = static_cast<uint32_t>((ch / 8) * kAtom);
   const uint32_t sw_even = static_cast<uint32_t>(((ch & 7) ^ r_lo) << 4);
   const uint32_t sw_odd = static_cast<uint32_t>(((ch & 7) ^ (r_lo + 4)) << 4);
-  const unsigned char* kv0 = static_cast<const unsigned char*>(p.sets[0].kv) + c * 512 + ch * 16;
-  const unsigned char* kv1 = static_cast<const unsigned char*>(p.sets[1].kv) + c * 512 + ch * 16;
+  const int src_off = c * 512 + ch * 16;
+  const unsigned char* mapped = static_cast<const unsigned char*>(p.q);  // read by no zero fill
   auto issue = [&](int64_t u) {
     if (u < tiles) {
       unsigned char* dst = skv(u) + ch_off;
-      const uint32_t* rows = ring[u % kRing];
+      const RowPtr* rows = ring[u % kRing];
 #pragma unroll
       for (int k = 0; k < kEntries / 4; ++k) {
         const int r = r_lo + 4 * k;
-        unsigned char* d = dst + r * 128 + ((k & 1) ? sw_odd : sw_even);
-        const uint32_t v = rows[r];
-        if (v != kNoRow) {
-          CpAsync16(d, ((v >> 31) != 0 ? kv1 : kv0) + int64_t{v & 0x7FFFFFFFu} * (kDim * 2), true);
-        } else {
-          *reinterpret_cast<uint4*>(d) = make_uint4(0, 0, 0, 0);
-        }
+        const RowPtr v = rows[r];
+        CpAsync16(dst + r * 128 + ((k & 1) ? sw_odd : sw_even), v != nullptr ? v + src_off : mapped,
+                  v != nullptr);
       }
     }
     CpAsyncCommit();
@@ -530,12 +531,12 @@ __global__ void __launch_bounds__(kThreads, 1) SparseAttentionSplitKernel(Sparse
     NamedBarrierArrive(3 + (1 - c), 2 * 128);  // the other warpgroup's buffer is read
 
     // Scale and mask; row maxima over the 64 entries.
-    const uint32_t* rows = ring[t % kRing];
+    const RowPtr* rows = ring[t % kRing];
     float mx0 = -INFINITY, mx1 = -INFINITY;
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
       const int e = 8 * j + 2 * t4;
-      const bool v0 = rows[e] != kNoRow, v1 = rows[e + 1] != kNoRow;
+      const bool v0 = rows[e] != nullptr, v1 = rows[e + 1] != nullptr;
       s[4 * j] = v0 ? s[4 * j] * scale2 : -INFINITY;
       s[4 * j + 1] = v1 ? s[4 * j + 1] * scale2 : -INFINITY;
       s[4 * j + 2] = v0 ? s[4 * j + 2] * scale2 : -INFINITY;

@@ -201,18 +201,22 @@ Status LaunchIndexerLogits(const IndexerLogitsParams& params, cudaStream_t strea
       }
       return detail::LaunchIndexerMmaGroup(p, max_len, stream);
     }
-    // As many 64-key tiles per block (up to 8: the H200 at V4-Flash shapes, session 13, ran
-    // 8, 16 and 32 within 5 % of each other, 8 fastest with two stages) as still give two waves
-    // of four blocks per multiprocessor.
-    const int64_t tiles = (max_len + 63) / 64;
-    int64_t per = 8;
-    while (per > 1 && p.m * ((tiles + per - 1) / per) < 8LL * MultiprocessorCount()) per /= 2;
-    if (p.decode_tiles_per_block > 0) per = p.decode_tiles_per_block;
-    const unsigned splits =
-        static_cast<unsigned>(std::clamp<int64_t>((tiles + per - 1) / per, 1, 65535));
+    // As many 64-key tiles per block as still give `waves` waves of four blocks per
+    // multiprocessor, up to `most`. The H200 at V4-Flash shapes: mma.sync ran 8, 16 and 32
+    // within 5 % of each other, 8 fastest with two stages (session 13); wgmma ran 32 a block
+    // 10-15 % faster than 8 (session 15), with one wave of blocks.
     const bool wgmma =
         p.decode_kernel == IndexerDecodeKernel::kWgmma ||
         (p.decode_kernel == IndexerDecodeKernel::kAuto && p.k_format == IndexerKeyFormat::kFp8);
+    const int64_t tiles = (max_len + 63) / 64;
+    const int64_t waves = wgmma ? 1 : 2;
+    int64_t per = wgmma ? 32 : 8;
+    while (per > 1 && p.m * ((tiles + per - 1) / per) < waves * 4LL * MultiprocessorCount()) {
+      per /= 2;
+    }
+    if (p.decode_tiles_per_block > 0) per = p.decode_tiles_per_block;
+    const unsigned splits =
+        static_cast<unsigned>(std::clamp<int64_t>((tiles + per - 1) / per, 1, 65535));
     if (wgmma && detail::WgmmaDecodeIndexerApplies(p)) {
       return detail::LaunchIndexerDecodeWgmma(p, splits, stream);
     }

@@ -76,7 +76,7 @@ struct IndexerLogitsParams {
   // than 16 queries), 0: chosen from the shape. For tests: the results do not depend on it.
   int decode_tiles_per_block = 0;
   // cp.async stages of that kernel's key pipeline, 2, 3 or 4 (the mma.sync kernel runs 3 for 4);
-  // 0: the default (mma.sync 2: more blocks fit a multiprocessor; wgmma 3). For tests and the
+  // 0: the default (2 for both kernels: more blocks fit a multiprocessor). For tests and the
   // perf mode: the results do not depend on it.
   int decode_stages = 0;
   IndexerPrefillKernel prefill_kernel = IndexerPrefillKernel::kAuto;
