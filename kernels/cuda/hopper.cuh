@@ -252,55 +252,83 @@ __device__ __forceinline__ void WgmmaM64N256K16Bf16RegA(float (&d)[128], const u
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
 }
 
-/// d[64 x kN] (+)= A[64 x 16] * B[kN x 16]^T for kN = 16, 32 or 64: A bf16 from registers (laid
-/// out as WgmmaM64N256K16Bf16RegA's), B bf16 in shared memory K-major (as WgmmaM64N32K16Bf16's),
-/// fp32 accumulators laid out as WgmmaM64N32K16Bf16's; `accumulate` 0 overwrites d.
-template <int kN>
-__device__ __forceinline__ void WgmmaM64NK16Bf16RegA(float (&d)[kN / 2], const uint32_t (&a)[4],
-                                                     uint64_t b, int accumulate) {
+/// d[64 x kN] (+)= A[64 x 16] * B[kN x 16]^T for kN = 16, 32 or 64: A from registers (laid out
+/// as WgmmaM64N256K16Bf16RegA's), B in shared memory K-major (as WgmmaM64N32K16Bf16's), both bf16
+/// or (kF16) both f16; fp32 accumulators laid out as WgmmaM64N32K16Bf16's; `accumulate` 0
+/// overwrites d.
+template <int kN, bool kF16 = false>
+__device__ __forceinline__ void WgmmaM64NK16RegA(float (&d)[kN / 2], const uint32_t (&a)[4],
+                                                 uint64_t b, int accumulate) {
   static_assert(kN == 16 || kN == 32 || kN == 64);
+#define NW_D8 \
+  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+#define NW_D16                                                                                    \
+  NW_D8, "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), \
+      "+f"(d[15])
+#define NW_D32                                                                                   \
+  NW_D16, "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]),          \
+      "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), \
+      "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+#define NW_IN "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate)
   if constexpr (kN == 16) {
-    asm volatile(
-        "{\n"
-        ".reg .pred p;\n"
-        "setp.ne.b32 p, %13, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7},"
-        " {%8, %9, %10, %11}, %12, p, 1, 1, 0;\n"
-        "}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
-          "+f"(d[7])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate));
+    if constexpr (kF16) {
+      asm volatile(
+          "{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
+          "wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7},"
+          " {%8, %9, %10, %11}, %12, p, 1, 1, 0;\n}\n"
+          : NW_D8
+          : NW_IN);
+    } else {
+      asm volatile(
+          "{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
+          "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7},"
+          " {%8, %9, %10, %11}, %12, p, 1, 1, 0;\n}\n"
+          : NW_D8
+          : NW_IN);
+    }
   } else if constexpr (kN == 32) {
-    asm volatile(
-        "{\n"
-        ".reg .pred p;\n"
-        "setp.ne.b32 p, %21, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15},"
-        " {%16, %17, %18, %19}, %20, p, 1, 1, 0;\n"
-        "}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
-          "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
-          "+f"(d[14]), "+f"(d[15])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate));
+    if constexpr (kF16) {
+      asm volatile(
+          "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
+          "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 "
+          "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15},"
+          " {%16, %17, %18, %19}, %20, p, 1, 1, 0;\n}\n"
+          : NW_D16
+          : NW_IN);
+    } else {
+      asm volatile(
+          "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
+          "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
+          "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15},"
+          " {%16, %17, %18, %19}, %20, p, 1, 1, 0;\n}\n"
+          : NW_D16
+          : NW_IN);
+    }
   } else {
-    asm volatile(
-        "{\n"
-        ".reg .pred p;\n"
-        "setp.ne.b32 p, %37, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
-        " %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31},"
-        " {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n"
-        "}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
-          "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
-          "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
-          "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
-          "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(accumulate));
+    if constexpr (kF16) {
+      asm volatile(
+          "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+          "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
+          "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+          " %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31},"
+          " {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
+          : NW_D32
+          : NW_IN);
+    } else {
+      asm volatile(
+          "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+          "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+          "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+          " %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31},"
+          " {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
+          : NW_D32
+          : NW_IN);
+    }
   }
+#undef NW_D8
+#undef NW_D16
+#undef NW_D32
+#undef NW_IN
 }
 
 }  // namespace nw::cuda::detail

@@ -21,6 +21,7 @@
 // block or the stages. Within the tensor-core paths' bound of the CPU's (the products are exact,
 // the fp32 sums' order differs).
 #include <algorithm>
+#include <type_traits>
 
 #include "kernels/cuda/common.h"
 #include "kernels/cuda/device_util.cuh"
@@ -99,18 +100,80 @@ __global__ void __launch_bounds__(kThreads, kN == 64 && !kFp8 ? 3 : 4)
   // The query, permuted along K (see the top), into SW128 slices: logical 16-byte chunk lc of
   // head n holds dims 32 c + 8 t + 4 s + 2 h + {0, 1}, t = 0..3, for lc = 4 c + 2 s + h.
   const uint16_t* q = static_cast<const uint16_t*>(p.q) + i * p.n_heads * kDim;
-  for (int idx = threadIdx.x; idx < kN * (kDim / 8); idx += kThreads) {
+  auto q_chunk = [&](int idx, uint32_t(&v)[4]) {  // chunk idx's bf16 pairs; its SW128 offset
     const int n = idx / (kDim / 8), lc = idx % (kDim / 8);
     const int c = lc >> 2, s = (lc >> 1) & 1, h = lc & 1;
-    uint32_t v[4] = {0u, 0u, 0u, 0u};
-    if (n < p.n_heads) {
+#pragma unroll
+    for (int t = 0; t < 4; ++t) {
+      v[t] = n < p.n_heads
+                 ? *reinterpret_cast<const uint32_t*>(q + n * kDim + 32 * c + 8 * t + 4 * s + 2 * h)
+                 : 0u;
+    }
+    return (lc / 8) * L::kQAtom + SwizzledChunk(n, lc % 8);
+  };
+  // e4m3 keys widen to f16 in one instruction (to bf16 in four), so they multiply in f16 when
+  // the query, times a power of two 2^e that puts its largest magnitude in [2^13, 2^14), is
+  // exactly f16 too (an fp8-quantized query always is, unless its blocks' scales lie 2^28
+  // apart); the sums are then scaled back by 2^-e, exactly. Else bf16, as for bf16 keys.
+  bool f16 = false;
+  float unscale = 1.0f;
+  if constexpr (kFp8) {
+    float amax = 0.0f;
+    for (int idx = threadIdx.x; idx < kN * (kDim / 8); idx += kThreads) {
+      uint32_t v[4];
+      q_chunk(idx, v);
 #pragma unroll
       for (int t = 0; t < 4; ++t) {
-        v[t] = *reinterpret_cast<const uint32_t*>(q + n * kDim + 32 * c + 8 * t + 4 * s + 2 * h);
+        amax = fmaxf(amax, fabsf(__uint_as_float(v[t] << 16)));
+        amax = fmaxf(amax, fabsf(__uint_as_float(v[t] & 0xFFFF0000u)));
       }
     }
-    *reinterpret_cast<uint4*>(sq + (lc / 8) * L::kQAtom + SwizzledChunk(n, lc % 8)) =
-        make_uint4(v[0], v[1], v[2], v[3]);
+    float* sred = sscale;  // free until the first copy
+    amax = WarpMax(amax);
+    if (lane == 0) sred[warp] = amax;
+    __syncthreads();
+    amax = fmaxf(fmaxf(sred[0], sred[1]), fmaxf(sred[2], sred[3]));
+    int e2 = 0;
+    if (amax > 0.0f && amax <= 3.0e38f) {
+      int ex;
+      frexpf(amax, &ex);  // amax < 2^ex
+      e2 = 14 - ex;
+    }
+    const float up = ldexpf(1.0f, e2);
+    bool exact = true;
+    for (int idx = threadIdx.x; idx < kN * (kDim / 8); idx += kThreads) {
+      uint32_t v[4];
+      q_chunk(idx, v);
+#pragma unroll
+      for (int t = 0; t < 8; ++t) {
+        const uint32_t bits = (t & 1) ? (v[t / 2] & 0xFFFF0000u) : (v[t / 2] << 16);
+        const float x = __uint_as_float(bits) * up;
+        exact = exact && __half2float(__float2half_rn(x)) == x;
+      }
+    }
+    f16 = __syncthreads_and(exact) != 0;
+    unscale = ldexpf(1.0f, -e2);
+    if (f16) {
+      for (int idx = threadIdx.x; idx < kN * (kDim / 8); idx += kThreads) {
+        uint32_t v[4];
+        const uint32_t off = q_chunk(idx, v);
+        uint32_t hv[4];
+#pragma unroll
+        for (int t = 0; t < 4; ++t) {
+          const __half2 hh = __floats2half2_rn(__uint_as_float(v[t] << 16) * up,
+                                               __uint_as_float(v[t] & 0xFFFF0000u) * up);
+          hv[t] = *reinterpret_cast<const uint32_t*>(&hh);
+        }
+        *reinterpret_cast<uint4*>(sq + off) = make_uint4(hv[0], hv[1], hv[2], hv[3]);
+      }
+    }
+  }
+  if (!f16) {
+    for (int idx = threadIdx.x; idx < kN * (kDim / 8); idx += kThreads) {
+      uint32_t v[4];
+      const uint32_t off = q_chunk(idx, v);
+      *reinterpret_cast<uint4*>(sq + off) = make_uint4(v[0], v[1], v[2], v[3]);
+    }
   }
   FenceProxyAsync();  // the query's stores, for wgmma (a barrier follows before the first)
 
@@ -170,80 +233,104 @@ __global__ void __launch_bounds__(kThreads, kN == 64 && !kFp8 ? 3 : 4)
   const uint64_t dq = Sw128Desc(sq);
   const int r0 = warp * 16 + g, r1 = r0 + 8;  // this thread's key rows of a tile
   const int sw = RowSwizzle<kDim, kFp8>(r0);  // = RowSwizzle(r1)
-  for (int64_t t = 0; t < n_local; ++t) {
-    CpAsyncWait<kS - 2>();
-    __syncthreads();  // tile t has landed; the buffers of tile t - 1 are free
-    const int st = static_cast<int>(t % kS);
-    const unsigned char* tile = staging + st * L::kStageBytes;
-    const unsigned char* row0 = tile + r0 * L::kRowBytes;
-    const unsigned char* row1 = tile + r1 * L::kRowBytes;
+  // e4m3 pair -> the A operand's two elements.
+  auto widen = [](uint32_t two, auto as_f16) -> uint32_t {
+    if constexpr (decltype(as_f16)::value) {
+      const __half2_raw h =
+          __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two), __NV_E4M3);
+      return static_cast<uint32_t>(h.x) | (static_cast<uint32_t>(h.y) << 16);
+    } else {
+      return E4m3x2ToBf16x2(static_cast<uint16_t>(two));
+    }
+  };
+  auto run = [&](auto as_f16) {
+    constexpr bool kF16 = decltype(as_f16)::value;
+    for (int64_t t = 0; t < n_local; ++t) {
+      CpAsyncWait<kS - 2>();
+      __syncthreads();  // tile t has landed; the buffers of tile t - 1 are free
+      const int st = static_cast<int>(t % kS);
+      const unsigned char* tile = staging + st * L::kStageBytes;
+      const unsigned char* row0 = tile + r0 * L::kRowBytes;
+      const unsigned char* row1 = tile + r1 * L::kRowBytes;
 
-    // A fragments: step 2 c + s, slots {2 t4, 2 t4 + 1} (a[0] row r0, a[1] row r1) and
-    // {8 + 2 t4, 9 + 2 t4} (a[2], a[3]).
-    uint32_t a[kSteps][4];
+      // A fragments: step 2 c + s, slots {2 t4, 2 t4 + 1} (a[0] row r0, a[1] row r1) and
+      // {8 + 2 t4, 9 + 2 t4} (a[2], a[3]).
+      uint32_t a[kSteps][4];
 #pragma unroll
-    for (int c = 0; c < kDim / 32; ++c) {
-      if constexpr (kFp8) {
-        const int off = (((2 * c + (t4 >> 1)) ^ sw) << 4) + 8 * (t4 & 1);
-        const uint2 v0 = *reinterpret_cast<const uint2*>(row0 + off);
-        const uint2 v1 = *reinterpret_cast<const uint2*>(row1 + off);
-        a[2 * c][0] = E4m3x2ToBf16x2(static_cast<uint16_t>(v0.x & 0xFFFFu));
-        a[2 * c][2] = E4m3x2ToBf16x2(static_cast<uint16_t>(v0.x >> 16));
-        a[2 * c + 1][0] = E4m3x2ToBf16x2(static_cast<uint16_t>(v0.y & 0xFFFFu));
-        a[2 * c + 1][2] = E4m3x2ToBf16x2(static_cast<uint16_t>(v0.y >> 16));
-        a[2 * c][1] = E4m3x2ToBf16x2(static_cast<uint16_t>(v1.x & 0xFFFFu));
-        a[2 * c][3] = E4m3x2ToBf16x2(static_cast<uint16_t>(v1.x >> 16));
-        a[2 * c + 1][1] = E4m3x2ToBf16x2(static_cast<uint16_t>(v1.y & 0xFFFFu));
-        a[2 * c + 1][3] = E4m3x2ToBf16x2(static_cast<uint16_t>(v1.y >> 16));
-      } else {
-        const int off = ((4 * c + t4) ^ sw) << 4;
-        const uint4 v0 = *reinterpret_cast<const uint4*>(row0 + off);
-        const uint4 v1 = *reinterpret_cast<const uint4*>(row1 + off);
-        a[2 * c][0] = v0.x;
-        a[2 * c][2] = v0.y;
-        a[2 * c + 1][0] = v0.z;
-        a[2 * c + 1][2] = v0.w;
-        a[2 * c][1] = v1.x;
-        a[2 * c][3] = v1.y;
-        a[2 * c + 1][1] = v1.z;
-        a[2 * c + 1][3] = v1.w;
+      for (int c = 0; c < kDim / 32; ++c) {
+        if constexpr (kFp8) {
+          const int off = (((2 * c + (t4 >> 1)) ^ sw) << 4) + 8 * (t4 & 1);
+          const uint2 v0 = *reinterpret_cast<const uint2*>(row0 + off);
+          const uint2 v1 = *reinterpret_cast<const uint2*>(row1 + off);
+          a[2 * c][0] = widen(v0.x & 0xFFFFu, as_f16);
+          a[2 * c][2] = widen(v0.x >> 16, as_f16);
+          a[2 * c + 1][0] = widen(v0.y & 0xFFFFu, as_f16);
+          a[2 * c + 1][2] = widen(v0.y >> 16, as_f16);
+          a[2 * c][1] = widen(v1.x & 0xFFFFu, as_f16);
+          a[2 * c][3] = widen(v1.x >> 16, as_f16);
+          a[2 * c + 1][1] = widen(v1.y & 0xFFFFu, as_f16);
+          a[2 * c + 1][3] = widen(v1.y >> 16, as_f16);
+        } else {
+          const int off = ((4 * c + t4) ^ sw) << 4;
+          const uint4 v0 = *reinterpret_cast<const uint4*>(row0 + off);
+          const uint4 v1 = *reinterpret_cast<const uint4*>(row1 + off);
+          a[2 * c][0] = v0.x;
+          a[2 * c][2] = v0.y;
+          a[2 * c + 1][0] = v0.z;
+          a[2 * c + 1][2] = v0.w;
+          a[2 * c][1] = v1.x;
+          a[2 * c][3] = v1.y;
+          a[2 * c + 1][1] = v1.z;
+          a[2 * c + 1][3] = v1.w;
+        }
+      }
+#pragma unroll
+      for (int k = 0; k < kSteps; ++k) WgmmaFenceOperands(a[k]);
+
+      float d[kN / 2];
+#pragma unroll
+      for (int e = 0; e < kN / 2; ++e) d[e] = 0.0f;
+      WgmmaFenceOperands(d);
+      WgmmaFence();
+#pragma unroll
+      for (int k = 0; k < kSteps; ++k) {
+        WgmmaM64NK16RegA<kN, kF16>(d, a[k], DescPlus(dq, (k / 4) * L::kQAtom + (k % 4) * 32),
+                                   k > 0);
+      }
+      WgmmaCommit();
+      issue(t + kS - 1);  // while the tensor cores work
+      lookup(t + kS);
+      WgmmaWait<0>();
+      WgmmaFenceOperands(d);
+
+      // ReLU and the head weights; the thread's heads in ascending order, then the quad.
+      float s0 = 0.0f, s1 = 0.0f;
+#pragma unroll
+      for (int j = 0; j < kN / 8; ++j) {
+        const float2 w = *reinterpret_cast<const float2*>(sw8 + 8 * j + 2 * t4);
+        s0 += w.x * ReluKeepNan(d[4 * j]) + w.y * ReluKeepNan(d[4 * j + 1]);
+        s1 += w.x * ReluKeepNan(d[4 * j + 2]) + w.y * ReluKeepNan(d[4 * j + 3]);
+      }
+      s0 += __shfl_xor_sync(kFullMask, s0, 1);
+      s1 += __shfl_xor_sync(kFullMask, s1, 1);
+      s0 += __shfl_xor_sync(kFullMask, s0, 2);
+      s1 += __shfl_xor_sync(kFullMask, s1, 2);
+      if (t4 < 2) {
+        const int r = t4 == 0 ? r0 : r1;
+        const int64_t j = tile_start(t) + r;
+        const float sum = t4 == 0 ? s0 : s1;
+        if (j < keys.len) out[j] = sscale[st * kTile + r] * (kF16 ? sum * unscale : sum);
       }
     }
-#pragma unroll
-    for (int k = 0; k < kSteps; ++k) WgmmaFenceOperands(a[k]);
-
-    float d[kN / 2];
-#pragma unroll
-    for (int e = 0; e < kN / 2; ++e) d[e] = 0.0f;
-    WgmmaFenceOperands(d);
-    WgmmaFence();
-#pragma unroll
-    for (int k = 0; k < kSteps; ++k) {
-      WgmmaM64NK16Bf16RegA<kN>(d, a[k], DescPlus(dq, (k / 4) * L::kQAtom + (k % 4) * 32), k > 0);
+  };
+  if constexpr (kFp8) {
+    if (f16) {
+      run(std::true_type{});
+    } else {
+      run(std::false_type{});
     }
-    WgmmaCommit();
-    issue(t + kS - 1);  // while the tensor cores work
-    lookup(t + kS);
-    WgmmaWait<0>();
-    WgmmaFenceOperands(d);
-
-    // ReLU and the head weights; the thread's heads in ascending order, then the quad.
-    float s0 = 0.0f, s1 = 0.0f;
-#pragma unroll
-    for (int j = 0; j < kN / 8; ++j) {
-      const float2 w = *reinterpret_cast<const float2*>(sw8 + 8 * j + 2 * t4);
-      s0 += w.x * ReluKeepNan(d[4 * j]) + w.y * ReluKeepNan(d[4 * j + 1]);
-      s1 += w.x * ReluKeepNan(d[4 * j + 2]) + w.y * ReluKeepNan(d[4 * j + 3]);
-    }
-    s0 += __shfl_xor_sync(kFullMask, s0, 1);
-    s1 += __shfl_xor_sync(kFullMask, s1, 1);
-    s0 += __shfl_xor_sync(kFullMask, s0, 2);
-    s1 += __shfl_xor_sync(kFullMask, s1, 2);
-    if (t4 < 2) {
-      const int r = t4 == 0 ? r0 : r1;
-      const int64_t j = tile_start(t) + r;
-      if (j < keys.len) out[j] = sscale[st * kTile + r] * (t4 == 0 ? s0 : s1);
-    }
+  } else {
+    run(std::false_type{});
   }
   CpAsyncWait<0>();  // no copy outlives the block (the trailing groups are empty)
 }

@@ -48,6 +48,7 @@ struct IndexerCase {
   IndexerPrefillKernel prefill = IndexerPrefillKernel::kAuto;
   int key_splits = 0;  // IndexerLogitsParams::prefill_key_splits
   IndexerDecodeKernel decode = IndexerDecodeKernel::kAuto;
+  float q_head0_scale = 1.0f;  // head 0 of every query times this (before quantization)
 };
 
 /// Everything one case needs on the host: fake-quantized q/k (what the CPU sees) and the device
@@ -127,6 +128,9 @@ std::vector<float> RunIndexer(const IndexerCase& c, uint64_t seed) {
 
   IndexerData d;
   d.q = rng.Vec(static_cast<size_t>(m * H * D), -1.0f, 1.0f);
+  for (int64_t i = 0; i < m; ++i) {
+    for (int e = 0; e < D; ++e) d.q[static_cast<size_t>(i * H * D + e)] *= c.q_head0_scale;
+  }
   d.w = rng.Vec(static_cast<size_t>(m * H), -0.2f, 0.2f);
   d.keys = rng.Vec(static_cast<size_t>(key_rows * D), -1.0f, 1.0f);
   // Fake-quantize what the CPU sees, and encode the same values for the device.
@@ -413,6 +417,24 @@ TEST(CudaIndexer, DecodePipelineOverManyTiles) {
       RunIndexer({mode, true, 32, 64, {300, 65}, false, 32, 0, 0, {}, 0, kernel}, seed++);
       RunIndexer({mode, true, 33, 64, {129, 2}, false, 64, 0, 0, {}, 0, kernel}, seed++);
     }
+  }
+}
+
+// The wgmma decode kernel multiplies e4m3 keys in f16 when the query, scaled by a power of two,
+// is exactly f16, else in bf16. One head 2^30 times the others' magnitude (each head its own fp8
+// scale) leaves the small heads' values below f16's range: the bf16 fallback, still within the
+// bound of the CPU's logits; the ordinary queries of the other tests take f16.
+TEST(CudaIndexer, WgmmaDecodeQueryBeyondF16TakesBf16) {
+  NW_REQUIRE_GPU();
+  uint64_t seed = 120;
+  for (bool paged : {true, false}) {
+    IndexerCase c{Mode::kFp8, paged, 64, 128, {700, 1, 129}};
+    c.decode = IndexerDecodeKernel::kWgmma;
+    c.q_head0_scale = 1073741824.0f;  // 2^30
+    RunIndexer(c, seed++);
+    c.n_heads = 8;
+    c.head_dim = 64;
+    RunIndexer(c, seed++);
   }
 }
 
