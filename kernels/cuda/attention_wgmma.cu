@@ -45,6 +45,38 @@ struct WgAttnSmem {
   static constexpr size_t kAlloc = kBytes + 1024;  // room to align the base to 1024
 };
 
+// L2 prefetch of a query's gathered rows kPrefetch tiles ahead, by threads 64 .. 127 (one entry
+// each): the row of tile u + 1 is looked up while tile u's prefetch is issued, so no thread waits
+// on the lookup. The constructor issues tiles 1 .. kPrefetch - 1 and looks up tile kPrefetch.
+struct RowPrefetch {
+  const SparseAttentionParams& p;
+  int64_t i, len0, total, tiles;
+  const unsigned char* src = nullptr;
+
+  __device__ __forceinline__ RowPrefetch(const SparseAttentionParams& params, int64_t query,
+                                         int64_t set0_len, int64_t entries, int64_t n_tiles)
+      : p(params), i(query), len0(set0_len), total(entries), tiles(n_tiles) {
+    for (int64_t u = 1; u < kPrefetch; ++u) {
+      Index(u);
+      Issue();
+    }
+    Index(kPrefetch);
+  }
+  __device__ __forceinline__ void Index(int64_t u) {
+    src = nullptr;
+    const int64_t s = u * kEntries + (threadIdx.x - kEntries);
+    if (threadIdx.x >= kEntries && threadIdx.x < 2 * kEntries && u < tiles && s < total) {
+      const Slot slot = SlotAt(p, i, len0, s);
+      if (slot.row >= 0) {
+        src = static_cast<const unsigned char*>(p.sets[slot.set].kv) + slot.row * (kDim * 2);
+      }
+    }
+  }
+  __device__ __forceinline__ void Issue() const {
+    if (src != nullptr) PrefetchL2(src, kDim * 2);
+  }
+};
+
 // kTma: Q and the KV rows arrive by bulk tensor copies (one 128-byte box a row and atom, rows
 // past the buffer zero-filled), completing on mbarriers; else (the default) by cp.async from
 // every thread. The H200 ran the copies slower (1.91 against 1.01 ms at m = 2,048: 512 copies a
@@ -157,28 +189,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     CpAsyncCommit();
   };
-  // L2 prefetch of the rows kPrefetch tiles ahead (threads 64 .. 127, one entry each): the index
-  // is loaded one tile before its prefetch is issued, so no thread waits on it.
-  const bool prefetcher = threadIdx.x >= kEntries && threadIdx.x < 2 * kEntries;
-  const unsigned char* pf_src = nullptr;
-  auto prefetch_index = [&](int64_t u) {
-    pf_src = nullptr;
-    const int64_t s = u * kEntries + (threadIdx.x - kEntries);
-    if (prefetcher && u < tiles && s < total) {
-      const Slot slot = SlotAt(p, i, len0, s);
-      if (slot.row >= 0) {
-        pf_src = static_cast<const unsigned char*>(p.sets[slot.set].kv) + slot.row * (kDim * 2);
-      }
-    }
-  };
-  auto prefetch_issue = [&] {
-    if (pf_src != nullptr) PrefetchL2(pf_src, kDim * 2);
-  };
-  for (int64_t u = 1; u < kPrefetch; ++u) {
-    prefetch_index(u);
-    prefetch_issue();
-  }
-  prefetch_index(kPrefetch);
+  RowPrefetch pf{p, i, len0, total, tiles};
   lookup(0);
   lookup(1);
   __syncthreads();
@@ -229,8 +240,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     // L2 prefetch of tile t + kPrefetch's rows (indices loaded one tile ago).
     issue(t + 1);
     lookup(t + 2);
-    prefetch_issue();
-    prefetch_index(t + kPrefetch + 1);
+    pf.Issue();
+    pf.Index(t + kPrefetch + 1);
     WgmmaWait<0>();
     WgmmaFenceOperands(s);
     WgmmaFenceOperands(s_odd);
@@ -424,27 +435,7 @@ __global__ void __launch_bounds__(kThreads, 1) SparseAttentionSplitKernel(Sparse
     }
     CpAsyncCommit();
   };
-  // L2 prefetch of the rows kPrefetch tiles ahead (threads 64 .. 127, one entry each).
-  const bool prefetcher = threadIdx.x >= kEntries && threadIdx.x < 2 * kEntries;
-  const unsigned char* pf_src = nullptr;
-  auto prefetch_index = [&](int64_t u) {
-    pf_src = nullptr;
-    const int64_t s = u * kEntries + (threadIdx.x - kEntries);
-    if (prefetcher && u < tiles && s < total) {
-      const Slot slot = SlotAt(p, i, len0, s);
-      if (slot.row >= 0) {
-        pf_src = static_cast<const unsigned char*>(p.sets[slot.set].kv) + slot.row * (kDim * 2);
-      }
-    }
-  };
-  auto prefetch_issue = [&] {
-    if (pf_src != nullptr) PrefetchL2(pf_src, kDim * 2);
-  };
-  for (int64_t u = 1; u < kPrefetch; ++u) {
-    prefetch_index(u);
-    prefetch_issue();
-  }
-  prefetch_index(kPrefetch);
+  RowPrefetch pf{p, i, len0, total, tiles};
 
   lookup(0);
   lookup(1);
@@ -498,8 +489,8 @@ __global__ void __launch_bounds__(kThreads, 1) SparseAttentionSplitKernel(Sparse
       WgmmaM64N64K16Bf16(s, DescPlus(dq, off), DescPlus(dk, off), k > 0);
     }
     WgmmaCommit();
-    prefetch_issue();
-    prefetch_index(t + kPrefetch + 1);
+    pf.Issue();
+    pf.Index(t + kPrefetch + 1);
     // P V (t - 1) and S (t) retire together: ptxas serializes every wgmma of a kernel (C7514)
     // when a wait for fewer than all groups has to retire a group issued in the previous loop
     // iteration. Tile t - 1's stage then takes tile t + 1, whose rows have the exchange, the

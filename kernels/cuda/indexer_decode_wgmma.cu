@@ -40,7 +40,6 @@ template <int kDim, bool kFp8, int kN, int kStagesT>
 struct DecodeWgSmem {
   static constexpr int kStages = kStagesT;
   static constexpr int kRowBytes = kFp8 ? kDim : 2 * kDim;  // one key row, as in global memory
-  static constexpr int kChunks = kRowBytes / 16;
   static constexpr int kQAtom = kN * 128;  // one 64-dim slice of the query: kN rows x 128 bytes
   static constexpr size_t kQ = 0;          // [kDim / 64][kN rows x 128 B], SW128
   static constexpr size_t kStage = kQ + size_t{kDim / 64} * kQAtom;  // [kStages][64 rows]
@@ -181,7 +180,6 @@ __global__ void __launch_bounds__(kThreads, kN == 64 && !kFp8 ? 3 : 4)
     sw8[h] = h < p.n_heads ? p.w[i * p.n_heads + h] : 0.0f;
   }
   float* out = p.out + i * p.out_stride;
-  const unsigned char* kbase = static_cast<const unsigned char*>(p.k);
 
   // Rows of local tile u into srow[u % 2] (the first kTile threads).
   auto lookup = [&](int64_t u) {
@@ -194,29 +192,9 @@ __global__ void __launch_bounds__(kThreads, kN == 64 && !kFp8 ? 3 : 4)
   auto issue = [&](int64_t u) {
     if (u < n_local) {
       const int st = static_cast<int>(u % kS);
-      const int64_t* rows = srow + (u & 1) * kTile;
-      unsigned char* dst = staging + st * L::kStageBytes;
-#pragma unroll
-      for (int k = 0; k < kTile * L::kChunks / kThreads; ++k) {
-        const int c = threadIdx.x + k * kThreads;
-        const int r = c / L::kChunks, cc = c % L::kChunks;
-        const int64_t row = rows[r];
-        unsigned char* d = dst + r * L::kRowBytes + ((cc ^ RowSwizzle<kDim, kFp8>(r)) << 4);
-        if (row >= 0) {
-          CpAsync16(d, kbase + row * L::kRowBytes + cc * 16, true);
-        } else {
-          *reinterpret_cast<uint4*>(d) = make_uint4(0, 0, 0, 0);
-        }
-      }
-      if (threadIdx.x < kTile) {
-        const int64_t row = rows[threadIdx.x];
-        float* s = sscale + st * kTile + threadIdx.x;
-        if (row >= 0 && p.k_scale != nullptr) {
-          CpAsync4(s, p.k_scale + row);
-        } else {
-          *s = row == -1 ? quant::QuietNan() : 1.0f;
-        }
-      }
+      CopyDecodeKeyTile<kTile, L::kRowBytes, kThreads>(
+          p, srow + (u & 1) * kTile, staging + st * L::kStageBytes, sscale + st * kTile,
+          [](int r, int cc) { return r * L::kRowBytes + ((cc ^ RowSwizzle<kDim, kFp8>(r)) << 4); });
     }
     CpAsyncCommit();
   };

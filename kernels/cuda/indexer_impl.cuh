@@ -8,6 +8,8 @@
 #include "common/status.h"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/indexer.h"
+#include "kernels/cuda/mma.cuh"
+#include "kernels/quant/scalar.h"
 
 namespace nw::cuda::detail {
 
@@ -59,6 +61,36 @@ __device__ __forceinline__ int64_t DecodeKeyRow(const IndexerLogitsParams& p,
   const int64_t page = keys.table[pg];
   const int64_t row = page * p.page_size + (jj - pg * ps);
   return (page < 0 || row >= p.key_rows) ? -1 : row;
+}
+
+/// cp.async of one decode key tile: kTile rows of kRowBytes (physical rows `rows`, -1 for a
+/// missing page, -2 past the query's keys) into `dst`, row r's 16-byte chunk cc at
+/// dst + dst_offset(r, cc), zeros for rows < 0; the rows' scales into `scales` (1 without
+/// k_scale, NaN for a missing page). Does not close the group. Block-wide (kThreads threads).
+template <int kTile, int kRowBytes, int kThreads, typename DstOffset>
+__device__ __forceinline__ void CopyDecodeKeyTile(const IndexerLogitsParams& p, const int64_t* rows,
+                                                  unsigned char* dst, float* scales,
+                                                  DstOffset dst_offset) {
+  constexpr int kChunks = kRowBytes / 16;
+  for (int c = threadIdx.x; c < kTile * kChunks; c += kThreads) {
+    const int r = c / kChunks, cc = c % kChunks;
+    const int64_t row = rows[r];
+    unsigned char* d = dst + dst_offset(r, cc);
+    if (row >= 0) {
+      CpAsync16(d, static_cast<const unsigned char*>(p.k) + row * kRowBytes + cc * 16, true);
+    } else {
+      *reinterpret_cast<uint4*>(d) = make_uint4(0, 0, 0, 0);
+    }
+  }
+  if (threadIdx.x < kTile) {
+    const int64_t row = rows[threadIdx.x];
+    float* s = scales + threadIdx.x;
+    if (row >= 0 && p.k_scale != nullptr) {
+      CpAsync4(s, p.k_scale + row);
+    } else {
+      *s = row == -1 ? quant::QuietNan() : 1.0f;
+    }
+  }
 }
 
 /// -inf into out[i, j] for len <= j < out_cols, this block's share (by blockIdx.y).
