@@ -204,10 +204,11 @@ Status LaunchIndexerLogits(const IndexerLogitsParams& params, cudaStream_t strea
     // As many 64-key tiles per block as still give `waves` waves of four blocks per
     // multiprocessor, up to `most`. The H200 at V4-Flash shapes: mma.sync ran 8, 16 and 32
     // within 5 % of each other, 8 fastest with two stages (session 13); wgmma ran 32 a block
-    // 10-15 % faster than 8 (session 15), with one wave of blocks.
+    // 10-15 % faster than 8 (session 15), with one wave of blocks, and since session 16 beats
+    // mma.sync on bf16 keys too (0.162 against 0.189 ms at V4-Flash shapes).
     const bool wgmma =
-        p.decode_kernel == IndexerDecodeKernel::kWgmma ||
-        (p.decode_kernel == IndexerDecodeKernel::kAuto && p.k_format == IndexerKeyFormat::kFp8);
+        p.decode_kernel != IndexerDecodeKernel::kMma &&
+        (p.decode_kernel == IndexerDecodeKernel::kWgmma || p.k_format != IndexerKeyFormat::kFp32);
     const int64_t tiles = (max_len + 63) / 64;
     const int64_t waves = wgmma ? 1 : 2;
     int64_t per = wgmma ? 32 : 8;

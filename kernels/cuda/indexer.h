@@ -43,9 +43,9 @@ enum class IndexerPrefillKernel { kAuto, kMma };
 
 /// The kernel of a one-query-per-block launch (paged keys, or fewer than 16 queries): kWgmma the
 /// Hopper wgmma kernel (indexer_decode_wgmma.cu; k 16-byte aligned), kMma the mma.sync kernel,
-/// kAuto wgmma for e4m3 keys and mma.sync for bf16 keys (the faster of the two for each on the
-/// H200, docs/throughput.md). For tests and the perf mode; both give logits within the same bound
-/// of the CPU's.
+/// kAuto wgmma for e4m3 and bf16 keys where it applies (the faster on the H200,
+/// docs/throughput.md), mma.sync otherwise. For tests and the perf mode; both give logits within
+/// the same bound of the CPU's.
 enum class IndexerDecodeKernel { kAuto, kWgmma, kMma };
 
 struct IndexerLogitsParams {

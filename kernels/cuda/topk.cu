@@ -20,19 +20,28 @@ __device__ __forceinline__ uint32_t RankKey(float f) {
   return (u & 0x80000000u) != 0u ? ~u : (u | 0x80000000u);
 }
 
+constexpr int kCandidates = 4096;  // entries of the first pass's threshold bin the fast path takes
+
 struct TopKShared {
   uint32_t hist[kBins];
   uint32_t scan[kThreads];
   unsigned long long items[kMaxTopK];
+  union {
+    uint32_t cand[kCandidates];                // row positions in the first pass's threshold bin
+    unsigned long long exchange[2][kThreads];  // the register sort's cross-warp stages
+  };
   uint32_t warp_gt[kWarps];
   uint32_t warp_eq[kWarps];
   uint32_t bin;
   uint32_t above;
+  uint32_t count;  // entries in bin
+  uint32_t n_items;
+  uint32_t n_cand;
 };
 
 /// After hist[0..bins) is filled: finds bin b with count(bins > b) < remaining <= count(>= b)
-/// and stores b and count(bins > b) into s.bin / s.above. Suffix sums by shuffles within each
-/// warp and over the warps' totals: two barriers. Ends with a barrier.
+/// and stores b, count(bins > b) and count(b) into s.bin / s.above / s.count. Suffix sums by
+/// shuffles within each warp and over the warps' totals: two barriers. Ends with a barrier.
 __device__ void FindThresholdBin(TopKShared& s, int bins, uint32_t remaining) {
   const int per = bins / kThreads;
   const int lo = threadIdx.x * per;
@@ -54,9 +63,94 @@ __device__ void FindThresholdBin(TopKShared& s, int bins, uint32_t remaining) {
     if (above < remaining && above + h >= remaining) {
       s.bin = static_cast<uint32_t>(b);
       s.above = above;
+      s.count = h;
     }
     above += h;
   }
+  __syncthreads();
+}
+
+/// Appends `value` to buf at the next free slot of *count for every lane whose pred is set: one
+/// shared-memory atomic a warp. Slots follow the atomic's order, so the order across warps is not
+/// deterministic (callers sort what they gather). The whole warp must call it.
+template <class T>
+__device__ __forceinline__ void WarpAppend(bool pred, T value, uint32_t* count, T* buf,
+                                           uint32_t capacity) {
+  const unsigned mask = __ballot_sync(detail::kFullMask, pred);
+  if (mask == 0u) return;
+  const int lane = threadIdx.x & 31;
+  const int leader = __ffs(mask) - 1;
+  uint32_t base = 0;
+  if (lane == leader) base = atomicAdd(count, static_cast<uint32_t>(__popc(mask)));
+  base = __shfl_sync(detail::kFullMask, base, leader);
+  const uint32_t at = base + __popc(mask & ((1u << lane) - 1u));
+  if (pred && at < capacity) buf[at] = value;  // always below; guards a logic error
+}
+
+/// Appends to cand (in no particular order) the positions of cache[0..n) whose key's top 11 bits
+/// are at least `bin`: four keys a lane from one 16-byte load (the cache is allocated in whole
+/// 16-byte words), a lane's slot from three ballots over its count, one atomic a warp.
+__device__ __forceinline__ void GatherBinsFrom(const uint32_t* cache, int n, uint32_t bin,
+                                               uint32_t* count, uint32_t* cand) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const unsigned below = (1u << lane) - 1u;
+  const uint4* cache4 = reinterpret_cast<const uint4*>(cache);
+  for (int base = warp * 128; base < n; base += kThreads * 4) {
+    const int i = base + 4 * lane;
+    uint4 k = make_uint4(0u, 0u, 0u, 0u);
+    if (i < n) k = cache4[i / 4];
+    const bool p0 = i < n && (k.x >> 21) >= bin;
+    const bool p1 = i + 1 < n && (k.y >> 21) >= bin;
+    const bool p2 = i + 2 < n && (k.z >> 21) >= bin;
+    const bool p3 = i + 3 < n && (k.w >> 21) >= bin;
+    const uint32_t c = static_cast<uint32_t>(p0) + p1 + p2 + p3;
+    const unsigned b0 = __ballot_sync(detail::kFullMask, (c & 1u) != 0u);
+    const unsigned b1 = __ballot_sync(detail::kFullMask, (c & 2u) != 0u);
+    const unsigned b2 = __ballot_sync(detail::kFullMask, (c & 4u) != 0u);
+    if ((b0 | b1 | b2) == 0u) continue;
+    uint32_t slot = 0;
+    if (lane == 0) {
+      slot = atomicAdd(count, static_cast<uint32_t>(__popc(b0) + 2 * __popc(b1) + 4 * __popc(b2)));
+    }
+    slot = __shfl_sync(detail::kFullMask, slot, 0) + __popc(b0 & below) + 2 * __popc(b1 & below) +
+           4 * __popc(b2 & below);
+    if (p0) cand[slot++] = static_cast<uint32_t>(i);
+    if (p1) cand[slot++] = static_cast<uint32_t>(i + 1);
+    if (p2) cand[slot++] = static_cast<uint32_t>(i + 2);
+    if (p3) cand[slot] = static_cast<uint32_t>(i + 3);
+  }
+}
+
+/// Sorts items[0..size) (size a power of two, at most kThreads) descending, one item a thread in
+/// registers: a bitonic network whose exchanges of stride >= 32 go through `exchange`, alternating
+/// between its two halves so one block barrier a stage suffices (a stage writes the half that the
+/// stage before the last read), and whose narrower ones are shuffles within a warp (unrolled).
+/// Threads at or past size hold 0 and take part. Ends with a barrier.
+__device__ void RegisterSortDescending(unsigned long long* items, int size,
+                                       unsigned long long (*exchange)[kThreads]) {
+  const int t = threadIdx.x;
+  unsigned long long v = t < size ? items[t] : 0ull;
+  int half = 0;
+  // A pair's lower position keeps the larger item in a descending run, the smaller in an
+  // ascending one; runs of `block` alternate, the first descending.
+  auto exchange_with = [&](unsigned long long o, int block, int stride) {
+    const bool keep_max = ((t & block) == 0) == ((t & stride) == 0);
+    v = (v > o) == keep_max ? v : o;
+  };
+  for (int block = 2; block <= size; block <<= 1) {
+    for (int stride = block / 2; stride >= 32; stride >>= 1) {
+      exchange[half][t] = v;
+      __syncthreads();
+      exchange_with(exchange[half][t ^ stride], block, stride);
+      half ^= 1;
+    }
+#pragma unroll
+    for (int stride = 16; stride > 0; stride >>= 1) {
+      if (stride < block)
+        exchange_with(__shfl_xor_sync(detail::kFullMask, v, stride), block, stride);
+    }
+  }
+  if (t < size) items[t] = v;
   __syncthreads();
 }
 
@@ -188,7 +282,8 @@ __device__ __forceinline__ void StageKeys(const float* row, int n, uint32_t* cac
 // counted, then offset by the counts of the warps before it) keeps every key above T and the
 // first need_eq entries equal to T, in index order; a bitonic sort puts a row's selection in rank
 // order (a segment's stays in index order).
-__global__ void __launch_bounds__(kThreads) TopKKernel(TopKParams p, int cache_len, Segments seg) {
+__global__ void __launch_bounds__(kThreads, 2)
+    TopKKernel(TopKParams p, int cache_len, Segments seg) {
   __shared__ TopKShared s;
   extern __shared__ uint4 cache_words[];
   uint32_t* cache = reinterpret_cast<uint32_t*>(cache_words);
@@ -210,36 +305,89 @@ __global__ void __launch_bounds__(kThreads) TopKKernel(TopKParams p, int cache_l
     if (select) {
       for (int b = threadIdx.x; b < kBins; b += kThreads) s.hist[b] = 0;
     }
+    if (threadIdx.x == 0) {
+      s.n_items = 0;
+      s.n_cand = 0;
+    }
     __syncthreads();
     if (cached) StageKeys(row, n, cache, select ? s.hist : nullptr);
     __syncthreads();
     auto key_at = [&](int i) { return cached ? cache[i] : RankKey(row[i]); };
 
-    // 1. The key T of the take-th entry and how many entries equal to T are selected.
+    // 1. The key T of the take-th entry and how many entries equal to T are selected. With the
+    // row cached and the first pass's threshold bin small enough, the later passes count only that
+    // bin's entries (gathered while the entries of higher bins go straight to the selection), and
+    // the selection is complete once the entries of that bin at or above T are added, unless only
+    // some of the entries equal to T are taken (then the ordered compaction below selects).
     uint32_t threshold = 0;
     uint32_t need_eq = static_cast<uint32_t>(n);
+    bool gathered = false;  // items[0..take) hold the selection, in no particular order
     if (select) {
       uint32_t prefix = 0, mask = 0, remaining = static_cast<uint32_t>(take);
-      const int shifts[3] = {21, 10, 0};
-      const int widths[3] = {11, 11, 10};
-#pragma unroll
-      for (int pass = 0; pass < 3; ++pass) {
-        const int bins = 1 << widths[pass];
+      // Pass p counts key bits [shift(p), shift(p) + width(p)): 31..21, 20..10, 9..0.
+      auto shift_of = [](int pass) { return pass == 0 ? 21 : pass == 1 ? 10 : 0; };
+      auto width_of = [](int pass) { return pass == 2 ? 10 : 11; };
+      int pass = 0;
+      if (cached) {  // the first pass was counted while staging
+        FindThresholdBin(s, kBins, remaining);
+        const uint32_t b1 = s.bin, in_bin = s.count;
+        remaining -= s.above;
+        prefix = b1 << 21;
+        mask = 0x7FFu << 21;
+        pass = 1;
+        const uint32_t gathered_count = s.above + in_bin;  // entries of bins >= b1
+        if (gathered_count <= static_cast<uint32_t>(kCandidates)) {
+          for (int b = threadIdx.x; b < kBins; b += kThreads) s.hist[b] = 0;
+          GatherBinsFrom(cache, n, b1, &s.n_cand, s.cand);
+          __syncthreads();
+          for (; pass < 3; ++pass) {
+            const int bins = 1 << width_of(pass);
+            if (pass > 1) {
+              for (int b = threadIdx.x; b < bins; b += kThreads) s.hist[b] = 0;
+              __syncthreads();
+            }
+            for (uint32_t j = threadIdx.x; j < gathered_count; j += kThreads) {
+              const uint32_t key = cache[s.cand[j]];
+              if ((key & mask) == prefix)
+                atomicAdd(&s.hist[(key >> shift_of(pass)) & (bins - 1)], 1u);
+            }
+            __syncthreads();
+            FindThresholdBin(s, bins, remaining);
+            remaining -= s.above;
+            prefix |= s.bin << shift_of(pass);
+            mask |= static_cast<uint32_t>(bins - 1) << shift_of(pass);
+          }
+          if (s.count == remaining) {  // every entry equal to T is taken
+            for (uint32_t base = warp * 32; base < gathered_count; base += kThreads) {
+              const uint32_t j = base + lane;
+              const uint32_t i = j < gathered_count ? s.cand[j] : 0u;
+              const uint32_t key = j < gathered_count ? cache[i] : 0u;
+              WarpAppend(j < gathered_count && key >= prefix, RankItem(key, i), &s.n_items, s.items,
+                         kMaxTopK);
+            }
+            gathered = true;
+          }
+        }
+        __syncthreads();  // s.bin / s.above / s.count are rewritten by the next pass
+      }
+      for (; pass < 3; ++pass) {
+        const int bins = 1 << width_of(pass);
         if (pass > 0) {
           for (int b = threadIdx.x; b < kBins; b += kThreads) s.hist[b] = 0;
           __syncthreads();
         }
-        if (pass > 0 || !cached) {  // a cached row's first pass was counted while staging
+        if (pass > 0 || !cached) {
           for (int i = threadIdx.x; i < n; i += kThreads) {
             const uint32_t key = key_at(i);
-            if ((key & mask) == prefix) atomicAdd(&s.hist[(key >> shifts[pass]) & (bins - 1)], 1u);
+            if ((key & mask) == prefix)
+              atomicAdd(&s.hist[(key >> shift_of(pass)) & (bins - 1)], 1u);
           }
           __syncthreads();
         }
         FindThresholdBin(s, bins, remaining);
         remaining -= s.above;
-        prefix |= s.bin << shifts[pass];
-        mask |= static_cast<uint32_t>(bins - 1) << shifts[pass];
+        prefix |= s.bin << shift_of(pass);
+        mask |= static_cast<uint32_t>(bins - 1) << shift_of(pass);
         __syncthreads();  // s.bin / s.above are rewritten by the next pass
       }
       threshold = prefix;
@@ -247,74 +395,93 @@ __global__ void __launch_bounds__(kThreads) TopKKernel(TopKParams p, int cache_l
     }
 
     // 2. Ordered compaction: keys above T, and the first need_eq entries equal to T.
-    const int chunks = (n + 31) / 32;
-    const int c0 = warp * chunks / kWarps, c1 = (warp + 1) * chunks / kWarps;
-    uint32_t n_gt = 0, n_eq = 0;
-    if (take > 0) {
-      for (int c = c0; c < c1; ++c) {
-        const int i = c * 32 + lane;
-        const uint32_t key = i < n ? key_at(i) : 0u;
-        n_gt += __popc(__ballot_sync(detail::kFullMask, i < n && key > threshold));
-        n_eq += __popc(__ballot_sync(detail::kFullMask, i < n && key == threshold));
+    const int64_t cand_base = segmented ? r * seg.count * p.k + sg * p.k : 0;
+    if (!gathered) {
+      const int chunks = (n + 31) / 32;
+      const int c0 = warp * chunks / kWarps, c1 = (warp + 1) * chunks / kWarps;
+      uint32_t n_gt = 0, n_eq = 0;
+      if (take > 0) {
+        for (int c = c0; c < c1; ++c) {
+          const int i = c * 32 + lane;
+          const uint32_t key = i < n ? key_at(i) : 0u;
+          n_gt += __popc(__ballot_sync(detail::kFullMask, i < n && key > threshold));
+          n_eq += __popc(__ballot_sync(detail::kFullMask, i < n && key == threshold));
+        }
       }
-    }
-    if (lane == 0) {
-      s.warp_gt[warp] = n_gt;
-      s.warp_eq[warp] = n_eq;
-    }
-    __syncthreads();
-    if (take > 0) {
-      uint32_t gt_before = 0, eq_before = 0;
-      for (int w = 0; w < warp; ++w) {
-        gt_before += s.warp_gt[w];
-        eq_before += s.warp_eq[w];
+      if (lane == 0) {
+        s.warp_gt[warp] = n_gt;
+        s.warp_eq[warp] = n_eq;
       }
-      uint32_t slot = gt_before + min(eq_before, need_eq);
-      const int64_t cand_base = segmented ? r * seg.count * p.k + sg * p.k : 0;
-      for (int c = c0; c < c1; ++c) {
-        const int i = c * 32 + lane;
-        const uint32_t key = i < n ? key_at(i) : 0u;
-        const bool eq = i < n && key == threshold;
-        const unsigned eq_mask = __ballot_sync(detail::kFullMask, eq);
-        const bool sel = (i < n && key > threshold) ||
-                         (eq && eq_before + __popc(eq_mask & lanes_below) < need_eq);
-        const unsigned sel_mask = __ballot_sync(detail::kFullMask, sel);
-        const uint32_t at = slot + __popc(sel_mask & lanes_below);
-        if (sel && at < static_cast<uint32_t>(take)) {  // always true; guards a logic error
-          if (segmented) {
-            seg.cand_index[cand_base + at] = static_cast<int32_t>(off + i);
-            seg.cand_score[cand_base + at] = KeyValue(key);
-          } else {
-            s.items[at] = RankItem(key, i);
+      __syncthreads();
+      if (take > 0) {
+        uint32_t gt_before = 0, eq_before = 0;
+        for (int w = 0; w < warp; ++w) {
+          gt_before += s.warp_gt[w];
+          eq_before += s.warp_eq[w];
+        }
+        uint32_t slot = gt_before + min(eq_before, need_eq);
+        for (int c = c0; c < c1; ++c) {
+          const int i = c * 32 + lane;
+          const uint32_t key = i < n ? key_at(i) : 0u;
+          const bool eq = i < n && key == threshold;
+          const unsigned eq_mask = __ballot_sync(detail::kFullMask, eq);
+          const bool sel = (i < n && key > threshold) ||
+                           (eq && eq_before + __popc(eq_mask & lanes_below) < need_eq);
+          const unsigned sel_mask = __ballot_sync(detail::kFullMask, sel);
+          const uint32_t at = slot + __popc(sel_mask & lanes_below);
+          if (sel && at < static_cast<uint32_t>(take)) {  // always true; guards a logic error
+            if (segmented) {
+              seg.cand_index[cand_base + at] = static_cast<int32_t>(off + i);
+              seg.cand_score[cand_base + at] = KeyValue(key);
+            } else {
+              s.items[at] = RankItem(key, i);
+            }
           }
+          slot += __popc(sel_mask);
+          eq_before += __popc(eq_mask);
         }
-        slot += __popc(sel_mask);
-        eq_before += __popc(eq_mask);
       }
     }
-    if (segmented) {
-      if (sg == 0 && threadIdx.x == 0) {
-        int64_t row_len = p.n;
-        if (p.lengths != nullptr) {
-          row_len = min(max(static_cast<int64_t>(p.lengths[r]), int64_t{0}), p.n);
-        }
-        const int64_t segs = (row_len + seg.len - 1) / seg.len;
-        seg.cand_len[r] =
-            segs == 0
-                ? 0
-                : static_cast<int32_t>((segs - 1) * p.k + min(static_cast<int64_t>(p.k),
-                                                              row_len - (segs - 1) * seg.len));
+    if (segmented && sg == 0 && threadIdx.x == 0) {
+      int64_t row_len = p.n;
+      if (p.lengths != nullptr) {
+        row_len = min(max(static_cast<int64_t>(p.lengths[r]), int64_t{0}), p.n);
       }
+      const int64_t segs = (row_len + seg.len - 1) / seg.len;
+      seg.cand_len[r] =
+          segs == 0 ? 0
+                    : static_cast<int32_t>((segs - 1) * p.k + min(static_cast<int64_t>(p.k),
+                                                                  row_len - (segs - 1) * seg.len));
+    }
+    if (segmented && !gathered) {
       __syncthreads();  // the cache is reused by the next segment
       continue;
     }
 
-    // 3. Rank order, then the indices (through the map) and the -1 padding.
+    // 3. Rank order (a gathered segment's too: its candidates then keep equal keys in index
+    // order, as the second pass's lower-position tie-break needs), then the indices (through the
+    // map) and the -1 padding, or a segment's candidates.
     int size = 1;
     while (size < take) size <<= 1;
     for (int j = take + threadIdx.x; j < size; j += kThreads) s.items[j] = 0ull;
     __syncthreads();
-    if (take > 1) BlockSortDescending(s.items, size);
+    if (take > 1) {
+      if (size <= kThreads) {
+        RegisterSortDescending(s.items, size, s.exchange);
+      } else {
+        BlockSortDescending(s.items, size);
+      }
+    }
+    if (segmented) {
+      for (int j = threadIdx.x; j < take; j += kThreads) {
+        const unsigned long long item = s.items[j];
+        seg.cand_index[cand_base + j] =
+            static_cast<int32_t>(off + (0xFFFFFFFFu - static_cast<uint32_t>(item)));
+        seg.cand_score[cand_base + j] = KeyValue(static_cast<uint32_t>(item >> 32));
+      }
+      __syncthreads();  // items and the cache are reused by the next segment
+      continue;
+    }
     int32_t* out = p.out + r * p.out_stride;
     for (int j = threadIdx.x; j < p.k; j += kThreads) {
       int32_t v = -1;
@@ -541,6 +708,10 @@ __global__ void __launch_bounds__(kWarpRowsPerBlock * 32) TopKWarpKernel(TopKPar
   }
 }
 
+/// Shared-memory bytes of a block kernel's key cache of `len` entries: whole 16-byte words, which
+/// GatherBinsFrom reads.
+size_t CacheBytes(int64_t len) { return static_cast<size_t>((len + 3) / 4) * 16; }
+
 }  // namespace
 
 Status LaunchTopK(const TopKParams& params, cudaStream_t stream) {
@@ -569,7 +740,7 @@ Status LaunchTopK(const TopKParams& params, cudaStream_t stream) {
     return NW_CUDA_LAUNCH_STATUS("TopKWarpKernel");
   }
   const int cache_len = static_cast<int>(std::min(p.n, kTopKCachedLen));
-  const size_t smem = static_cast<size_t>(cache_len) * sizeof(uint32_t);
+  const size_t smem = CacheBytes(cache_len);
   NW_RETURN_IF_ERROR(
       AllowDynamicSharedMemory(reinterpret_cast<const void*>(&TopKKernel), smem, "TopKKernel"));
   const int64_t cap = 8LL * MultiprocessorCount();
@@ -599,7 +770,7 @@ Status LaunchTopK(const TopKParams& params, cudaStream_t stream) {
   seg.cand_len = cand_len.data();
   const int seg_cache = static_cast<int>(kTopKSegment);
   TopKKernel<<<static_cast<unsigned>(std::clamp<int64_t>(p.rows * seg.count, 1, cap)), kThreads,
-               static_cast<size_t>(seg_cache) * sizeof(uint32_t), stream>>>(p, seg_cache, seg);
+               CacheBytes(seg_cache), stream>>>(p, seg_cache, seg);
   NW_RETURN_IF_ERROR(NW_CUDA_LAUNCH_STATUS("TopKKernel (segments)"));
   TopKParams second = p;
   second.scores = cand_score.data();
@@ -611,8 +782,7 @@ Status LaunchTopK(const TopKParams& params, cudaStream_t stream) {
   map.map_width = width;
   const int second_cache = static_cast<int>(std::min(width, kTopKCachedLen));
   TopKKernel<<<static_cast<unsigned>(std::clamp<int64_t>(p.rows, 1, cap)), kThreads,
-               static_cast<size_t>(second_cache) * sizeof(uint32_t), stream>>>(second, second_cache,
-                                                                               map);
+               CacheBytes(second_cache), stream>>>(second, second_cache, map);
   return NW_CUDA_LAUNCH_STATUS("TopKKernel (candidates)");
 }
 

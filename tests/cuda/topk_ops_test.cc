@@ -73,6 +73,7 @@ struct TopKCase {
   int64_t n;
   int k;
   bool ragged;
+  bool kind_per_segment = false;  // each kTopKSegment-entry stretch of a row its own kind
 };
 
 void RunTopK(const TopKCase& c, uint64_t seed) {
@@ -83,8 +84,15 @@ void RunTopK(const TopKCase& c, uint64_t seed) {
   std::vector<float> scores(static_cast<size_t>(c.rows * stride), -1e30f);
   std::vector<int32_t> lengths(static_cast<size_t>(c.rows));
   for (int64_t r = 0; r < c.rows; ++r) {
-    FillRow(scores.data() + r * stride, c.n,
-            static_cast<int>((r + static_cast<int64_t>(seed)) % 10), rng);
+    if (c.kind_per_segment) {
+      for (int64_t at = 0, sg = 0; at < c.n; at += kTopKSegment, ++sg) {
+        FillRow(scores.data() + r * stride + at, std::min(kTopKSegment, c.n - at),
+                static_cast<int>((r + sg + static_cast<int64_t>(seed)) % 10), rng);
+      }
+    } else {
+      FillRow(scores.data() + r * stride, c.n,
+              static_cast<int>((r + static_cast<int64_t>(seed)) % 10), rng);
+    }
     int64_t len = c.n;
     if (c.ragged) {
       const int64_t pick = rng.Int(0, 5);
@@ -178,6 +186,20 @@ TEST(CudaTopK, CacheBoundaryAndLongRows) {
                                                  {2, 70000, 1, false},
                                                  {1, 300001, 64, true},
                                                  {3, 600001, 256, true}}) {
+    RunTopK(c, seed++);
+  }
+}
+
+TEST(CudaTopK, SegmentsOfDifferentKinds) {
+  NW_REQUIRE_GPU();
+  uint64_t seed = 70;
+  // A row's segments each of its own kind: within one row some segments leave their candidates in
+  // rank order (selected from the first pass's threshold bin) and some in index order (the
+  // ordered compaction, for ties at the threshold), and equal keys (small integers, all equal)
+  // recur across segments, so the second pass's tie-break must still pick the lowest indices.
+  for (const TopKCase& c : std::vector<TopKCase>{{10, 4 * kTopKSegment + 100, 512, false, true},
+                                                 {10, 3 * kTopKSegment, 2048, true, true},
+                                                 {10, 5 * kTopKSegment - 3, 64, false, true}}) {
     RunTopK(c, seed++);
   }
 }
