@@ -192,7 +192,7 @@ __global__ void __launch_bounds__(kThreads, kN == 64 && !kFp8 ? 3 : 4)
   auto issue = [&](int64_t u) {
     if (u < n_local) {
       const int st = static_cast<int>(u % kS);
-      CopyDecodeKeyTile<kTile, L::kRowBytes, kThreads>(
+      CopyDecodeKeyTile<kTile, L::kRowBytes, kThreads, kFp8>(
           p, srow + (u & 1) * kTile, staging + st * L::kStageBytes, sscale + st * kTile,
           [](int r, int cc) { return r * L::kRowBytes + ((cc ^ RowSwizzle<kDim, kFp8>(r)) << 4); });
     }

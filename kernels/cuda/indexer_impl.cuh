@@ -67,12 +67,19 @@ __device__ __forceinline__ int64_t DecodeKeyRow(const IndexerLogitsParams& p,
 /// missing page, -2 past the query's keys) into `dst`, row r's 16-byte chunk cc at
 /// dst + dst_offset(r, cc), zeros for rows < 0; the rows' scales into `scales` (1 without
 /// k_scale, NaN for a missing page). Does not close the group. Block-wide (kThreads threads).
-template <int kTile, int kRowBytes, int kThreads, typename DstOffset>
+/// kUnrolled issues a thread's copies from an unrolled loop, else from a rolled one (the H200
+/// ran the wgmma decode kernel's e4m3 tiles faster unrolled and its bf16 tiles faster rolled:
+/// docs/throughput.md, session 16).
+template <int kTile, int kRowBytes, int kThreads, bool kUnrolled, typename DstOffset>
 __device__ __forceinline__ void CopyDecodeKeyTile(const IndexerLogitsParams& p, const int64_t* rows,
                                                   unsigned char* dst, float* scales,
                                                   DstOffset dst_offset) {
   constexpr int kChunks = kRowBytes / 16;
-  for (int c = threadIdx.x; c < kTile * kChunks; c += kThreads) {
+  constexpr int kPerThread = kTile * kChunks / kThreads;
+  static_assert(kTile * kChunks % kThreads == 0);
+#pragma unroll(kUnrolled ? kPerThread : 1)
+  for (int k = 0; k < kPerThread; ++k) {
+    const int c = threadIdx.x + k * kThreads;
     const int r = c / kChunks, cc = c % kChunks;
     const int64_t row = rows[r];
     unsigned char* d = dst + dst_offset(r, cc);

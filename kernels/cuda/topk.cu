@@ -89,35 +89,41 @@ __device__ __forceinline__ void WarpAppend(bool pred, T value, uint32_t* count, 
 
 /// Appends to cand (in no particular order) the positions of cache[0..n) whose key's top 11 bits
 /// are at least `bin`: four keys a lane from one 16-byte load (the cache is allocated in whole
-/// 16-byte words), a lane's slot from three ballots over its count, one atomic a warp.
+/// 16-byte words), a ballot for each of the four, one atomic a warp. Only the last 128-entry
+/// chunk of the row checks bounds.
 __device__ __forceinline__ void GatherBinsFrom(const uint32_t* cache, int n, uint32_t bin,
                                                uint32_t* count, uint32_t* cand) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const unsigned below = (1u << lane) - 1u;
   const uint4* cache4 = reinterpret_cast<const uint4*>(cache);
-  for (int base = warp * 128; base < n; base += kThreads * 4) {
+  auto append = [&](int i, bool p0, bool p1, bool p2, bool p3) {
+    const unsigned m0 = __ballot_sync(detail::kFullMask, p0);
+    const unsigned m1 = __ballot_sync(detail::kFullMask, p1);
+    const unsigned m2 = __ballot_sync(detail::kFullMask, p2);
+    const unsigned m3 = __ballot_sync(detail::kFullMask, p3);
+    if ((m0 | m1 | m2 | m3) == 0u) return;
+    const uint32_t n0 = __popc(m0), n01 = n0 + __popc(m1), n012 = n01 + __popc(m2);
+    uint32_t base = 0;
+    if (lane == 0) base = atomicAdd(count, n012 + __popc(m3));
+    base = __shfl_sync(detail::kFullMask, base, 0);
+    // Slots in (element, lane) order.
+    if (p0) cand[base + __popc(m0 & below)] = static_cast<uint32_t>(i);
+    if (p1) cand[base + n0 + __popc(m1 & below)] = static_cast<uint32_t>(i + 1);
+    if (p2) cand[base + n01 + __popc(m2 & below)] = static_cast<uint32_t>(i + 2);
+    if (p3) cand[base + n012 + __popc(m3 & below)] = static_cast<uint32_t>(i + 3);
+  };
+  int base = warp * 128;
+  for (; base + 128 <= n; base += kThreads * 4) {  // whole chunks
+    const int i = base + 4 * lane;
+    const uint4 k = cache4[i / 4];
+    append(i, (k.x >> 21) >= bin, (k.y >> 21) >= bin, (k.z >> 21) >= bin, (k.w >> 21) >= bin);
+  }
+  if (base < n) {  // the row's last, partial chunk
     const int i = base + 4 * lane;
     uint4 k = make_uint4(0u, 0u, 0u, 0u);
     if (i < n) k = cache4[i / 4];
-    const bool p0 = i < n && (k.x >> 21) >= bin;
-    const bool p1 = i + 1 < n && (k.y >> 21) >= bin;
-    const bool p2 = i + 2 < n && (k.z >> 21) >= bin;
-    const bool p3 = i + 3 < n && (k.w >> 21) >= bin;
-    const uint32_t c = static_cast<uint32_t>(p0) + p1 + p2 + p3;
-    const unsigned b0 = __ballot_sync(detail::kFullMask, (c & 1u) != 0u);
-    const unsigned b1 = __ballot_sync(detail::kFullMask, (c & 2u) != 0u);
-    const unsigned b2 = __ballot_sync(detail::kFullMask, (c & 4u) != 0u);
-    if ((b0 | b1 | b2) == 0u) continue;
-    uint32_t slot = 0;
-    if (lane == 0) {
-      slot = atomicAdd(count, static_cast<uint32_t>(__popc(b0) + 2 * __popc(b1) + 4 * __popc(b2)));
-    }
-    slot = __shfl_sync(detail::kFullMask, slot, 0) + __popc(b0 & below) + 2 * __popc(b1 & below) +
-           4 * __popc(b2 & below);
-    if (p0) cand[slot++] = static_cast<uint32_t>(i);
-    if (p1) cand[slot++] = static_cast<uint32_t>(i + 1);
-    if (p2) cand[slot++] = static_cast<uint32_t>(i + 2);
-    if (p3) cand[slot] = static_cast<uint32_t>(i + 3);
+    append(i, i < n && (k.x >> 21) >= bin, i + 1 < n && (k.y >> 21) >= bin,
+           i + 2 < n && (k.z >> 21) >= bin, i + 3 < n && (k.w >> 21) >= bin);
   }
 }
 
@@ -137,7 +143,15 @@ __device__ void RegisterSortDescending(unsigned long long* items, int size,
     const bool keep_max = ((t & block) == 0) == ((t & stride) == 0);
     v = (v > o) == keep_max ? v : o;
   };
-  for (int block = 2; block <= size; block <<= 1) {
+#pragma unroll
+  for (int block = 2; block <= 32; block <<= 1) {  // runs within a warp: shuffles only
+    if (block > size) break;
+#pragma unroll
+    for (int stride = block / 2; stride > 0; stride >>= 1) {
+      exchange_with(__shfl_xor_sync(detail::kFullMask, v, stride), block, stride);
+    }
+  }
+  for (int block = 64; block <= size; block <<= 1) {
     for (int stride = block / 2; stride >= 32; stride >>= 1) {
       exchange[half][t] = v;
       __syncthreads();
@@ -146,8 +160,7 @@ __device__ void RegisterSortDescending(unsigned long long* items, int size,
     }
 #pragma unroll
     for (int stride = 16; stride > 0; stride >>= 1) {
-      if (stride < block)
-        exchange_with(__shfl_xor_sync(detail::kFullMask, v, stride), block, stride);
+      exchange_with(__shfl_xor_sync(detail::kFullMask, v, stride), block, stride);
     }
   }
   if (t < size) items[t] = v;
