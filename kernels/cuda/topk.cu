@@ -233,12 +233,13 @@ __device__ __forceinline__ unsigned long long RankItem(uint32_t key, int64_t i) 
 }
 
 // Segments: with count > 1 block-row q is segment q % count (entries [s * len, (s + 1) * len))
-// of row q / count; its top-k set goes, in ascending index order, to cand_index (row indices) and
-// cand_score (values of the same rank keys) at [r * count * k + s * k ..), and segment 0's block
-// writes the row's number of candidates to cand_len[r] (every segment but a row's last
-// contributes k, as len >= k). Ascending index order makes the second pass's lower-position
-// tie-break the lower-index one. With count == 1 rows are rows and their top-k goes to p.out,
-// through map[r * map_width + position] when map is set (the second pass over candidates).
+// of row q / count; its top-k set goes, in ascending index order or in rank order, to cand_index
+// (row indices) and cand_score (values of the same rank keys) at [r * count * k + s * k ..), and
+// segment 0's block writes the row's number of candidates to cand_len[r] (every segment but a
+// row's last contributes k, as len >= k). Either order lists equal keys in ascending index order,
+// which makes the second pass's lower-position tie-break the lower-index one. With count == 1 rows
+// are rows and their top-k goes to p.out, through map[r * map_width + position] when map is set
+// (the second pass over candidates).
 struct Segments {
   int64_t count = 1;
   int64_t len = 0;
@@ -291,10 +292,13 @@ __device__ __forceinline__ void StageKeys(const float* row, int n, uint32_t* cac
 
 // One block a row (or a segment of one). Rank keys are staged in shared memory when the row fits
 // cache_len (the first radix pass counted while staging); a 3-pass radix select finds the key T
-// of the take-th entry; an ordered compaction (each warp a contiguous run of 32-entry chunks,
-// counted, then offset by the counts of the warps before it) keeps every key above T and the
-// first need_eq entries equal to T, in index order; a bitonic sort puts a row's selection in rank
-// order (a segment's stays in index order).
+// of the take-th entry. Where the entries in and above the first pass's threshold bin fit
+// kCandidates, they are gathered and the later passes and the selection use them alone (the
+// selection then unordered); otherwise, or when only some entries equal to T are taken, an
+// ordered compaction (each warp a contiguous run of 32-entry chunks, counted, then offset by the
+// counts of the warps before it) keeps every key above T and the first need_eq entries equal to
+// T, in index order. A bitonic sort puts a row's selection, and a gathered segment's, in rank
+// order (a compacted segment's stays in index order).
 __global__ void __launch_bounds__(kThreads, 2)
     TopKKernel(TopKParams p, int cache_len, Segments seg) {
   __shared__ TopKShared s;

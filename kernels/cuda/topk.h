@@ -5,14 +5,17 @@
 //
 // Algorithm: one thread block per row. Scores map to 32-bit keys whose unsigned order is the rank
 // order (NaN -> 0); a 3-pass radix select (11 + 11 + 10 bits, shared-memory histograms) finds the
-// key of the k-th entry; an ordered compaction (warps over contiguous runs, no atomics) keeps every
-// larger key and the lowest-index entries of that key, in index order; a bitonic sort of
-// (key, ~index) puts them in rank order. Rows up to kTopKCachedLen entries are staged in shared
-// memory once (16-byte loads, the first radix pass counted while staging). Longer rows (up to
+// key of the k-th entry. Rows up to kTopKCachedLen entries are staged in shared memory once
+// (16-byte loads, the first radix pass counted while staging); where the entries in and above the
+// first pass's threshold bin are few, they are gathered and the later passes and the selection use
+// them alone. Otherwise, or on ties at the k-th key, an ordered compaction (warps over contiguous
+// runs, no atomics) keeps every larger key and the lowest-index entries of that key, in index
+// order. A bitonic sort of (key, ~index) puts the selection in rank order. Longer rows (up to
 // 2^31 - 1) are split into kTopKSegment-entry segments, one block each (so a single million-entry
-// row spreads over 64 multiprocessors instead of one): each segment's top-k set, unsorted and in
-// index order, becomes the row's candidates, then the top-k of the candidates is taken and mapped
-// back to row indices; index order keeps ties going to the lower index. The split allocates its
+// row spreads over 64 multiprocessors instead of one): each segment's top-k set, in index order
+// (compacted) or rank order (gathered), becomes the row's candidates, then the top-k of the
+// candidates is taken and mapped back to row indices; either order lists equal keys by index, so
+// ties still go to the lower index. The split allocates its
 // scratch in stream order from the device's pool. Many rows with a small k (at
 // least kTopKWarpMinRows rows, or rows of at most 2,048 entries; k <= kTopKWarpMaxK; rows up to
 // kTopKCachedLen) go to a warp-per-row kernel instead: a value histogram between the row's finite
