@@ -1,6 +1,7 @@
 // Deterministic per-row top-k on the GPU; see topk.h.
 #include <algorithm>
 #include <string>
+#include <type_traits>
 
 #include "kernels/cuda/common.h"
 #include "kernels/cuda/device_util.cuh"
@@ -14,10 +15,12 @@ constexpr int kWarps = kThreads / 32;
 constexpr int kBins = 2048;
 
 /// Unsigned key whose order is the rank order: NaN -> 0, -0 -> +0, numbers order-preserving.
+/// Adding +0 turns -0 into +0 (round to nearest) and leaves every other value as it is; then the
+/// sign bit set flips every bit, clear sets the sign bit.
 __device__ __forceinline__ uint32_t RankKey(float f) {
-  if (f != f) return 0u;
-  const uint32_t u = quant::FloatBits(f == 0.0f ? 0.0f : f);
-  return (u & 0x80000000u) != 0u ? ~u : (u | 0x80000000u);
+  const uint32_t u = __float_as_uint(__fadd_rn(f, 0.0f));
+  const uint32_t key = u ^ (static_cast<uint32_t>(static_cast<int32_t>(u) >> 31) | 0x80000000u);
+  return f != f ? 0u : key;
 }
 
 constexpr int kCandidates = 4096;  // entries of the first pass's threshold bin the fast path takes
@@ -32,6 +35,8 @@ struct TopKShared {
   };
   uint32_t warp_gt[kWarps];
   uint32_t warp_eq[kWarps];
+  uint32_t key_min;  // a cached row's smallest and largest key
+  uint32_t key_max;
   uint32_t bin;
   uint32_t above;
   uint32_t count;  // entries in bin
@@ -39,15 +44,17 @@ struct TopKShared {
   uint32_t n_cand;
 };
 
-/// After hist[0..bins) is filled: finds bin b with count(bins > b) < remaining <= count(>= b)
-/// and stores b, count(bins > b) and count(b) into s.bin / s.above / s.count. Suffix sums by
-/// shuffles within each warp and over the warps' totals: two barriers. Ends with a barrier.
+/// After hist[0..bins) is filled (bins a power of two up to kBins): finds bin b with
+/// count(bins > b) < remaining <= count(>= b) and stores b, count(bins > b) and count(b) into
+/// s.bin / s.above / s.count. Suffix sums by shuffles within each warp and over the warps'
+/// totals: two barriers. Ends with a barrier.
 __device__ void FindThresholdBin(TopKShared& s, int bins, uint32_t remaining) {
-  const int per = bins / kThreads;
-  const int lo = threadIdx.x * per;
+  const int per = bins >= kThreads ? bins / kThreads : 1;
+  const int lo = min(static_cast<int>(threadIdx.x) * per, bins);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   uint32_t local = 0;
-  for (int b = lo; b < lo + per; ++b) local += s.hist[b];
+  const int hi = min(lo + per, bins);
+  for (int b = lo; b < hi; ++b) local += s.hist[b];
   uint32_t suffix = local;  // this thread's bins and the warp's later threads'
 #pragma unroll
   for (int o = 1; o < 32; o <<= 1) {
@@ -58,7 +65,7 @@ __device__ void FindThresholdBin(TopKShared& s, int bins, uint32_t remaining) {
   __syncthreads();
   uint32_t above = suffix - local;  // entries in bins above this thread's range
   for (int w = warp + 1; w < kWarps; ++w) above += s.scan[w];
-  for (int b = lo + per - 1; b >= lo; --b) {
+  for (int b = hi - 1; b >= lo; --b) {
     const uint32_t h = s.hist[b];
     if (above < remaining && above + h >= remaining) {
       s.bin = static_cast<uint32_t>(b);
@@ -87,52 +94,60 @@ __device__ __forceinline__ void WarpAppend(bool pred, T value, uint32_t* count, 
   if (pred && at < capacity) buf[at] = value;  // always below; guards a logic error
 }
 
-/// Appends to cand (in no particular order) the positions of cache[0..n) whose key's top 11 bits
-/// are at least `bin`: four keys a lane from one 16-byte load (the cache is allocated in whole
-/// 16-byte words), a ballot for each of the four, one atomic a warp. Only the last 128-entry
-/// chunk of the row checks bounds.
-__device__ __forceinline__ void GatherBinsFrom(const uint32_t* cache, int n, uint32_t bin,
-                                               uint32_t* count, uint32_t* cand) {
+/// Appends to cand (in no particular order) the positions of cache[0..n) whose key is at least
+/// `lowest`. A lane reads four 16-byte words (16 keys) an iteration, consecutive lanes
+/// consecutive words (the cache is allocated in whole words), and keeps its matches as a 16-bit
+/// mask; a shuffle scan of the lanes' counts and one shared-memory atomic a warp place them, and
+/// each lane writes its own positions from the mask's set bits. Only a warp's last iteration, when
+/// it holds the row's end, checks bounds.
+__device__ __forceinline__ void GatherFrom(const uint32_t* cache, int n, uint32_t lowest,
+                                           uint32_t* count, uint32_t* cand) {
+  constexpr int kWords = 4;                // 16-byte words a lane an iteration
+  constexpr int kWarpWords = 32 * kWords;  // a warp's words an iteration (512 keys)
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const unsigned below = (1u << lane) - 1u;
   const uint4* cache4 = reinterpret_cast<const uint4*>(cache);
-  auto append = [&](int i, bool p0, bool p1, bool p2, bool p3) {
-    const unsigned m0 = __ballot_sync(detail::kFullMask, p0);
-    const unsigned m1 = __ballot_sync(detail::kFullMask, p1);
-    const unsigned m2 = __ballot_sync(detail::kFullMask, p2);
-    const unsigned m3 = __ballot_sync(detail::kFullMask, p3);
-    if ((m0 | m1 | m2 | m3) == 0u) return;
-    const uint32_t n0 = __popc(m0), n01 = n0 + __popc(m1), n012 = n01 + __popc(m2);
+  const uint32_t count_addr = static_cast<uint32_t>(__cvta_generic_to_shared(count));
+  auto iteration = [&](int w0, auto checked) {
+    constexpr bool kChecked = decltype(checked)::value;
+    uint32_t bits = 0;
+#pragma unroll
+    for (int j = 0; j < kWords; ++j) {
+      const int w = w0 + 32 * j + lane;
+      uint4 k = make_uint4(0u, 0u, 0u, 0u);
+      if (!kChecked || 4 * w < n) k = cache4[w];
+      const int i = 4 * w;
+      bits |= static_cast<uint32_t>(k.x >= lowest && (!kChecked || i < n)) << (4 * j);
+      bits |= static_cast<uint32_t>(k.y >= lowest && (!kChecked || i + 1 < n)) << (4 * j + 1);
+      bits |= static_cast<uint32_t>(k.z >= lowest && (!kChecked || i + 2 < n)) << (4 * j + 2);
+      bits |= static_cast<uint32_t>(k.w >= lowest && (!kChecked || i + 3 < n)) << (4 * j + 3);
+    }
+    const uint32_t mine = __popc(bits);
+    uint32_t inclusive = mine;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const uint32_t v = __shfl_up_sync(detail::kFullMask, inclusive, o);
+      if (lane >= o) inclusive += v;
+    }
+    const uint32_t total = __shfl_sync(detail::kFullMask, inclusive, 31);
+    if (total == 0u) return;
     uint32_t base = 0;
-    if (lane == 0) {
-      // atom.shared directly: atomicAdd here compiles into the compiler's own warp aggregation
-      // (lane ids, masks, a second shuffle), about 15 instructions an iteration for one lane.
+    if (lane == 31) {
+      // atom.shared directly: atomicAdd compiles into the compiler's own warp aggregation.
       asm volatile("atom.shared.add.u32 %0, [%1], %2;"
                    : "=r"(base)
-                   : "r"(static_cast<uint32_t>(__cvta_generic_to_shared(count))),
-                     "r"(n012 + __popc(m3))
+                   : "r"(count_addr), "r"(total)
                    : "memory");
     }
-    base = __shfl_sync(detail::kFullMask, base, 0);
-    // Slots in (element, lane) order.
-    if (p0) cand[base + __popc(m0 & below)] = static_cast<uint32_t>(i);
-    if (p1) cand[base + n0 + __popc(m1 & below)] = static_cast<uint32_t>(i + 1);
-    if (p2) cand[base + n01 + __popc(m2 & below)] = static_cast<uint32_t>(i + 2);
-    if (p3) cand[base + n012 + __popc(m3 & below)] = static_cast<uint32_t>(i + 3);
+    uint32_t at = __shfl_sync(detail::kFullMask, base, 31) + inclusive - mine;
+    while (bits != 0u) {
+      const int b = __ffs(bits) - 1;
+      bits &= bits - 1u;
+      cand[at++] = static_cast<uint32_t>(4 * (w0 + 32 * (b >> 2) + lane) + (b & 3));
+    }
   };
-  int base = warp * 128;
-  for (; base + 128 <= n; base += kThreads * 4) {  // whole chunks
-    const int i = base + 4 * lane;
-    const uint4 k = cache4[i / 4];
-    append(i, (k.x >> 21) >= bin, (k.y >> 21) >= bin, (k.z >> 21) >= bin, (k.w >> 21) >= bin);
-  }
-  if (base < n) {  // the row's last, partial chunk
-    const int i = base + 4 * lane;
-    uint4 k = make_uint4(0u, 0u, 0u, 0u);
-    if (i < n) k = cache4[i / 4];
-    append(i, i < n && (k.x >> 21) >= bin, i + 1 < n && (k.y >> 21) >= bin,
-           i + 2 < n && (k.z >> 21) >= bin, i + 3 < n && (k.w >> 21) >= bin);
-  }
+  int w0 = warp * kWarpWords;
+  for (; 4 * (w0 + kWarpWords) <= n; w0 += kWarps * kWarpWords) iteration(w0, std::false_type{});
+  if (4 * w0 < n) iteration(w0, std::true_type{});
 }
 
 /// Sorts items[0..size) (size a power of two, at most kThreads) descending, one item a thread in
@@ -272,14 +287,15 @@ __device__ __forceinline__ void InBatchesOfFour(int k, int end, Load load, Use u
   for (; k < end; k += kThreads) use(k, load(k));
 }
 
-/// Stages the rank keys of row[0..n) in cache[0..n) and, with hist set, counts their top 11 bits
-/// (the first radix pass). Four 16-byte loads a thread in flight where the row is 16-byte
-/// aligned, four 4-byte loads otherwise.
+/// Stages the rank keys of row[0..n) in cache[0..n) and folds them into this thread's smallest
+/// and largest key. Four 16-byte loads a thread in flight where the row is 16-byte aligned, four
+/// 4-byte loads otherwise.
 __device__ __forceinline__ void StageKeys(const float* row, int n, uint32_t* cache,
-                                          uint32_t* hist) {
+                                          uint32_t& key_min, uint32_t& key_max) {
   auto key_of = [&](float v) {
     const uint32_t key = RankKey(v);
-    if (hist != nullptr) atomicAdd(&hist[key >> 21], 1u);
+    key_min = min(key_min, key);
+    key_max = max(key_max, key);
     return key;
   };
   auto put = [&](int i, float v) { cache[i] = key_of(v); };
@@ -333,65 +349,103 @@ __global__ void __launch_bounds__(kThreads, 2)
     if (threadIdx.x == 0) {
       s.n_items = 0;
       s.n_cand = 0;
+      s.key_min = 0xFFFFFFFFu;
+      s.key_max = 0u;
     }
     __syncthreads();
-    if (cached) StageKeys(row, n, cache, select ? s.hist : nullptr);
+    if (cached) {
+      uint32_t lo = 0xFFFFFFFFu, hi = 0u;
+      StageKeys(row, n, cache, lo, hi);
+      if (select) {
+        lo = __reduce_min_sync(detail::kFullMask, lo);
+        hi = __reduce_max_sync(detail::kFullMask, hi);
+        if (lane == 0) {
+          atomicMin(&s.key_min, lo);
+          atomicMax(&s.key_max, hi);
+        }
+      }
+    }
     __syncthreads();
     auto key_at = [&](int i) { return cached ? cache[i] : RankKey(row[i]); };
 
-    // 1. The key T of the take-th entry and how many entries equal to T are selected. With the
-    // row cached and few enough entries in or above the first pass's threshold bin, those are
-    // gathered, the later passes count only them, and the selection is those at or above T,
-    // unless only some of the entries equal to T are taken (then the ordered compaction below
-    // selects).
+    // 1. The key T of the take-th entry and how many entries equal to T are selected, by a radix
+    // select over key - key_min. For a cached row key_min is its smallest key, and pass 0 counts
+    // the 11 bits of key - key_min from `shift` up, the highest that any entry has: the 2,048 bins
+    // span the row's own range, so entries that crowd into a few bins of the keys' top bits (the
+    // second pass's candidates, all near the top of their rows) still spread over all of them.
+    // Each later pass counts the (up to) 11 bits below, down to bit 0. An uncached row ranks the
+    // keys themselves: bits 31..21, 20..10, 9..0. With the row cached and few enough entries in
+    // or above pass 0's threshold bin, those are gathered, the later passes count only them, and
+    // the selection is those at or above T, unless only some of the entries equal to T are taken
+    // (then the ordered compaction below selects).
     uint32_t threshold = 0;
     uint32_t need_eq = static_cast<uint32_t>(n);
     bool gathered = false;  // items[0..take) hold the selection, in no particular order
     if (select) {
+      uint32_t key_min = 0;
+      int shift = 21;
+      if (cached) {
+        key_min = s.key_min;
+        shift = max(32 - __clz(static_cast<int>(s.key_max - key_min)) - 11, 0);
+      }
       uint32_t prefix = 0, mask = 0, remaining = static_cast<uint32_t>(take);
-      // Pass p counts key bits [shift(p), shift(p) + width(p)): 31..21, 20..10, 9..0.
-      auto shift_of = [](int pass) { return pass == 0 ? 21 : pass == 1 ? 10 : 0; };
-      auto width_of = [](int pass) { return pass == 2 ? 10 : 11; };
       uint32_t candidates = 0;  // positions gathered into s.cand (0: the passes read every entry)
-      for (int pass = 0; pass < 3; ++pass) {
-        const int bins = 1 << width_of(pass);
-        if (pass > 0) {
+      int width = 11;
+      for (int pass = 0; width > 0; ++pass) {
+        const int bins = 1 << width;
+        if (pass == 0) {  // every entry: (key - key_min) >> shift < 2,048
+          auto count = [&](uint32_t key) { atomicAdd(&s.hist[(key - key_min) >> shift], 1u); };
+          if (cached) {
+            const uint4* cache4 = reinterpret_cast<const uint4*>(cache);
+            for (int j = threadIdx.x; j < n / 4; j += kThreads) {
+              const uint4 k = cache4[j];
+              count(k.x);
+              count(k.y);
+              count(k.z);
+              count(k.w);
+            }
+            for (int i = n / 4 * 4 + threadIdx.x; i < n; i += kThreads) count(cache[i]);
+          } else {
+            for (int i = threadIdx.x; i < n; i += kThreads) count(RankKey(row[i]));
+          }
+        } else {
           for (int b = threadIdx.x; b < kBins; b += kThreads) s.hist[b] = 0;
           __syncthreads();
-        }
-        if (pass > 0 || !cached) {  // a cached row's first pass was counted while staging
           auto count = [&](uint32_t key) {
-            if ((key & mask) == prefix)
-              atomicAdd(&s.hist[(key >> shift_of(pass)) & (bins - 1)], 1u);
+            const uint32_t rel = key - key_min;
+            if ((rel & mask) == prefix) atomicAdd(&s.hist[(rel >> shift) & (bins - 1)], 1u);
           };
           if (candidates > 0) {
             for (uint32_t j = threadIdx.x; j < candidates; j += kThreads) count(cache[s.cand[j]]);
           } else {
             for (int i = threadIdx.x; i < n; i += kThreads) count(key_at(i));
           }
-          __syncthreads();
         }
+        __syncthreads();
         FindThresholdBin(s, bins, remaining);
         remaining -= s.above;
-        prefix |= s.bin << shift_of(pass);
-        mask |= static_cast<uint32_t>(bins - 1) << shift_of(pass);
+        prefix |= s.bin << shift;
+        mask |= static_cast<uint32_t>(bins - 1) << shift;
         if (pass == 0 && cached && s.above + s.count <= static_cast<uint32_t>(kCandidates)) {
           candidates = s.above + s.count;  // the entries of bins >= the threshold bin
-          GatherBinsFrom(cache, n, s.bin, &s.n_cand, s.cand);
+          GatherFrom(cache, n, key_min + (s.bin << shift), &s.n_cand, s.cand);
         }
         __syncthreads();  // s.bin / s.above / s.count are rewritten by the next pass
+        const int next = max(shift - 11, 0);
+        width = shift - next;
+        shift = next;
       }
+      threshold = key_min + prefix;
       if (candidates > 0 && s.count == remaining) {  // every entry equal to T is taken
         for (uint32_t base = warp * 32; base < candidates; base += kThreads) {
           const uint32_t j = base + lane;
           const uint32_t i = j < candidates ? s.cand[j] : 0u;
           const uint32_t key = j < candidates ? cache[i] : 0u;
-          WarpAppend(j < candidates && key >= prefix, RankItem(key, i), &s.n_items, s.items,
+          WarpAppend(j < candidates && key >= threshold, RankItem(key, i), &s.n_items, s.items,
                      kMaxTopK);
         }
         gathered = true;
       }
-      threshold = prefix;
       need_eq = remaining;
     }
 
