@@ -361,10 +361,11 @@ __global__ void __launch_bounds__(kThreads, 1)
 //     exchanged through shared memory and added in a fixed order (partial 0 + partial 1), so both
 //     warpgroups hold the same S bits and run the same online softmax over all 64 entries (no
 //     row-maximum or P exchange);
-//   O_c += P V_c (4 wgmma m64n256k16, P from registers), left in flight until the top of the
-//     next tile, where the warpgroup waits for it and its stage takes tile t + 2's rows at once
-//     (the copy then has a whole tile's work to land), before S (t + 1) is issued.
-// The exchange and the softmax are the phases without MMAs in flight.
+//   O_c += P V_c (4 wgmma m64n256k16, P from registers), left in flight: the next tile's S is
+//     issued behind it, and then the warpgroup waits for both (so the stage P V read can take
+//     tile t + 2's rows, issued right then).
+// The tensor cores run P V (t) and S (t + 1) back to back; the exchange and the softmax are the
+// only phases without MMAs in flight.
 constexpr int kHalf = kDim / 2;                 // dims a warpgroup owns
 constexpr int kHalfAtoms = kHalf / 64;          // 4 atoms of 64 dims
 constexpr int kHalfBytes = kHalfAtoms * kAtom;  // 32 KiB: a half of 64 rows
@@ -471,14 +472,7 @@ __global__ void __launch_bounds__(kThreads, 1) SparseAttentionSplitKernel(Sparse
   uint32_t a[4][4] = {};  // P of the tile whose P V is in flight
 
   for (int64_t t = 0; t < tiles; ++t) {
-    // P V (t - 1) retires first, so that its stage takes tile t + 1 at once: the copy then has
-    // S (t), the exchange, the softmax and P V (t) to arrive. (Waiting for all groups: ptxas
-    // serializes every wgmma of a kernel (C7514) when a wait for fewer has to retire a group
-    // issued in the previous loop iteration.)
-    WgmmaWait<0>();
-    WgmmaFenceOperands(o);
-    issue(t + 1);
-    CpAsyncWait<1>();
+    CpAsyncWait<0>();
     FenceProxyAsync();             // this thread's copies of tile t (and Q), for wgmma
     NamedBarrierSync(1 + c, 128);  // the warpgroup's half of tile t is complete
     const unsigned char* kv = skv(t);
@@ -497,8 +491,14 @@ __global__ void __launch_bounds__(kThreads, 1) SparseAttentionSplitKernel(Sparse
     WgmmaCommit();
     pf.Issue();
     pf.Index(t + kPrefetch + 1);
+    // P V (t - 1) and S (t) retire together: ptxas serializes every wgmma of a kernel (C7514)
+    // when a wait for fewer than all groups has to retire a group issued in the previous loop
+    // iteration. Tile t - 1's stage then takes tile t + 1, whose rows have the exchange, the
+    // softmax and P V (t) to arrive.
     WgmmaWait<0>();
+    WgmmaFenceOperands(o);
     WgmmaFenceOperands(s);
+    issue(t + 1);
 
     // Exchange the partial S: the other warpgroup has read this one's buffer of tile t - 1.
     if (t > 0) NamedBarrierSync(3 + c, 2 * 128);

@@ -181,17 +181,10 @@ __global__ void __launch_bounds__(kThreads, kN == 64 && !kFp8 ? 3 : 4)
   }
   float* out = p.out + i * p.out_stride;
 
-  // Rows of local tile u into srow[u % 2] (the first kTile threads). The block-table entry is
-  // loaded one iteration before the row is stored (fetch, then lookup), so the table's latency
-  // is not on the path from one tile's barrier to the next.
-  auto fetch = [&](int64_t u) -> int32_t {
-    return threadIdx.x < kTile && u < n_local ? DecodeKeyPage(p, keys, tile_start(u) + threadIdx.x)
-                                              : 0;
-  };
-  auto lookup = [&](int64_t u, int32_t table_entry) {
+  // Rows of local tile u into srow[u % 2] (the first kTile threads).
+  auto lookup = [&](int64_t u) {
     if (threadIdx.x < kTile && u < n_local) {
-      srow[(u & 1) * kTile + threadIdx.x] =
-          DecodeKeyRowFromPage(p, keys, tile_start(u) + threadIdx.x, table_entry);
+      srow[(u & 1) * kTile + threadIdx.x] = DecodeKeyRow(p, keys, tile_start(u) + threadIdx.x);
     }
   };
   // cp.async of local tile u (rows from srow[u % 2]) into stage u % kS, zeros for keys past the
@@ -206,15 +199,14 @@ __global__ void __launch_bounds__(kThreads, kN == 64 && !kFp8 ? 3 : 4)
     CpAsyncCommit();
   };
 
-  lookup(0, fetch(0));
+  lookup(0);
   __syncthreads();
 #pragma unroll
   for (int u = 0; u < kS - 1; ++u) {
     issue(u);
-    lookup(u + 1, fetch(u + 1));
+    lookup(u + 1);
     __syncthreads();
   }
-  int32_t next_entry = fetch(kS);  // tile kS's, stored in the first iteration
 
   const uint64_t dq = Sw128Desc(sq);
   const int r0 = warp * 16 + g, r1 = r0 + 8;  // this thread's key rows of a tile
@@ -285,8 +277,7 @@ __global__ void __launch_bounds__(kThreads, kN == 64 && !kFp8 ? 3 : 4)
       }
       WgmmaCommit();
       issue(t + kS - 1);  // while the tensor cores work
-      lookup(t + kS, next_entry);
-      next_entry = fetch(t + kS + 1);
+      lookup(t + kS);
       WgmmaWait<0>();
       WgmmaFenceOperands(d);
 

@@ -48,36 +48,19 @@ __device__ __forceinline__ int64_t KeyRow(const IndexerLogitsParams& p, const In
   return (page < 0 || row >= p.key_rows) ? -1 : row;
 }
 
-/// DecodeKeyRow in two halves, so that a kernel can issue the block-table load an iteration
-/// before it needs the row: the table entry of logical key j's page (0 where none is read)...
-__device__ __forceinline__ int32_t DecodeKeyPage(const IndexerLogitsParams& p,
-                                                 const IndexerKeys& keys, int64_t j) {
-  if (j >= keys.len || keys.table == nullptr) return 0;
-  if (j > 0x7FFFFFFF) return keys.table[j / p.page_size];
-  return keys.table[static_cast<uint32_t>(j) / static_cast<uint32_t>(p.page_size)];
-}
-
-/// ...and the physical row from it: -2 past the query's keys, -1 when the page lies outside the
-/// key buffer.
-__device__ __forceinline__ int64_t DecodeKeyRowFromPage(const IndexerLogitsParams& p,
-                                                        const IndexerKeys& keys, int64_t j,
-                                                        int32_t table_entry) {
-  if (j >= keys.len) return -2;
-  if (keys.table == nullptr) return keys.base + j;
-  const int64_t page = table_entry;
-  const int64_t within =
-      j > 0x7FFFFFFF
-          ? j % p.page_size
-          : static_cast<int64_t>(static_cast<uint32_t>(j) % static_cast<uint32_t>(p.page_size));
-  const int64_t row = page * p.page_size + within;
-  return (page < 0 || row >= p.key_rows) ? -1 : row;
-}
-
-/// Physical row of logical key j (KeyRow) with 32-bit division when j allows, -2 past the
-/// query's keys.
+/// Physical row of logical key j (KeyRow) with 32-bit division when j and the page size allow,
+/// -2 past the query's keys.
 __device__ __forceinline__ int64_t DecodeKeyRow(const IndexerLogitsParams& p,
                                                 const IndexerKeys& keys, int64_t j) {
-  return DecodeKeyRowFromPage(p, keys, j, DecodeKeyPage(p, keys, j));
+  if (j >= keys.len) return -2;
+  if (keys.table == nullptr) return keys.base + j;
+  if (j > 0x7FFFFFFF) return KeyRow(p, keys, j);
+  const uint32_t ps = static_cast<uint32_t>(p.page_size);
+  const uint32_t jj = static_cast<uint32_t>(j);
+  const uint32_t pg = jj / ps;
+  const int64_t page = keys.table[pg];
+  const int64_t row = page * p.page_size + (jj - pg * ps);
+  return (page < 0 || row >= p.key_rows) ? -1 : row;
 }
 
 /// cp.async of one decode key tile: kTile rows of kRowBytes (physical rows `rows`, -1 for a

@@ -44,17 +44,21 @@ struct TopKShared {
   uint32_t n_cand;
 };
 
-/// After hist[0..bins) is filled (bins a power of two up to kBins): finds bin b with
-/// count(bins > b) < remaining <= count(>= b) and stores b, count(bins > b) and count(b) into
-/// s.bin / s.above / s.count. Suffix sums by shuffles within each warp and over the warps'
-/// totals: two barriers. Ends with a barrier.
-__device__ void FindThresholdBin(TopKShared& s, int bins, uint32_t remaining) {
-  const int per = bins >= kThreads ? bins / kThreads : 1;
-  const int lo = min(static_cast<int>(threadIdx.x) * per, bins);
+/// After hist[0..kBins) is filled: finds bin b with count(bins > b) < remaining <= count(>= b)
+/// and stores b, count(bins > b) and count(b) into s.bin / s.above / s.count. A pass that counts
+/// fewer bits leaves the upper bins zero, which never qualify. Suffix sums by shuffles within each
+/// warp and over the warps' totals: two barriers. Ends with a barrier.
+__device__ void FindThresholdBin(TopKShared& s, uint32_t remaining) {
+  constexpr int kPer = kBins / kThreads;
+  const int lo = threadIdx.x * kPer;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  uint32_t h[kPer];
   uint32_t local = 0;
-  const int hi = min(lo + per, bins);
-  for (int b = lo; b < hi; ++b) local += s.hist[b];
+#pragma unroll
+  for (int b = 0; b < kPer; ++b) {
+    h[b] = s.hist[lo + b];
+    local += h[b];
+  }
   uint32_t suffix = local;  // this thread's bins and the warp's later threads'
 #pragma unroll
   for (int o = 1; o < 32; o <<= 1) {
@@ -64,15 +68,16 @@ __device__ void FindThresholdBin(TopKShared& s, int bins, uint32_t remaining) {
   if (lane == 0) s.scan[warp] = suffix;  // the warp's total
   __syncthreads();
   uint32_t above = suffix - local;  // entries in bins above this thread's range
-  for (int w = warp + 1; w < kWarps; ++w) above += s.scan[w];
-  for (int b = hi - 1; b >= lo; --b) {
-    const uint32_t h = s.hist[b];
-    if (above < remaining && above + h >= remaining) {
-      s.bin = static_cast<uint32_t>(b);
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) above += w > warp ? s.scan[w] : 0u;
+#pragma unroll
+  for (int b = kPer - 1; b >= 0; --b) {
+    if (above < remaining && above + h[b] >= remaining) {
+      s.bin = static_cast<uint32_t>(lo + b);
       s.above = above;
-      s.count = h;
+      s.count = h[b];
     }
-    above += h;
+    above += h[b];
   }
   __syncthreads();
 }
@@ -287,15 +292,18 @@ __device__ __forceinline__ void InBatchesOfFour(int k, int end, Load load, Use u
   for (; k < end; k += kThreads) use(k, load(k));
 }
 
-/// Stages the rank keys of row[0..n) in cache[0..n) and folds them into this thread's smallest
-/// and largest key. Four 16-byte loads a thread in flight where the row is 16-byte aligned, four
-/// 4-byte loads otherwise.
-__device__ __forceinline__ void StageKeys(const float* row, int n, uint32_t* cache,
+/// Stages the rank keys of row[0..n) in cache[0..n) and, with hist set, counts their top 11 bits
+/// (the first radix pass) and folds them into this thread's smallest and largest key. Four
+/// 16-byte loads a thread in flight where the row is 16-byte aligned, four 4-byte loads otherwise.
+__device__ __forceinline__ void StageKeys(const float* row, int n, uint32_t* cache, uint32_t* hist,
                                           uint32_t& key_min, uint32_t& key_max) {
   auto key_of = [&](float v) {
     const uint32_t key = RankKey(v);
-    key_min = min(key_min, key);
-    key_max = max(key_max, key);
+    if (hist != nullptr) {
+      atomicAdd(&hist[key >> 21], 1u);
+      key_min = min(key_min, key);
+      key_max = max(key_max, key);
+    }
     return key;
   };
   auto put = [&](int i, float v) { cache[i] = key_of(v); };
@@ -355,7 +363,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     __syncthreads();
     if (cached) {
       uint32_t lo = 0xFFFFFFFFu, hi = 0u;
-      StageKeys(row, n, cache, lo, hi);
+      StageKeys(row, n, cache, select ? s.hist : nullptr, lo, hi);
       if (select) {
         lo = __reduce_min_sync(detail::kFullMask, lo);
         hi = __reduce_max_sync(detail::kFullMask, hi);
@@ -369,70 +377,80 @@ __global__ void __launch_bounds__(kThreads, 2)
     auto key_at = [&](int i) { return cached ? cache[i] : RankKey(row[i]); };
 
     // 1. The key T of the take-th entry and how many entries equal to T are selected, by a radix
-    // select over key - key_min. For a cached row key_min is its smallest key, and pass 0 counts
-    // the 11 bits of key - key_min from `shift` up, the highest that any entry has: the 2,048 bins
-    // span the row's own range, so entries that crowd into a few bins of the keys' top bits (the
-    // second pass's candidates, all near the top of their rows) still spread over all of them.
-    // Each later pass counts the (up to) 11 bits below, down to bit 0. An uncached row ranks the
-    // keys themselves: bits 31..21, 20..10, 9..0. With the row cached and few enough entries in
-    // or above pass 0's threshold bin, those are gathered, the later passes count only them, and
-    // the selection is those at or above T, unless only some of the entries equal to T are taken
-    // (then the ordered compaction below selects).
+    // select over key - key_min. Pass 0 counts the keys' top 11 bits (key_min 0; a cached row's
+    // while staging). If a cached row then has too many entries in and above the threshold bin to
+    // gather, and its keys span less than the whole key range (they crowd into a few of those
+    // bins, as the second pass's candidates do, all near the top of their rows), pass 0 counts
+    // again, from key_min = the row's smallest key: the 11 bits of key - key_min from `shift` up,
+    // the highest that any entry has, so the 2,048 bins span the row's own range. Each later pass
+    // counts the (up to) 11 bits below, down to bit 0. With the row cached and few enough entries
+    // in or above pass 0's threshold bin, those are gathered, the later passes count only them,
+    // and the selection is those at or above T, unless only some of the entries equal to T are
+    // taken (then the ordered compaction below selects).
     uint32_t threshold = 0;
     uint32_t need_eq = static_cast<uint32_t>(n);
     bool gathered = false;  // items[0..take) hold the selection, in no particular order
     if (select) {
       uint32_t key_min = 0;
       int shift = 21;
-      if (cached) {
-        key_min = s.key_min;
-        shift = max(32 - __clz(static_cast<int>(s.key_max - key_min)) - 11, 0);
+      uint32_t remaining = static_cast<uint32_t>(take);
+      if (!cached) {
+        for (int i = threadIdx.x; i < n; i += kThreads) {
+          atomicAdd(&s.hist[RankKey(row[i]) >> 21], 1u);
+        }
+        __syncthreads();
       }
-      uint32_t prefix = 0, mask = 0, remaining = static_cast<uint32_t>(take);
-      uint32_t candidates = 0;  // positions gathered into s.cand (0: the passes read every entry)
-      int width = 11;
-      for (int pass = 0; width > 0; ++pass) {
-        const int bins = 1 << width;
-        if (pass == 0) {  // every entry: (key - key_min) >> shift < 2,048
-          auto count = [&](uint32_t key) { atomicAdd(&s.hist[(key - key_min) >> shift], 1u); };
-          if (cached) {
-            const uint4* cache4 = reinterpret_cast<const uint4*>(cache);
-            for (int j = threadIdx.x; j < n / 4; j += kThreads) {
-              const uint4 k = cache4[j];
-              count(k.x);
-              count(k.y);
-              count(k.z);
-              count(k.w);
-            }
-            for (int i = n / 4 * 4 + threadIdx.x; i < n; i += kThreads) count(cache[i]);
-          } else {
-            for (int i = threadIdx.x; i < n; i += kThreads) count(RankKey(row[i]));
-          }
-        } else {
+      FindThresholdBin(s, remaining);
+      if (cached && s.above + s.count > static_cast<uint32_t>(kCandidates)) {
+        const int own = max(32 - __clz(static_cast<int>(s.key_max - s.key_min)) - 11, 0);
+        if (own < 21) {  // the row's own range: every entry, (key - key_min) >> shift < 2,048
+          key_min = s.key_min;
+          shift = own;
           for (int b = threadIdx.x; b < kBins; b += kThreads) s.hist[b] = 0;
           __syncthreads();
+          auto count = [&](uint32_t key) { atomicAdd(&s.hist[(key - key_min) >> shift], 1u); };
+          const uint4* cache4 = reinterpret_cast<const uint4*>(cache);
+          for (int j = threadIdx.x; j < n / 4; j += kThreads) {
+            const uint4 k = cache4[j];
+            count(k.x);
+            count(k.y);
+            count(k.z);
+            count(k.w);
+          }
+          for (int i = n / 4 * 4 + threadIdx.x; i < n; i += kThreads) count(cache[i]);
+          __syncthreads();
+          FindThresholdBin(s, remaining);
+        }
+      }
+      uint32_t prefix = 0, mask = 0;
+      uint32_t candidates = 0;  // positions gathered into s.cand (0: the passes read every entry)
+      for (int pass = 0;; ++pass) {
+        if (pass > 0) {
+          for (int b = threadIdx.x; b < kBins; b += kThreads) s.hist[b] = 0;
+          __syncthreads();
+          const uint32_t bins_mask = static_cast<uint32_t>(kBins - 1);
           auto count = [&](uint32_t key) {
             const uint32_t rel = key - key_min;
-            if ((rel & mask) == prefix) atomicAdd(&s.hist[(rel >> shift) & (bins - 1)], 1u);
+            if ((rel & mask) == prefix) atomicAdd(&s.hist[(rel >> shift) & bins_mask], 1u);
           };
           if (candidates > 0) {
             for (uint32_t j = threadIdx.x; j < candidates; j += kThreads) count(cache[s.cand[j]]);
           } else {
             for (int i = threadIdx.x; i < n; i += kThreads) count(key_at(i));
           }
+          __syncthreads();
+          FindThresholdBin(s, remaining);
         }
-        __syncthreads();
-        FindThresholdBin(s, bins, remaining);
         remaining -= s.above;
         prefix |= s.bin << shift;
-        mask |= static_cast<uint32_t>(bins - 1) << shift;
+        mask |= static_cast<uint32_t>(kBins - 1) << shift;
         if (pass == 0 && cached && s.above + s.count <= static_cast<uint32_t>(kCandidates)) {
           candidates = s.above + s.count;  // the entries of bins >= the threshold bin
           GatherFrom(cache, n, key_min + (s.bin << shift), &s.n_cand, s.cand);
         }
         __syncthreads();  // s.bin / s.above / s.count are rewritten by the next pass
+        if (shift == 0) break;
         const int next = max(shift - 11, 0);
-        width = shift - next;
         shift = next;
       }
       threshold = key_min + prefix;
