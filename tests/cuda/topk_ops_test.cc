@@ -19,7 +19,8 @@ namespace {
 /// Scores of one row, by kind: 0 uniform, 1 small integers (ties), 2 all equal, 3 with NaNs,
 /// 4 infinities and signed zeros, 5 all NaN, 6 ascending, 7 descending, 8 values in [0, 1) with
 /// rare +-1e30 outliers (a value histogram puts them all in one bin), 9 distinct values a few
-/// ulps apart (1 + m 2^-23).
+/// ulps apart (1 + m 2^-23), 10 values in [96, 100) (a few bins of the keys' top bits hold them
+/// all, as they hold a long row's candidates: the block kernel recounts over the row's own range).
 void FillRow(float* row, int64_t n, int kind, Rng& rng) {
   const float nan = std::numeric_limits<float>::quiet_NaN();
   for (int64_t i = 0; i < n; ++i) {
@@ -60,6 +61,9 @@ void FillRow(float* row, int64_t n, int kind, Rng& rng) {
       case 9:
         v = 1.0f + static_cast<float>(rng.Int(0, 600)) * 0x1p-23f;
         break;
+      case 10:
+        v = rng.Uniform(96.0f, 100.0f);
+        break;
       default:
         v = static_cast<float>(n - i);
         break;
@@ -67,6 +71,8 @@ void FillRow(float* row, int64_t n, int kind, Rng& rng) {
     row[i] = v;
   }
 }
+
+constexpr int64_t kKinds = 11;  // FillRow's kinds
 
 struct TopKCase {
   int64_t rows;
@@ -87,11 +93,11 @@ void RunTopK(const TopKCase& c, uint64_t seed) {
     if (c.kind_per_segment) {
       for (int64_t at = 0, sg = 0; at < c.n; at += kTopKSegment, ++sg) {
         FillRow(scores.data() + r * stride + at, std::min(kTopKSegment, c.n - at),
-                static_cast<int>((r + sg + static_cast<int64_t>(seed)) % 10), rng);
+                static_cast<int>((r + sg + static_cast<int64_t>(seed)) % kKinds), rng);
       }
     } else {
       FillRow(scores.data() + r * stride, c.n,
-              static_cast<int>((r + static_cast<int64_t>(seed)) % 10), rng);
+              static_cast<int>((r + static_cast<int64_t>(seed)) % kKinds), rng);
     }
     int64_t len = c.n;
     if (c.ragged) {
