@@ -31,7 +31,7 @@ struct TopKShared {
   unsigned long long items[kMaxTopK];
   union {
     uint32_t cand[kCandidates];                // row positions in the first pass's threshold bin
-    unsigned long long exchange[2][kThreads];  // the merge sort's levels (MergeSortDescending)
+    unsigned long long exchange[2][kThreads];  // the register sort's cross-warp stages
   };
   uint32_t warp_gt[kWarps];
   uint32_t warp_eq[kWarps];
@@ -155,51 +155,41 @@ __device__ __forceinline__ void GatherFrom(const uint32_t* cache, int n, uint32_
   if (4 * w0 < n) iteration(w0, std::true_type{});
 }
 
-/// Sorts items[0..size) (size a power of two, at most kThreads; the items distinct) descending,
-/// one item a thread: a bitonic network of shuffles sorts each warp's 32 items (or all of them,
-/// below 32) descending in registers; then runs of L = 32, 64, ... are merged pairwise, each
-/// item's new position its position in its run plus the number of items in the partner run that
-/// precede it (greater, or for the right run's items greater or equal), found by a binary search
-/// of the partner run in `buf` (the two halves alternate: one block barrier a merge level). Threads
-/// at or past size hold 0 and take part. Ends with a barrier.
-__device__ void MergeSortDescending(unsigned long long* items, int size,
-                                    unsigned long long (*buf)[kThreads]) {
+/// Sorts items[0..size) (size a power of two, at most kThreads) descending, one item a thread in
+/// registers: a bitonic network whose exchanges of stride >= 32 go through `exchange`, alternating
+/// between its two halves so one block barrier a stage suffices (a stage writes the half that the
+/// stage before the last read), and whose narrower ones are shuffles within a warp (unrolled).
+/// Threads at or past size hold 0 and take part. Ends with a barrier.
+__device__ void RegisterSortDescending(unsigned long long* items, int size,
+                                       unsigned long long (*exchange)[kThreads]) {
   const int t = threadIdx.x;
   unsigned long long v = t < size ? items[t] : 0ull;
-  const int run = min(size, 32);  // the sorted runs the shuffles leave, all descending
-  // Bitonic within a warp: a pair's lower position keeps the larger item in a descending run of
-  // `block`, the smaller in an ascending one; runs alternate, the first descending, except at the
-  // last level, where every run is descending.
+  int half = 0;
+  // A pair's lower position keeps the larger item in a descending run, the smaller in an
+  // ascending one; runs of `block` alternate, the first descending.
+  auto exchange_with = [&](unsigned long long o, int block, int stride) {
+    const bool keep_max = ((t & block) == 0) == ((t & stride) == 0);
+    v = (v > o) == keep_max ? v : o;
+  };
 #pragma unroll
-  for (int block = 2; block <= 32; block <<= 1) {
-    if (block > run) break;
+  for (int block = 2; block <= 32; block <<= 1) {  // runs within a warp: shuffles only
+    if (block > size) break;
 #pragma unroll
     for (int stride = block / 2; stride > 0; stride >>= 1) {
-      const unsigned long long o = __shfl_xor_sync(detail::kFullMask, v, stride);
-      const bool descending = block == run || (t & block) == 0;
-      const bool keep_max = descending == ((t & stride) == 0);
-      v = (v > o) == keep_max ? v : o;
+      exchange_with(__shfl_xor_sync(detail::kFullMask, v, stride), block, stride);
     }
   }
-  int cur = 0;
-  if (run < size) {
-    buf[0][t] = v;
-    __syncthreads();
-  }
-  for (int len = run; len < size; len <<= 1) {
-    const unsigned long long* partner = buf[cur] + ((t ^ len) & ~(len - 1));
-    const bool left = (t & len) == 0;
-    int pos = 0;  // partner items that precede v: partner[0 .. pos) do
-    for (int step = len >> 1; step > 0; step >>= 1) {
-      const unsigned long long o = partner[pos + step - 1];
-      if (left ? o > v : o >= v) pos += step;
+  for (int block = 64; block <= size; block <<= 1) {
+    for (int stride = block / 2; stride >= 32; stride >>= 1) {
+      exchange[half][t] = v;
+      __syncthreads();
+      exchange_with(exchange[half][t ^ stride], block, stride);
+      half ^= 1;
     }
-    const unsigned long long o = partner[pos];
-    if (left ? o > v : o >= v) ++pos;
-    buf[cur ^ 1][(t & ~(2 * len - 1)) + (t & (len - 1)) + pos] = v;
-    __syncthreads();
-    cur ^= 1;
-    v = buf[cur][t];
+#pragma unroll
+    for (int stride = 16; stride > 0; stride >>= 1) {
+      exchange_with(__shfl_xor_sync(detail::kFullMask, v, stride), block, stride);
+    }
   }
   if (t < size) items[t] = v;
   __syncthreads();
@@ -550,7 +540,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     __syncthreads();
     if (take > 1) {
       if (size <= kThreads) {
-        MergeSortDescending(s.items, size, s.exchange);
+        RegisterSortDescending(s.items, size, s.exchange);
       } else {
         BlockSortDescending(s.items, size);
       }
