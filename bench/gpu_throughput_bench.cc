@@ -6,7 +6,9 @@
 // length and slot (engine load, first-touch allocations), then --jobs timed jobs. --slots K runs K
 // engine slots at once, each a thread with its own EngineExecutor (its own engine and CUDA
 // stream), taking the next job as it finishes one: what `nw worker --slots K` does.
-// Printed per length: needles/s, mean prefill and decode ms, passes.
+// Printed per length: needles/s, mean prefill and decode ms, mean job ms (the executor's whole
+// time for a job: prompt build, generation, scoring; what it adds to prefill + decode is the
+// host's share), passes.
 //
 // --export DIR writes the very prompts the timed jobs used (DIR/prompts.jsonl, token ids in
 // DIR/tokens/L_i.bin as int32 LE, and the answer tokens tokenize(" " + value) + EOS) so that
@@ -200,8 +202,8 @@ int Main(int argc, char** argv) {
       "slot(s)\n",
       a.model.string().c_str(), a.backend.c_str(), a.precision.c_str(), topk, a.max_new_tokens,
       a.jobs, a.slots);
-  std::printf("%9s %6s %10s %11s %10s %7s %s\n", "tokens", "jobs", "needles/s", "prefill ms",
-              "decode ms", "passes", "note");
+  std::printf("%9s %6s %10s %11s %10s %8s %7s %s\n", "tokens", "jobs", "needles/s", "prefill ms",
+              "decode ms", "job ms", "passes", "note");
   for (int64_t length : a.lengths) {
     const fs::path dir = ModelFor(a.model, length, base.config.max_position_embeddings);
     const std::string digest = dir == a.model
@@ -224,8 +226,8 @@ int Main(int argc, char** argv) {
     });
     const JobResult& w = failed == warmed.end() ? warmed.front() : *failed;
     if (w.outcome == Outcome::kEngineError || w.outcome == Outcome::kTimeout) {
-      std::printf("%9lld %6s %10s %11s %10s %7s %s: %s\n", static_cast<long long>(length), "-", "-",
-                  "-", "-", "-", w.error_code.c_str(), w.error_message.c_str());
+      std::printf("%9lld %6s %10s %11s %10s %8s %7s %s: %s\n", static_cast<long long>(length), "-",
+                  "-", "-", "-", "-", "-", w.error_code.c_str(), w.error_message.c_str());
       row["error"] = w.error_code + ": " + w.error_message;
       rows.push_back(row);
       write_json();
@@ -240,7 +242,7 @@ int Main(int argc, char** argv) {
     // Each slot takes the next job index until the jobs or the time cap run out.
     struct Tally {
       int done = 0, passes = 0, errors = 0;
-      double prefill = 0, decode = 0;
+      double prefill = 0, decode = 0, job = 0;
       std::string first_error;
     };
     std::vector<Tally> tallies(slots.size());
@@ -262,6 +264,7 @@ int Main(int argc, char** argv) {
             }
             t.prefill += r.prefill_ms;
             t.decode += r.decode_ms;
+            t.job += r.total_ms;
             if (std::chrono::duration<double>(Clock::now() - t0).count() > a.time_cap_s) break;
           }
         });
@@ -269,7 +272,7 @@ int Main(int argc, char** argv) {
     }
     const double wall = std::chrono::duration<double>(Clock::now() - t0).count();
     int done = 0, passes = 0, errors = 0;
-    double prefill = 0, decode = 0;
+    double prefill = 0, decode = 0, job = 0;
     std::string first_error;
     for (const Tally& t : tallies) {
       if (first_error.empty()) first_error = t.first_error;
@@ -278,19 +281,21 @@ int Main(int argc, char** argv) {
       errors += t.errors;
       prefill += t.prefill;
       decode += t.decode;
+      job += t.job;
     }
     const double rate = done / wall;
-    std::printf("%9lld %6d %10.2f %11.1f %10.1f %4d/%-2d %s\n", static_cast<long long>(length),
-                done, rate, prefill / done, decode / done, passes, done,
-                errors
-                    ? (std::to_string(errors) + " engine errors, the first: " + first_error).c_str()
-                    : "");
+    std::printf(
+        "%9lld %6d %10.2f %11.1f %10.1f %8.1f %4d/%-2d %s\n", static_cast<long long>(length), done,
+        rate, prefill / done, decode / done, job / done, passes, done,
+        errors ? (std::to_string(errors) + " engine errors, the first: " + first_error).c_str()
+               : "");
     std::fflush(stdout);
     row.update({{"jobs", done},
                 {"wall_s", wall},
                 {"needles_per_s", rate},
                 {"prefill_ms_mean", prefill / done},
                 {"decode_ms_mean", decode / done},
+                {"job_ms_mean", job / done},
                 {"passes", passes},
                 {"errors", errors}});
     if (!first_error.empty()) row["error"] = first_error;
