@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <map>
 #include <string>
 #include <utility>
@@ -24,12 +25,14 @@ namespace {
 class CudaBackend final : public Backend {
  public:
   CudaBackend(const BackendInfo& info, const ModelConfig& config,
-              std::shared_ptr<const ModelWeights> weights, Stream stream, std::string device)
+              std::shared_ptr<const ModelWeights> weights, Stream stream, std::string device,
+              std::shared_ptr<SequencePool> pool)
       : info_(info),
         config_(config),
         weights_(std::move(weights)),
         stream_(std::move(stream)),
-        device_(std::move(device)) {}
+        device_(std::move(device)),
+        pool_(std::move(pool)) {}
 
   const BackendInfo& info() const override { return info_; }
   const ModelConfig& config() const override { return config_; }
@@ -63,10 +66,18 @@ class CudaBackend final : public Backend {
     // without engine/generate.h's check.
     NW_RETURN_IF_ERROR(CheckBackendFault(info_, spec.fault));
     NW_RETURN_IF_ERROR(CheckBackendTrace(info_, spec.trace != nullptr));
+    // A contiguous sequence of the last request's shape takes over its state (buffers, graphs).
+    const bool pooled = layout == KvLayout::kContiguous && pool_ != nullptr;
+    if (pooled) {
+      if (std::unique_ptr<CudaSequence> seq = CudaSequence::Reuse(pool_, layout, chunk, spec)) {
+        return seq;
+      }
+    }
     NW_RETURN_IF_ERROR(CudaSequence::CheckFits(config_, chunk, spec));
     NW_ASSIGN_OR_RETURN(const DeviceModel* model, ModelFor(spec.precision.weights));
     NW_ASSIGN_OR_RETURN(const DeviceRope* rope, RopeFor(spec.max_tokens));
-    return CudaSequence::Create(config_, *model, *rope, layout, chunk, spec, stream_.get());
+    return CudaSequence::Create(config_, *model, *rope, layout, chunk, spec, stream_.get(),
+                                pooled ? pool_ : nullptr);
   }
 
   // RoPE tables with at least `rows` positions, uploaded once (65,536 positions or the request's,
@@ -145,7 +156,20 @@ class CudaBackend final : public Backend {
   std::string device_;
   std::map<NumFormat, std::unique_ptr<DeviceModel>> models_;
   std::vector<std::unique_ptr<DeviceRope>> ropes_;
+  // Idle sequence states (they name models_, ropes_ and stream_: declared last, released first).
+  std::shared_ptr<SequencePool> pool_;
 };
+
+// The sequence pool a backend keeps: one idle state with up to 32 graphs. NW_CUDA_REUSE=0 turns
+// reuse (and so graphs) off, NW_CUDA_GRAPHS=0 graphs alone: for A/B runs and debugging.
+std::shared_ptr<SequencePool> PoolFromEnvironment() {
+  auto off = [](const char* name) {
+    const char* v = std::getenv(name);
+    return v != nullptr && std::string(v) == "0";
+  };
+  if (off("NW_CUDA_REUSE")) return nullptr;
+  return std::make_shared<SequencePool>(1, off("NW_CUDA_GRAPHS") ? 0 : 32);
+}
 
 }  // namespace
 
@@ -198,8 +222,9 @@ Result<std::unique_ptr<Backend>> CreateCudaBackend(const BackendInfo& info,
   NW_ASSIGN_OR_RETURN(Stream stream, Stream::Create());
   // Sequences allocate in stream order from the default pool; keep what they free for the next.
   NW_RETURN_IF_ERROR(RetainPoolMemory());
-  return std::unique_ptr<Backend>(std::make_unique<CudaBackend>(
-      info, config, std::move(weights), std::move(stream), std::string(prop.name)));
+  return std::unique_ptr<Backend>(
+      std::make_unique<CudaBackend>(info, config, std::move(weights), std::move(stream),
+                                    std::string(prop.name), PoolFromEnvironment()));
 }
 
 }  // namespace nw::cuda

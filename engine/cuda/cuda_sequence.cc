@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <string>
 #include <utility>
 
+#include "engine/cuda/forward_graphs.h"
 #include "kernels/cpu/rope.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/compress.h"
@@ -239,9 +241,9 @@ struct CudaSequence::Impl {
 
   // Scratch, grown to the largest chunk.
   int64_t cap = 0;
-  DeviceBuffer<int32_t> tokens, positions, ent_pos, visible, zeros, win_idx, win_len, comp_idx,
-      comp_len, sel, experts, offsets, list_token, slot_pos, tile_expert, tile_row0, tile_rows,
-      iota, dispatch_scratch;
+  DeviceBuffer<int32_t> tokens, positions, visible, zeros, win_idx, win_len, comp_idx, comp_len,
+      sel, experts, offsets, list_token, slot_pos, tile_expert, tile_row0, tile_rows, iota,
+      dispatch_scratch;
   DevTensor X, Xn, mix, coeffs, u, xn, y, qr, qh, kvbuf, o, oa, ckv, cscore, ikv, iscore, iq, iw,
       ent, scores, glog, rweights, lweights, g1, g3, Y, sh1, sh3, S, hmix, hu, hn, logits;
   DeviceBuffer<uint16_t> iq16, ikeys16;  // bf16 copies for the tensor-core indexer
@@ -250,12 +252,52 @@ struct CudaSequence::Impl {
   DeviceBuffer<uint8_t> pr_hit;
   DevTensor pr_score, pr_kth, pr_next;
   int64_t comp_stride = 0;
+  // Positions of compressed entries (entry e of a ratio-r compressor sits at e * r), per ratio.
+  std::map<int, DeviceBuffer<int32_t>> entry_positions;
+
+  // Reuse and graph replay (forward_graphs.h). `epoch` counts reallocations of the buffers a
+  // forward's kernels name; while `capturing`, Grow refuses to reallocate (the capture then falls
+  // back to direct launches). A sequence whose call failed is not reused (`failed`).
+  ForwardGraphs graphs;
+  uint64_t epoch = 0;
+  bool capturing = false;
+  bool failed = false;
 
   Impl(const ModelConfig& c, const DeviceModel& model, const DeviceRope& r, KvLayout l,
-       int64_t chunk, const SequenceSpec& s, cudaStream_t st)
-      : cfg(c), m(model), rope(r), layout(l), prefill_chunk(chunk), spec(s), stream(st) {}
+       int64_t chunk, const SequenceSpec& s, cudaStream_t st, size_t graph_capacity)
+      : cfg(c),
+        m(model),
+        rope(r),
+        layout(l),
+        prefill_chunk(chunk),
+        spec(s),
+        stream(st),
+        graphs(l == KvLayout::kContiguous ? graph_capacity : 0) {}
+
+  // Grows `b` to `count` elements (contents not kept), as the file's Grow, counting the
+  // reallocation in `epoch`; refused while a forward is being captured.
+  template <typename T>
+  Status Grow(DeviceBuffer<T>& b, int64_t count, cudaStream_t st) {
+    if (count <= static_cast<int64_t>(b.size())) return Status::Ok();
+    if (capturing) return Status::Unavailable("a device buffer would grow during graph capture");
+    ++epoch;
+    return ::nw::cuda::Grow(b, count, st);
+  }
+  template <typename T>
+  Status Upload(DeviceBuffer<T>& b, const std::vector<T>& v, cudaStream_t st) {
+    NW_RETURN_IF_ERROR(Grow(b, static_cast<int64_t>(v.size()), st));
+    return ::nw::cuda::Upload(b, v, st);
+  }
 
   Status Init();
+  void InitProbes();
+  // Makes a used sequence's state a fresh one for `s` (same shape: Compatible): position 0, no
+  // checkpoint, fresh probe rows. The buffers and captured graphs stay.
+  void Reset(const SequenceSpec& s);
+  bool Compatible(KvLayout l, int64_t chunk, const SequenceSpec& s) const;
+  // The launches of one chunk (Forward's, after its uploads; no host synchronisation): n tokens
+  // from position s, the head over the last `rows` rows into `logits`.
+  Status Enqueue(int64_t n, int64_t s, int64_t rows);
   Status EnsureScratch(int64_t n);
   Status Forward(std::span<const int32_t> toks, std::vector<float>* last, std::vector<float>* all);
   Status Attention(int l, int64_t n, int64_t s);
@@ -445,18 +487,49 @@ Status CudaSequence::Impl::Init() {
                           DevTensor::AllocateOn(static_cast<size_t>(8 * 2 * cI), stream));
       NW_ASSIGN_OR_RETURN(L.ix_state.score,
                           DevTensor::AllocateOn(static_cast<size_t>(8 * 2 * cI), stream));
-      if (spec.probe) {
-        L.probe_slot = static_cast<int>(probes.size());
-        IndexerProbe p;
-        p.layer = l;
-        p.topk = topk;
-        probes.push_back(std::move(p));
-      }
+    }
+    if (L.ratio > 0 && entry_positions.count(L.ratio) == 0) {
+      std::vector<int32_t> at(static_cast<size_t>(spec.max_tokens / L.ratio + 1));
+      for (size_t e = 0; e < at.size(); ++e) at[e] = static_cast<int32_t>(e) * L.ratio;
+      NW_RETURN_IF_ERROR(Upload(entry_positions[L.ratio], at, stream));
     }
   }
+  InitProbes();
   // Largest compressed count a query can see in a ratio-128 layer, and the top-k width.
   comp_stride = std::max<int64_t>({int64_t{topk}, spec.max_tokens / 128, 1});
   return Status::Ok();
+}
+
+void CudaSequence::Impl::InitProbes() {
+  probes.clear();
+  for (int l = 0; l < cfg.n_layers; ++l) {
+    LayerState& L = layers[static_cast<size_t>(l)];
+    L.probe_slot = -1;
+    if (L.ratio == 4 && spec.probe) {
+      L.probe_slot = static_cast<int>(probes.size());
+      IndexerProbe p;
+      p.layer = l;
+      p.topk = topk;
+      probes.push_back(std::move(p));
+    }
+  }
+}
+
+bool CudaSequence::Impl::Compatible(KvLayout l, int64_t chunk, const SequenceSpec& s) const {
+  const int want_topk = s.index_topk > 0 ? s.index_topk : cfg.index_topk;
+  return !failed && l == KvLayout::kContiguous && l == layout && chunk == prefill_chunk &&
+         s.max_tokens == spec.max_tokens && s.precision == spec.precision && want_topk == topk &&
+         s.fault == spec.fault && s.trace == nullptr && spec.trace == nullptr;
+}
+
+void CudaSequence::Impl::Reset(const SequenceSpec& s) {
+  spec = s;
+  pos = 0;
+  key_end.clear();
+  key_begin = 0;
+  mark_pos = -1;
+  mark_probe_rows.clear();
+  InitProbes();
 }
 
 Status CudaSequence::Impl::EnsureScratch(int64_t n) {
@@ -470,7 +543,6 @@ Status CudaSequence::Impl::EnsureScratch(int64_t n) {
   const int64_t max_tiles = slots / kLinearTileRows + E + 1;
   NW_RETURN_IF_ERROR(Grow(tokens, n, stream));
   NW_RETURN_IF_ERROR(Grow(positions, n, stream));
-  NW_RETURN_IF_ERROR(Grow(ent_pos, n / 4 + 2, stream));
   NW_RETURN_IF_ERROR(Grow(visible, n, stream));
   NW_RETURN_IF_ERROR(Grow(zeros, n, stream));
   NW_RETURN_IF_ERROR(Grow(win_idx, n * W, stream));
@@ -572,17 +644,14 @@ Status CudaSequence::Impl::Compress(const DevCompressor& c, bool indexer, const 
     NW_RETURN_IF_ERROR(LaunchCompressPool(cp, stream));
     NW_RETURN_IF_ERROR(Act(spec.precision, ent.data(), n_entries, dim, stream));
     NW_RETURN_IF_ERROR(Norm(ent.data(), c.norm.data(), n_entries, dim));
-    std::vector<int32_t> epos(static_cast<size_t>(n_entries));
-    for (int64_t i = 0; i < n_entries; ++i) {
-      epos[static_cast<size_t>(i)] = static_cast<int32_t>((first_entry + i) * r);
-    }
-    NW_RETURN_IF_ERROR(Upload(ent_pos, epos, stream));
+    const auto table = entry_positions.find(static_cast<int>(r));
+    if (table == entry_positions.end()) return Status::Internal("no entry positions for the ratio");
+    const int32_t* epos = table->second.data() + first_entry;
     // Faults indexer-rope-layout (the index keys rotated half-split) and compressed-kv-no-rope
     // (compressed KV entries stored unrotated).
     if (indexer || spec.fault != Fault::kCompressedKvNoRope) {
-      NW_RETURN_IF_ERROR(Rope(ent.data(), n_entries, dim, static_cast<int>(dim - rd), 1,
-                              ent_pos.data(), cos, sin, false,
-                              indexer && spec.fault == Fault::kIndexerRopeLayout));
+      NW_RETURN_IF_ERROR(Rope(ent.data(), n_entries, dim, static_cast<int>(dim - rd), 1, epos, cos,
+                              sin, false, indexer && spec.fault == Fault::kIndexerRopeLayout));
     }
     if (indexer) {
       NW_RETURN_IF_ERROR(Hadamard(ent.data(), n_entries, dim));
@@ -637,7 +706,10 @@ Status CudaSequence::Impl::Select(int l, int64_t n, int64_t s) {
     const int64_t key_rows =
         L.ikeys.paged() ? int64_t{*L.ikeys.next_page} * kPageSize : max_visible;
     NW_RETURN_IF_ERROR(Grow(iq16, n * hI * cI, stream));
-    NW_RETURN_IF_ERROR(Grow(ikeys16, std::max<int64_t>(key_rows, 1) * cI, stream));
+    // Sized for every key the store can hold at once, so later chunks (larger positions) do not
+    // reallocate it (and invalidate the sequence's graphs).
+    NW_RETURN_IF_ERROR(
+        Grow(ikeys16, std::max<int64_t>({key_rows, L.ikeys.rows(), int64_t{1}}) * cI, stream));
     PackBf16Params pq;
     pq.x = iq.data();
     pq.y = iq16.data();
@@ -1033,9 +1105,10 @@ Status CudaSequence::Impl::Forward(std::span<const int32_t> toks, std::vector<fl
     return Status::ResourceExhausted("the GPU could not hold the activations of a " +
                                      std::to_string(n) + "-token chunk: " + st.message());
   }
-  const int64_t s = pos, D = cfg.dim, hc = cfg.hc_mult, V = cfg.vocab_size;
-  const int64_t stream_w = hc * D;
-  const PrecisionProfile& prof = spec.precision;
+  const int64_t s = pos, V = cfg.vocab_size;
+  const int64_t rows = all != nullptr ? n : last != nullptr ? 1 : 0;
+  // At least 64 rows: a longer draft later does not reallocate it (and invalidate the graphs).
+  NW_RETURN_IF_ERROR(Grow(logits, std::max<int64_t>(rows, 64) * V, stream));
   std::vector<int32_t> host(toks.begin(), toks.end());
   NW_RETURN_IF_ERROR(Upload(tokens, host, stream));
   for (int64_t t = 0; t < n; ++t) host[static_cast<size_t>(t)] = static_cast<int32_t>(s + t);
@@ -1051,6 +1124,33 @@ Status CudaSequence::Impl::Forward(std::span<const int32_t> toks, std::vector<fl
   key_begin = spec.fault == Fault::kRaggedKeyOffset && n > 1 ? s / 4 : 0;
   NW_RETURN_IF_ERROR(Upload(visible, key_end, stream));
 
+  // Graphs replay launches only: a probing forward downloads its rows mid-way, and a paged one
+  // maps pages (host tables) as it goes, so those launch directly.
+  const auto enqueue = [&] { return Enqueue(n, s, rows); };
+  Status st = spec.probe.has_value()
+                  ? enqueue()
+                  : graphs.Run(ForwardGraphs::Key{n, s, rows}, epoch, stream, enqueue, &capturing);
+  if (!st.ok()) {
+    failed = true;
+    return st;
+  }
+  pos += n;
+  if (rows == 0) return Status::Ok();
+  std::vector<float> out;
+  st = Download(logits.data(), static_cast<size_t>(rows * V), &out, stream);
+  if (!st.ok()) {
+    failed = true;
+    return st;
+  }
+  if (last != nullptr) last->assign(out.end() - V, out.end());
+  if (all != nullptr) *all = std::move(out);
+  return Status::Ok();
+}
+
+Status CudaSequence::Impl::Enqueue(int64_t n, int64_t s, int64_t rows) {
+  const int64_t D = cfg.dim, hc = cfg.hc_mult, V = cfg.vocab_size;
+  const int64_t stream_w = hc * D;
+  const PrecisionProfile& prof = spec.precision;
   EmbedParams ep;
   ep.table = m.embed.data();
   ep.ids = tokens.data();
@@ -1104,11 +1204,9 @@ Status CudaSequence::Impl::Forward(std::span<const int32_t> toks, std::vector<fl
     NW_RETURN_IF_ERROR(Moe(l, n));  // y rounded by the combine under bf16 activations
     NW_RETURN_IF_ERROR(post());
   }
-  pos += n;
 
   // Head over the rows whose logits are wanted.
-  if (last == nullptr && all == nullptr) return Status::Ok();
-  const int64_t rows = all != nullptr ? n : 1;
+  if (rows == 0) return Status::Ok();
   const float* xr = X.data() + (n - rows) * stream_w;
   NW_RETURN_IF_ERROR(Lin(xr, rows, stream_w, m.hc_head.fn, hc, hmix.data(), true));
   MhcPreParams hp;
@@ -1126,13 +1224,7 @@ Status CudaSequence::Impl::Forward(std::span<const int32_t> toks, std::vector<fl
   hp.round_bf16 = act_bf16;
   NW_RETURN_IF_ERROR(LaunchMhcPre(hp, stream));
   NW_RETURN_IF_ERROR(Norm(hu.data(), m.norm.data(), rows, D));
-  NW_RETURN_IF_ERROR(Grow(logits, rows * V, stream));
-  NW_RETURN_IF_ERROR(Lin(hu.data(), rows, D, m.head, V, logits.data(), true));
-  std::vector<float> out;
-  NW_RETURN_IF_ERROR(Download(logits.data(), static_cast<size_t>(rows * V), &out, stream));
-  if (last != nullptr) last->assign(out.end() - V, out.end());
-  if (all != nullptr) *all = std::move(out);
-  return Status::Ok();
+  return Lin(hu.data(), rows, D, m.head, V, logits.data(), true);
 }
 
 int64_t CudaSequence::Impl::StateBytes() const {
@@ -1148,8 +1240,41 @@ int64_t CudaSequence::Impl::StateBytes() const {
 
 // ---- CudaSequence ------------------------------------------------------------------------------
 
-CudaSequence::CudaSequence(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-CudaSequence::~CudaSequence() = default;
+CudaSequence::CudaSequence(std::unique_ptr<Impl> impl, std::weak_ptr<SequencePool> pool)
+    : impl_(std::move(impl)), pool_(std::move(pool)) {}
+
+CudaSequence::~CudaSequence() {
+  const std::shared_ptr<SequencePool> pool = pool_.lock();
+  if (pool == nullptr || impl_ == nullptr || impl_->failed ||
+      impl_->layout != KvLayout::kContiguous || pool->max_idle_ == 0) {
+    return;
+  }
+  if (pool->idle_.size() >= pool->max_idle_) pool->idle_.erase(pool->idle_.begin());
+  pool->idle_.push_back(std::move(impl_));
+}
+
+ForwardGraphs::Stats CudaSequence::graph_stats() const { return impl_->graphs.stats(); }
+
+SequencePool::SequencePool(size_t max_idle, size_t graphs_per_sequence)
+    : max_idle_(max_idle), graphs_per_sequence_(graphs_per_sequence) {}
+SequencePool::~SequencePool() = default;
+void SequencePool::Clear() { idle_.clear(); }
+
+std::unique_ptr<CudaSequence> CudaSequence::Reuse(const std::shared_ptr<SequencePool>& pool,
+                                                  KvLayout layout, int64_t prefill_chunk,
+                                                  const SequenceSpec& spec) {
+  if (pool == nullptr) return nullptr;
+  auto& idle = pool->idle_;
+  for (auto it = idle.rbegin(); it != idle.rend(); ++it) {
+    if (!(*it)->Compatible(layout, prefill_chunk, spec)) continue;
+    std::unique_ptr<Impl> impl = std::move(*it);
+    idle.erase(std::next(it).base());
+    impl->Reset(spec);
+    return std::unique_ptr<CudaSequence>(new CudaSequence(std::move(impl), pool));
+  }
+  idle.clear();
+  return nullptr;
+}
 
 Status CudaSequence::CheckFits(const ModelConfig& cfg, int64_t prefill_chunk,
                                const SequenceSpec& spec) {
@@ -1201,9 +1326,11 @@ Status CudaSequence::CheckFits(const ModelConfig& cfg, int64_t prefill_chunk,
 
 Result<std::unique_ptr<CudaSequence>> CudaSequence::Create(
     const ModelConfig& cfg, const DeviceModel& model, const DeviceRope& rope, KvLayout layout,
-    int64_t prefill_chunk, const SequenceSpec& spec, cudaStream_t stream) {
+    int64_t prefill_chunk, const SequenceSpec& spec, cudaStream_t stream,
+    const std::shared_ptr<SequencePool>& pool) {
   NW_RETURN_IF_ERROR(CheckFits(cfg, prefill_chunk, spec));
-  auto impl = std::make_unique<Impl>(cfg, model, rope, layout, prefill_chunk, spec, stream);
+  auto impl = std::make_unique<Impl>(cfg, model, rope, layout, prefill_chunk, spec, stream,
+                                     pool != nullptr ? pool->graphs_per_sequence() : 0);
   const Status st = impl->Init();
   if (!st.ok()) {
     if (st.code() == StatusCode::kInternal) {
@@ -1213,7 +1340,7 @@ Result<std::unique_ptr<CudaSequence>> CudaSequence::Create(
     }
     return st;
   }
-  return std::unique_ptr<CudaSequence>(new CudaSequence(std::move(impl)));
+  return std::unique_ptr<CudaSequence>(new CudaSequence(std::move(impl), pool));
 }
 
 int64_t CudaSequence::position() const { return impl_->pos; }

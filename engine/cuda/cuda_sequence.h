@@ -37,17 +37,31 @@
 #include "engine/checkpoint/config.h"
 #include "engine/cpu/sequence.h"
 #include "engine/cuda/device_model.h"
+#include "engine/cuda/forward_graphs.h"
 
 namespace nw::cuda {
+
+class SequencePool;
 
 class CudaSequence final : public BackendSequence {
  public:
   /// `prefill_chunk` 0 runs the prompt in one pass. Allocates the caches for spec.max_tokens, in
   /// stream order on `stream` (which must outlive the sequence). `rope` (the engine's tables,
-  /// at least spec.max_tokens rows) and `model` must outlive it too.
+  /// at least spec.max_tokens rows) and `model` must outlive it too. With a `pool`, a contiguous
+  /// sequence's state goes back to it when the sequence is destroyed, for the next Create of the
+  /// same shape (Reuse), and the sequence replays its repeated forwards as CUDA graphs
+  /// (forward_graphs.h) when the pool allows them.
   static Result<std::unique_ptr<CudaSequence>> Create(
       const ModelConfig& cfg, const DeviceModel& model, const DeviceRope& rope, KvLayout layout,
-      int64_t prefill_chunk, const SequenceSpec& spec, cudaStream_t stream);
+      int64_t prefill_chunk, const SequenceSpec& spec, cudaStream_t stream,
+      const std::shared_ptr<SequencePool>& pool = nullptr);
+  /// A sequence for `spec` made from an idle state of `pool` of the same shape (layout, prefill
+  /// chunk, capacity, precision, top-k and fault): its buffers and graphs are kept, the state
+  /// starts fresh (position 0). Null when the pool holds none such; idle states of other shapes
+  /// are released then, so their memory is free for the sequence the caller creates instead.
+  static std::unique_ptr<CudaSequence> Reuse(const std::shared_ptr<SequencePool>& pool,
+                                             KvLayout layout, int64_t prefill_chunk,
+                                             const SequenceSpec& spec);
   /// Whether a sequence for `spec` fits on the current device, from an estimate of what it will
   /// hold (caches for spec.max_tokens, RoPE tables, one chunk's scratch), checked before anything
   /// is allocated: ResourceExhausted naming the need and the free memory; InvalidArgument for a
@@ -80,11 +94,39 @@ class CudaSequence final : public BackendSequence {
   /// Appends probe rows captured elsewhere (the PD prefill instance's) before this one's.
   void PrependProbes(const std::vector<IndexerProbe>& earlier);
 
+  /// Graph replay counters of this sequence's state (accumulated over its reuses).
+  ForwardGraphs::Stats graph_stats() const;
+
   struct Impl;
 
  private:
-  explicit CudaSequence(std::unique_ptr<Impl> impl);
+  CudaSequence(std::unique_ptr<Impl> impl, std::weak_ptr<SequencePool> pool);
   std::unique_ptr<Impl> impl_;
+  std::weak_ptr<SequencePool> pool_;
+};
+
+/// Idle sequence states a backend keeps for its next requests (CudaSequence::Reuse): a job of the
+/// same shape then allocates nothing and replays the previous jobs' graphs. Holds at most
+/// `max_idle` states (the oldest released first). Thread-safety: one thread at a time (the
+/// backend's).
+class SequencePool {
+ public:
+  /// `graphs_per_sequence`: graphs each pooled sequence keeps (0: no graphs).
+  SequencePool(size_t max_idle, size_t graphs_per_sequence);
+  ~SequencePool();
+  SequencePool(const SequencePool&) = delete;
+  SequencePool& operator=(const SequencePool&) = delete;
+
+  size_t graphs_per_sequence() const { return graphs_per_sequence_; }
+  size_t idle() const { return idle_.size(); }
+  /// Releases every idle state (stream-ordered frees).
+  void Clear();
+
+ private:
+  friend class CudaSequence;
+  size_t max_idle_;
+  size_t graphs_per_sequence_;
+  std::vector<std::unique_ptr<CudaSequence::Impl>> idle_;  // oldest first
 };
 
 /// Bytes of KV / index state one token adds at this shape (fp32 storage): per compressed layer

@@ -46,6 +46,9 @@
 #include "engine/fault.h"
 #include "engine/generate.h"
 #include "task/niah.h"
+#ifdef NW_HAVE_CUDA_BACKEND
+#include "engine/cuda/cuda_sequence.h"
+#endif
 #include "tests/cpu_backend/hf_golden.h"
 
 namespace nw {
@@ -344,6 +347,84 @@ TEST_F(CudaEngine, BitwiseIdenticalRunToRun) {
     EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float))) << Describe(cases[i]);
   }
 }
+
+#ifdef NW_HAVE_CUDA_BACKEND
+// Sequence reuse and graph replay (engine/cuda/forward_graphs.h): a backend that keeps the last
+// request's sequence state and replays repeated forwards as CUDA graphs must give what fresh
+// sequences launched kernel by kernel give (NW_CUDA_REUSE=0), bit for bit: the prompt's last
+// logits, the draft's logits (one multi-token chunk, as greedy drafts run) and a decode step's,
+// each prompt three times in a row (launched directly, captured, replayed), under fp32 and bf16.
+// Required too: graphs did replay (a test of a path that never ran cannot fail).
+TEST_F(CudaEngine, GraphReplayAndReuseEqualFreshSequences) {
+  const Model& md = Shipped();
+  std::vector<Case> cases = MakeCases(md.m.tokenizer);
+  std::vector<Case> picked;
+  for (size_t i = 0; i < cases.size(); i += 11) {
+    if (cases[i].length <= 4096) picked.push_back(cases[i]);
+  }
+  ASSERT_GE(picked.size(), 8u);
+  ::setenv("NW_CUDA_REUSE", "0", 1);
+  std::unique_ptr<Backend> fresh = MakeBackend("cuda");
+  ::unsetenv("NW_CUDA_REUSE");
+  std::unique_ptr<Backend> pooled = MakeBackend("cuda");
+  ASSERT_NE(fresh, nullptr);
+  ASSERT_NE(pooled, nullptr);
+  // Prefill, the draft (answer + EOS) as one chunk, one decode step: every logit row.
+  auto run = [&](Backend& b, const Case& c, const PrecisionProfile& prof,
+                 cuda::ForwardGraphs::Stats* stats) {
+    std::vector<float> out, rows;
+    std::vector<int32_t> draft = md.m.tokenizer.Encode(" " + c.prompt.expected);
+    draft.push_back(md.m.config.eos_token_id);
+    SequenceSpec spec;
+    spec.max_tokens = static_cast<int64_t>(c.prompt.tokens.size() + draft.size()) + 8;
+    spec.precision = prof;
+    auto seq = b.NewSequence(spec);
+    EXPECT_TRUE(seq.ok()) << seq.status().ToString();
+    if (!seq.ok()) return out;
+    EXPECT_TRUE((*seq)->Prefill(c.prompt.tokens, &rows).ok());
+    out = rows;
+    EXPECT_TRUE((*seq)->Extend(draft, &rows).ok());
+    out.insert(out.end(), rows.begin(), rows.end());
+    EXPECT_TRUE((*seq)->Decode(draft.front(), &rows).ok());
+    out.insert(out.end(), rows.begin(), rows.end());
+    if (stats != nullptr) {
+      const auto* cs = dynamic_cast<const cuda::CudaSequence*>(seq->get());
+      if (cs != nullptr) *stats = cs->graph_stats();
+    }
+    return out;
+  };
+  for (const char* name : {"fp32", "bf16"}) {
+    auto prof = NamedPrecisionProfile(name);
+    ASSERT_TRUE(prof.ok()) << name;
+    std::vector<std::vector<float>> want;
+    for (const Case& c : picked) want.push_back(run(*fresh, c, *prof, nullptr));
+    cuda::ForwardGraphs::Stats last;
+    int same = 0, total = 0;
+    for (int round = 0; round < 2; ++round) {
+      for (size_t i = 0; i < picked.size(); ++i) {
+        // Each prompt three times in a row (its state is reused: the pool keeps the last shape):
+        // launched directly, captured, replayed.
+        for (int rep = 0; rep < 3; ++rep) {
+          const std::vector<float> got = run(*pooled, picked[i], *prof, &last);
+          ASSERT_EQ(got.size(), want[i].size()) << name << " " << Describe(picked[i]);
+          const bool eq = std::memcmp(got.data(), want[i].data(), got.size() * sizeof(float)) == 0;
+          EXPECT_TRUE(eq) << name << " round " << round << " " << Describe(picked[i]);
+          same += eq;
+          ++total;
+        }
+      }
+    }
+    EXPECT_GT(last.replays, 0) << name;
+    EXPECT_GT(last.captures, 0) << name;
+    Report(std::string(name) + " reused sequences with graphs vs fresh ones: identical logits on " +
+           std::to_string(same) + "/" + std::to_string(total) + " runs; the last state replayed " +
+           std::to_string(last.replays) + " forwards, captured " + std::to_string(last.captures) +
+           ", launched " + std::to_string(last.direct) + " directly, " +
+           std::to_string(last.failed) + " failed captures\n");
+    EXPECT_EQ(last.failed, 0) << name;
+  }
+}
+#endif
 
 TEST_F(CudaEngine, PagedAndPdEqualContiguousJobForJob) {
   const Model& md = Shipped();

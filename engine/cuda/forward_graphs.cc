@@ -1,0 +1,110 @@
+#include "engine/cuda/forward_graphs.h"
+
+#include "kernels/cuda/common.h"
+
+namespace nw::cuda {
+namespace {
+
+// Keys remembered as seen once (a forward shape that has not repeated yet); past this many the
+// memory starts over, so a long stream of one-off shapes (decode steps of ever new positions)
+// does not grow it without bound.
+constexpr size_t kMaxSeen = 4096;
+
+// Owns a captured (not yet instantiated) graph.
+class Graph {
+ public:
+  Graph() = default;
+  Graph(const Graph&) = delete;
+  Graph& operator=(const Graph&) = delete;
+  ~Graph() {
+    if (g_ != nullptr) cudaGraphDestroy(g_);
+  }
+  cudaGraph_t* out() { return &g_; }
+  cudaGraph_t get() const { return g_; }
+
+ private:
+  cudaGraph_t g_ = nullptr;
+};
+
+}  // namespace
+
+void GraphExec::Reset() {
+  if (e_ != nullptr) cudaGraphExecDestroy(e_);
+  e_ = nullptr;
+}
+
+Status ForwardGraphs::Direct(const std::function<Status()>& enqueue) {
+  ++stats_.direct;
+  return enqueue();
+}
+
+void ForwardGraphs::Clear() {
+  graphs_.clear();
+  lru_.clear();
+  seen_.clear();
+  failed_.clear();
+}
+
+Status ForwardGraphs::Run(const Key& key, const uint64_t& epoch, cudaStream_t stream,
+                          const std::function<Status()>& enqueue, bool* capturing) {
+  if (capacity_ == 0) return Direct(enqueue);
+  if (auto it = graphs_.find(key); it != graphs_.end()) {
+    if (it->second.epoch == epoch) {
+      lru_.splice(lru_.begin(), lru_, it->second.lru);
+      ++stats_.replays;
+      NW_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(it->second.exec.get(), stream));
+      return Status::Ok();
+    }
+    lru_.erase(it->second.lru);  // its buffers have been reallocated since
+    graphs_.erase(it);
+  }
+  if (auto f = failed_.find(key); f != failed_.end() && f->second == epoch) return Direct(enqueue);
+  // A shape seen for the first time (in this epoch) runs directly: most one-off shapes never
+  // repeat, and capturing costs more than launching.
+  auto seen = seen_.find(key);
+  if (seen == seen_.end() || seen->second != epoch + 1) {
+    NW_RETURN_IF_ERROR(Direct(enqueue));
+    if (seen_.size() >= kMaxSeen) seen_.clear();
+    seen_[key] = epoch + 1;  // as it stands after the run
+    return Status::Ok();
+  }
+
+  NW_CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  *capturing = true;
+  const Status st = enqueue();
+  *capturing = false;
+  Graph graph;
+  const cudaError_t end = cudaStreamEndCapture(stream, graph.out());
+  GraphExec exec;
+  bool ok = st.ok() && end == cudaSuccess && graph.get() != nullptr;
+  if (ok) {
+    cudaGraphExec_t e = nullptr;
+    ok = cudaGraphInstantiate(&e, graph.get(), 0) == cudaSuccess;
+    exec = GraphExec(e);
+  }
+  if (!ok) {
+    // Nothing captured ran: clear the capture's error and launch the forward directly (which also
+    // reports the enqueue's own error, if it has one).
+    (void)cudaGetLastError();
+    ++stats_.failed;
+    failed_[key] = epoch;
+    const Status direct = Direct(enqueue);
+    if (direct.ok() && failed_[key] != epoch) failed_.erase(key);  // it grew a buffer: try again
+    return direct;
+  }
+  ++stats_.captures;
+  seen_.erase(key);
+  if (graphs_.size() >= capacity_ && !lru_.empty()) {
+    graphs_.erase(lru_.back());
+    lru_.pop_back();
+  }
+  lru_.push_front(key);
+  Entry& entry = graphs_[key];
+  entry.exec = std::move(exec);
+  entry.epoch = epoch;
+  entry.lru = lru_.begin();
+  NW_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(entry.exec.get(), stream));
+  return Status::Ok();
+}
+
+}  // namespace nw::cuda
