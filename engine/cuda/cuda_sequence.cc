@@ -254,6 +254,7 @@ struct CudaSequence::Impl {
   int64_t comp_stride = 0;
   // Positions of compressed entries (entry e of a ratio-r compressor sits at e * r), per ratio.
   std::map<int, DeviceBuffer<int32_t>> entry_positions;
+  DevTensor split_ws;  // the tensor-core linears' split-k partial outputs (linear.h)
 
   // Reuse and graph replay (forward_graphs.h). `epoch` counts reallocations of the buffers a
   // forward's kernels name; while `capturing`, Grow refuses to reallocate (the capture then falls
@@ -334,6 +335,8 @@ struct CudaSequence::Impl {
     p.out = out;
     p.lanes = 4;
     p.round_bf16 = round_out && act_bf16 && p.w_bf16 != nullptr;
+    p.split_workspace = split_ws.data();
+    p.split_workspace_floats = static_cast<int64_t>(split_ws.size());
     NW_RETURN_IF_ERROR(LaunchLinear(p, stream));
     if (round_out && !p.round_bf16) return Act(spec.precision, out_rows, rows, out, stream);
     return Status::Ok();
@@ -494,6 +497,7 @@ Status CudaSequence::Impl::Init() {
       NW_RETURN_IF_ERROR(Upload(entry_positions[L.ratio], at, stream));
     }
   }
+  NW_RETURN_IF_ERROR(Grow(split_ws, LinearSplitWorkspaceFloats(), stream));
   InitProbes();
   // Largest compressed count a query can see in a ratio-128 layer, and the top-k width.
   comp_stride = std::max<int64_t>({int64_t{topk}, spec.max_tokens / 128, 1});

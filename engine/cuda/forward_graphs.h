@@ -97,9 +97,9 @@ class ForwardGraphs {
 
   size_t capacity_;
   std::map<Key, Entry> graphs_;
-  std::list<Key> lru_;                    // most recently used first
-  std::map<Key, uint64_t> seen_;          // key -> epoch + 1 after its last direct run
-  std::map<Key, uint64_t> failed_;        // key -> epoch of a failed capture
+  std::list<Key> lru_;              // most recently used first
+  std::map<Key, uint64_t> seen_;    // key -> epoch + 1 after its last direct run
+  std::map<Key, uint64_t> failed_;  // key -> epoch of a failed capture
   Stats stats_;
 };
 

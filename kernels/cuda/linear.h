@@ -76,7 +76,18 @@ struct LinearParams {
   const int32_t* tile_rows = nullptr;    // [max_tiles] rows in the tile (<= kLinearTileRows)
   int64_t max_tiles = 0;
   int64_t x_rows = 0;
+  // Tensor cores, few output tiles: the product splits k and sums the ranges' partial outputs,
+  // kept here when it holds them (at least LinearSplitWorkspaceFloats() floats always do), else
+  // in a buffer allocated in stream order for the launch. A caller that captures its launches
+  // into a CUDA graph passes one: an allocation inside a graph would make the driver order the
+  // graph's launches on different streams after one another (to share the allocation's memory).
+  float* split_workspace = nullptr;
+  int64_t split_workspace_floats = 0;
 };
 Status LaunchLinear(const LinearParams& p, cudaStream_t stream);
+
+/// Floats of split_workspace that hold the partial outputs of any split product on the current
+/// device.
+int64_t LinearSplitWorkspaceFloats();
 
 }  // namespace nw::cuda

@@ -305,9 +305,15 @@ Status LaunchAs(const LinearParams& p, cudaStream_t stream) {
     LinearMmaKernel<kXParts, kWParts><<<grid, kThreads, smem, stream>>>(p, SplitK{});
     return NW_CUDA_LAUNCH_STATUS("LinearMmaKernel");
   }
-  NW_ASSIGN_OR_RETURN(auto partial, DeviceBuffer<float>::AllocateOn(
-                                        static_cast<size_t>(split.count * p.rows * p.out), stream));
-  split.partial = partial.data();
+  const int64_t partial_floats = split.count * p.rows * p.out;
+  DeviceBuffer<float> partial;
+  if (p.split_workspace != nullptr && partial_floats <= p.split_workspace_floats) {
+    split.partial = p.split_workspace;
+  } else {
+    NW_ASSIGN_OR_RETURN(
+        partial, DeviceBuffer<float>::AllocateOn(static_cast<size_t>(partial_floats), stream));
+    split.partial = partial.data();
+  }
   const dim3 grid(static_cast<unsigned>(row_tiles * out_tiles), 1,
                   static_cast<unsigned>(split.count));
   LinearMmaKernel<kXParts, kWParts><<<grid, kThreads, smem, stream>>>(p, split);
@@ -345,3 +351,14 @@ Status LaunchLinearMma(const LinearParams& p, cudaStream_t stream) {
 }
 
 }  // namespace nw::cuda::detail
+
+namespace nw::cuda {
+
+// A split product has fewer than `want` = 4 x SMs blocks of kTm x kTn outputs and at most
+// ceil(want / blocks) ranges, so its partial outputs (ranges x rows x out) stay under
+// (want + blocks) x kTm x kTn < 2 x want x kTm x kTn floats.
+int64_t LinearSplitWorkspaceFloats() {
+  return 2 * 4LL * MultiprocessorCount() * detail::kTm * detail::kTn;
+}
+
+}  // namespace nw::cuda

@@ -107,7 +107,8 @@ std::vector<uint16_t> Bf16Pieces(const std::vector<float>& w) {
 
 std::vector<float> RunDense(const Dense& c, const std::vector<float>& x,
                             const std::vector<float>& w, bool x_split = false,
-                            bool w_pieces = false, bool round_bf16 = false) {
+                            bool w_pieces = false, bool round_bf16 = false,
+                            DeviceBuffer<float>* workspace = nullptr) {
   auto dx = Up(x);
   auto dw = Up(w_pieces ? Bf16Pieces(w) : Bf16Bits(w));
   auto dy = DeviceBuffer<float>::Allocate(static_cast<size_t>(c.rows * c.out));
@@ -122,6 +123,10 @@ std::vector<float> RunDense(const Dense& c, const std::vector<float>& x,
   p.x_stride = c.x_stride;
   p.x_split = x_split;
   p.round_bf16 = round_bf16;
+  if (workspace != nullptr) {
+    p.split_workspace = workspace->data();
+    p.split_workspace_floats = static_cast<int64_t>(workspace->size());
+  }
   if (w_pieces) {
     p.w_pieces = 3;
     p.w_piece_stride = static_cast<int64_t>(w.size());
@@ -210,6 +215,28 @@ TEST(CudaLinearMma, SplitInputsAndWeightsGiveTheFp32Product) {
                                                << c.in << "x" << c.out << " element " << i;
       }
     }
+  }
+}
+
+// A caller's split-k workspace (LinearParams::split_workspace, what a captured CUDA graph needs)
+// gives the bits of the launch's own buffer, and is really used: the split products (33 rows over
+// 1,024 inputs; one row of 256 outputs over 1,024) write into it, the one-grid product (300 x
+// 200 over 256 inputs) does not.
+TEST(CudaLinearMma, SplitWorkspaceGivesTheSameBits) {
+  NW_REQUIRE_GPU();
+  for (const Dense& c :
+       {Dense{33, 1024, 24, 1024}, Dense{1, 1024, 256, 1024}, Dense{300, 256, 200, 256}}) {
+    Rng rng(21 + static_cast<uint64_t>(c.rows));
+    const std::vector<float> x = RandomBf16(rng, static_cast<size_t>(c.rows * c.in));
+    const std::vector<float> w = RandomBf16(rng, static_cast<size_t>(c.out * c.in));
+    const std::vector<float> own = RunDense(c, x, w);
+    const std::vector<float> sentinel(static_cast<size_t>(LinearSplitWorkspaceFloats()), -7.0f);
+    auto ws = Up(sentinel);
+    const std::vector<float> got = RunDense(c, x, w, false, false, false, &ws);
+    ExpectBitEqual(got, own, "workspace rows " + std::to_string(c.rows));
+    const std::vector<float> after = Down(ws);
+    const bool used = after != sentinel;
+    EXPECT_EQ(used, c.rows != 300) << "rows " << c.rows;
   }
 }
 
