@@ -117,6 +117,18 @@ __device__ __forceinline__ int DispatchExpert(const MoeDispatchParams& p, int64_
   return e >= 0 && e < p.n_experts ? e : -1;
 }
 
+// A chunk's slots walked 32 at a time by one warp; every round's expert is loaded up front (all
+// loads in flight at once: one at a time, each round waited a memory latency). Rounds past the
+// chunk's end see -1, which neither counts nor places.
+constexpr int kChunkRounds = static_cast<int>(kMoeDispatchChunk / 32);
+__device__ __forceinline__ void LoadChunkExperts(const MoeDispatchParams& p, int64_t s0, int64_t s1,
+                                                 int (&ex)[kChunkRounds]) {
+#pragma unroll
+  for (int i = 0; i < kChunkRounds; ++i) {
+    ex[i] = DispatchExpert(p, s0 + i * 32 + static_cast<int>(threadIdx.x), s1);
+  }
+}
+
 __global__ void __launch_bounds__(32) MoeDispatchCountKernel(MoeDispatchParams p) {
   extern __shared__ int32_t count[];
   const int lane = threadIdx.x;
@@ -125,8 +137,11 @@ __global__ void __launch_bounds__(32) MoeDispatchCountKernel(MoeDispatchParams p
   __syncwarp();
   const int64_t s0 = c * kMoeDispatchChunk;
   const int64_t s1 = min(p.tokens * p.k, s0 + kMoeDispatchChunk);
-  for (int64_t b = s0; b < s1; b += 32) {
-    const int e = DispatchExpert(p, b + lane, s1);
+  int ex[kChunkRounds];
+  LoadChunkExperts(p, s0, s1, ex);
+#pragma unroll
+  for (int i = 0; i < kChunkRounds; ++i) {
+    const int e = ex[i];
     const unsigned peers = __match_any_sync(0xFFFFFFFFu, e);
     if (e >= 0 && (peers & ((1u << lane) - 1u)) == 0) count[e] += __popc(peers);
     __syncwarp();
@@ -188,9 +203,12 @@ __global__ void __launch_bounds__(32) MoeDispatchPlaceKernel(MoeDispatchParams p
   __syncwarp();
   const int64_t s0 = c * kMoeDispatchChunk;
   const int64_t s1 = min(p.tokens * p.k, s0 + kMoeDispatchChunk);
-  for (int64_t b = s0; b < s1; b += 32) {
-    const int64_t s = b + lane;
-    const int e = DispatchExpert(p, s, s1);
+  int ex[kChunkRounds];
+  LoadChunkExperts(p, s0, s1, ex);
+#pragma unroll
+  for (int i = 0; i < kChunkRounds; ++i) {
+    const int64_t s = s0 + i * 32 + lane;
+    const int e = ex[i];
     const unsigned peers = __match_any_sync(0xFFFFFFFFu, e);
     const int rank = __popc(peers & ((1u << lane) - 1u));
     if (e >= 0) {
