@@ -160,15 +160,17 @@ class CudaBackend final : public Backend {
   std::shared_ptr<SequencePool> pool_;
 };
 
-// The sequence pool a backend keeps: one idle state with up to 32 graphs. NW_CUDA_REUSE=0 turns
-// reuse (and so graphs) off, NW_CUDA_GRAPHS=0 graphs alone: for A/B runs and debugging.
+// The sequence pool a backend keeps: one idle state. NW_CUDA_REUSE=0 turns reuse off (for A/B
+// runs). NW_CUDA_GRAPHS=1 lets each reused state replay up to 32 graphs: off by default, because
+// on the H200 graphs paid only for one slot (2K bf16 jobs 265.6 -> 322.7 needles/s) and cost with
+// several (8 slots: 850.4 -> 583.0; bench/results/h200-2026-12-03-s18-c-ab.log).
 std::shared_ptr<SequencePool> PoolFromEnvironment() {
-  auto off = [](const char* name) {
+  auto is = [](const char* name, const char* value) {
     const char* v = std::getenv(name);
-    return v != nullptr && std::string(v) == "0";
+    return v != nullptr && std::string(v) == value;
   };
-  if (off("NW_CUDA_REUSE")) return nullptr;
-  return std::make_shared<SequencePool>(1, off("NW_CUDA_GRAPHS") ? 0 : 32);
+  if (is("NW_CUDA_REUSE", "0")) return nullptr;
+  return std::make_shared<SequencePool>(1, is("NW_CUDA_GRAPHS", "1") ? 32 : 0);
 }
 
 }  // namespace

@@ -15,7 +15,9 @@
 // capture that fails (an operation that cannot be captured, or the owner refusing to grow a buffer
 // while capturing) falls back to launching directly, and the key is not captured again in that
 // epoch. Replays launch the same kernels with the same arguments as the direct path: results are
-// bitwise identical (tests/cuda_engine_test.cc checks it).
+// bitwise identical (tests/cuda_engine/cuda_engine_test.cc checks it). CudaBackend turns graphs
+// on only when asked (NW_CUDA_GRAPHS=1): on the H200 they paid for one slot and cost with several
+// (docs/cuda.md).
 // Thread-safety: one thread at a time (the sequence's).
 #pragma once
 

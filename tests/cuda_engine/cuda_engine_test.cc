@@ -351,7 +351,8 @@ TEST_F(CudaEngine, BitwiseIdenticalRunToRun) {
 #ifdef NW_HAVE_CUDA_BACKEND
 // Sequence reuse and graph replay (engine/cuda/forward_graphs.h): a backend that keeps the last
 // request's sequence state and replays repeated forwards as CUDA graphs must give what fresh
-// sequences launched kernel by kernel give (NW_CUDA_REUSE=0), bit for bit: the prompt's last
+// sequences launched kernel by kernel give (NW_CUDA_REUSE=0), bit for bit, with graphs (the
+// opt-in NW_CUDA_GRAPHS=1) and without (the default): the prompt's last
 // logits, the draft's logits (one multi-token chunk, as greedy drafts run) and a decode step's,
 // each prompt three times in a row (launched directly, captured, replayed), under fp32 and bf16.
 // Required too: graphs did replay (a test of a path that never ran cannot fail).
@@ -366,9 +367,13 @@ TEST_F(CudaEngine, GraphReplayAndReuseEqualFreshSequences) {
   ::setenv("NW_CUDA_REUSE", "0", 1);
   std::unique_ptr<Backend> fresh = MakeBackend("cuda");
   ::unsetenv("NW_CUDA_REUSE");
-  std::unique_ptr<Backend> pooled = MakeBackend("cuda");
+  std::unique_ptr<Backend> reused = MakeBackend("cuda");  // the default: reuse, no graphs
+  ::setenv("NW_CUDA_GRAPHS", "1", 1);
+  std::unique_ptr<Backend> graphed = MakeBackend("cuda");
+  ::unsetenv("NW_CUDA_GRAPHS");
   ASSERT_NE(fresh, nullptr);
-  ASSERT_NE(pooled, nullptr);
+  ASSERT_NE(reused, nullptr);
+  ASSERT_NE(graphed, nullptr);
   // Prefill, the draft (answer + EOS) as one chunk, one decode step: every logit row.
   auto run = [&](Backend& b, const Case& c, const PrecisionProfile& prof,
                  cuda::ForwardGraphs::Stats* stats) {
@@ -398,30 +403,42 @@ TEST_F(CudaEngine, GraphReplayAndReuseEqualFreshSequences) {
     ASSERT_TRUE(prof.ok()) << name;
     std::vector<std::vector<float>> want;
     for (const Case& c : picked) want.push_back(run(*fresh, c, *prof, nullptr));
-    cuda::ForwardGraphs::Stats last;
-    int same = 0, total = 0;
-    for (int round = 0; round < 2; ++round) {
-      for (size_t i = 0; i < picked.size(); ++i) {
-        // Each prompt three times in a row (its state is reused: the pool keeps the last shape):
-        // launched directly, captured, replayed.
-        for (int rep = 0; rep < 3; ++rep) {
-          const std::vector<float> got = run(*pooled, picked[i], *prof, &last);
-          ASSERT_EQ(got.size(), want[i].size()) << name << " " << Describe(picked[i]);
-          const bool eq = std::memcmp(got.data(), want[i].data(), got.size() * sizeof(float)) == 0;
-          EXPECT_TRUE(eq) << name << " round " << round << " " << Describe(picked[i]);
-          same += eq;
-          ++total;
+    for (Backend* pooled : {reused.get(), graphed.get()}) {
+      const bool graphs = pooled == graphed.get();
+      const std::string what = std::string(name) + (graphs ? " with graphs" : " without graphs");
+      cuda::ForwardGraphs::Stats last;
+      int same = 0, total = 0;
+      for (int round = 0; round < 2; ++round) {
+        for (size_t i = 0; i < picked.size(); ++i) {
+          // Each prompt three times in a row (its state is reused: the pool keeps the last
+          // shape): launched directly, captured, replayed.
+          for (int rep = 0; rep < 3; ++rep) {
+            const std::vector<float> got = run(*pooled, picked[i], *prof, &last);
+            ASSERT_EQ(got.size(), want[i].size()) << what << " " << Describe(picked[i]);
+            const bool eq =
+                std::memcmp(got.data(), want[i].data(), got.size() * sizeof(float)) == 0;
+            EXPECT_TRUE(eq) << what << " round " << round << " " << Describe(picked[i]);
+            same += eq;
+            ++total;
+          }
         }
       }
+      Report(what + ", reused sequences vs fresh ones: identical logits on " +
+             std::to_string(same) + "/" + std::to_string(total) +
+             " runs; the last state replayed " + std::to_string(last.replays) +
+             " forwards, captured " + std::to_string(last.captures) + ", launched " +
+             std::to_string(last.direct) + " directly, " + std::to_string(last.failed) +
+             " failed captures\n");
+      if (graphs) {
+        EXPECT_GT(last.replays, 0) << what;
+        EXPECT_GT(last.captures, 0) << what;
+        EXPECT_EQ(last.failed, 0) << what;
+      } else {
+        EXPECT_EQ(last.replays + last.captures, 0) << what;
+        // Three forwards a run, three runs on one state: the state was reused.
+        EXPECT_GE(last.direct, 9) << what;
+      }
     }
-    EXPECT_GT(last.replays, 0) << name;
-    EXPECT_GT(last.captures, 0) << name;
-    Report(std::string(name) + " reused sequences with graphs vs fresh ones: identical logits on " +
-           std::to_string(same) + "/" + std::to_string(total) + " runs; the last state replayed " +
-           std::to_string(last.replays) + " forwards, captured " + std::to_string(last.captures) +
-           ", launched " + std::to_string(last.direct) + " directly, " +
-           std::to_string(last.failed) + " failed captures\n");
-    EXPECT_EQ(last.failed, 0) << name;
   }
 }
 #endif
