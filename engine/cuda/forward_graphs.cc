@@ -29,9 +29,9 @@ class Graph {
 };
 
 // Whether the graph allocates memory (a stream-ordered allocation captured as a node). Such a
-// graph is not kept: the driver may share the physical memory of graph allocations between graphs
-// and then orders their launches on different streams after one another, which serialises the
-// slots of a GPU (measured on the H200: 8 slots ran their short jobs 30 % slower).
+// graph is not kept: graph allocations come from the driver's graph memory, which it may share
+// between graphs by ordering their launches after one another; the sequence gives its kernels
+// workspaces instead (LinearParams::split_workspace), so a kept graph names only its buffers.
 bool AllocatesMemory(cudaGraph_t g) {
   size_t count = 0;
   if (cudaGraphGetNodes(g, nullptr, &count) != cudaSuccess) return true;

@@ -79,8 +79,8 @@ struct LinearParams {
   // Tensor cores, few output tiles: the product splits k and sums the ranges' partial outputs,
   // kept here when it holds them (at least LinearSplitWorkspaceFloats() floats always do), else
   // in a buffer allocated in stream order for the launch. A caller that captures its launches
-  // into a CUDA graph passes one: an allocation inside a graph would make the driver order the
-  // graph's launches on different streams after one another (to share the allocation's memory).
+  // into a CUDA graph passes one, so that the graph allocates nothing (engine/cuda/
+  // forward_graphs.h keeps no graph that does).
   float* split_workspace = nullptr;
   int64_t split_workspace_floats = 0;
 };
