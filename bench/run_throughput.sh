@@ -5,7 +5,8 @@
 #   bash bench/run_throughput.sh        (device tool: carry [".device"], timeout_s 600)
 # Here, first: ninja -C build gpu_throughput_bench; scripts/device-pack.sh
 #   build/bench/gpu_throughput_bench (with whatever else the call needs).
-# Env: LENGTHS (default 2048,8192,32768,131072,1048576), JOBS (16), SLOTS (8), TORCH_MAX (32768),
+# Env: LENGTHS (default 2048,8192,32768,131072,1048576), JOBS (64: several jobs a length per
+# slot, as a campaign gives its slots), SLOTS (8), TORCH_MAX (32768),
 # CAP (seconds per length and implementation, 40), NW_TIMEOUT (seconds per bench run, 300),
 # MIXED (1: also bench/run_gpu_busy.sh, `nw run bench/mixed-lengths.yaml --gpu-slots SLOTS` under
 # utilization sampling every 100 ms, the GPU-busy fraction of a mixed-length campaign; needs
@@ -19,7 +20,7 @@ P=/tmp/nw-throughput-prompts
 rm -rf "$P"
 B=.device/bin/gpu_throughput_bench
 common=(--model models/tiny-v4 --backend cuda --lengths "${LENGTHS:-2048,8192,32768,131072,1048576}"
-  --jobs "${JOBS:-16}" --time-cap "${CAP:-40}")
+  --jobs "${JOBS:-64}" --time-cap "${CAP:-40}")
 timeout "${NW_TIMEOUT:-300}" "$B" "${common[@]}" --export "$P" --json "$OUT/needlework.json" 2>&1 |
   tee "$OUT/throughput.log"
 timeout "${NW_TIMEOUT:-300}" "$B" "${common[@]}" --slots "${SLOTS:-8}" \
