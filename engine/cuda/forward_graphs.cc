@@ -48,11 +48,6 @@ bool AllocatesMemory(cudaGraph_t g) {
 
 }  // namespace
 
-void GraphExec::Reset() {
-  if (e_ != nullptr) cudaGraphExecDestroy(e_);
-  e_ = nullptr;
-}
-
 Status ForwardGraphs::Direct(const std::function<Status()>& enqueue) {
   ++stats_.direct;
   return enqueue();

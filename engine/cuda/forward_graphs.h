@@ -28,34 +28,11 @@
 #include <functional>
 #include <list>
 #include <map>
-#include <utility>
 
 #include "common/status.h"
+#include "kernels/cuda/common.h"
 
 namespace nw::cuda {
-
-/// Owns an instantiated CUDA graph. Move-only; destroys it on destruction.
-class GraphExec {
- public:
-  GraphExec() = default;
-  explicit GraphExec(cudaGraphExec_t e) : e_(e) {}
-  GraphExec(const GraphExec&) = delete;
-  GraphExec& operator=(const GraphExec&) = delete;
-  GraphExec(GraphExec&& o) noexcept : e_(std::exchange(o.e_, nullptr)) {}
-  GraphExec& operator=(GraphExec&& o) noexcept {
-    if (this != &o) {
-      Reset();
-      e_ = std::exchange(o.e_, nullptr);
-    }
-    return *this;
-  }
-  ~GraphExec() { Reset(); }
-  cudaGraphExec_t get() const { return e_; }
-
- private:
-  void Reset();
-  cudaGraphExec_t e_ = nullptr;
-};
 
 class ForwardGraphs {
  public:

@@ -112,4 +112,9 @@ void Event::Reset() {
   e_ = nullptr;
 }
 
+void GraphExec::Reset() {
+  if (e_ != nullptr) cudaGraphExecDestroy(e_);
+  e_ = nullptr;
+}
+
 }  // namespace nw::cuda

@@ -1,5 +1,6 @@
 // Host-side plumbing of the CUDA kernels: Status from cudaError_t (with file:line), RAII owners of
-// device memory, streams and events, and the device query the tests use to skip without a GPU.
+// device memory, streams, events and instantiated graphs, and the device query the tests use to
+// skip without a GPU.
 //
 // Every launcher in kernels/cuda returns an nw::Status: InvalidArgument for a bad params struct
 // (checked on the host before launching), Internal for a CUDA error (the message names the CUDA
@@ -237,6 +238,29 @@ class Event {
  private:
   void Reset();
   cudaEvent_t e_ = nullptr;
+};
+
+/// Owns an instantiated CUDA graph. Move-only; destroys it on destruction.
+class GraphExec {
+ public:
+  GraphExec() = default;
+  explicit GraphExec(cudaGraphExec_t e) : e_(e) {}
+  GraphExec(const GraphExec&) = delete;
+  GraphExec& operator=(const GraphExec&) = delete;
+  GraphExec(GraphExec&& o) noexcept : e_(std::exchange(o.e_, nullptr)) {}
+  GraphExec& operator=(GraphExec&& o) noexcept {
+    if (this != &o) {
+      Reset();
+      e_ = std::exchange(o.e_, nullptr);
+    }
+    return *this;
+  }
+  ~GraphExec() { Reset(); }
+  cudaGraphExec_t get() const { return e_; }
+
+ private:
+  void Reset();
+  cudaGraphExec_t e_ = nullptr;
 };
 
 }  // namespace nw::cuda
