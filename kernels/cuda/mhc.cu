@@ -120,6 +120,11 @@ __device__ float SinkhornWarp(float c, int lane, int n, int iters, float eps) {
 
 // One warp per token.
 // defer_sinkhorn: the comb logits are left in coeffs for MhcSinkhornKernel.
+// kN > 0: n = kN and dim = 32 kM: lane l's values x[l + 32 k], k < kN kM, stay in registers from
+// the sum of squares to the pre-mix (which needs value (i, l + 32 m) = k = i kM + m), so the
+// pre-mix reads nothing again and its loads do not queue behind its stores. The same values in
+// the same order, so the same bits. kN = 0: any n and dim, x read twice.
+template <int kN, int kM>
 __global__ void __launch_bounds__(kThreads) MhcPreKernel(MhcPreParams p, bool defer_sinkhorn) {
   __shared__ float s_pre_all[kPreWarps][kMaxHcMult];
   __shared__ float s_comb_all[kPreWarps][kMaxHcMult * kMaxHcMult];
@@ -132,9 +137,20 @@ __global__ void __launch_bounds__(kThreads) MhcPreKernel(MhcPreParams p, bool de
        t += static_cast<int64_t>(gridDim.x) * kPreWarps) {
     const float* x = p.x + t * nd;
     double ss = 0.0;
-    for (int64_t i = lane; i < nd; i += 32) {
-      const double v = x[i];
-      ss += v * v;
+    float xv[kN > 0 ? kN * kM : 1];
+    if constexpr (kN > 0) {
+#pragma unroll
+      for (int k = 0; k < kN * kM; ++k) xv[k] = x[lane + 32 * k];
+#pragma unroll
+      for (int k = 0; k < kN * kM; ++k) {
+        const double v = xv[k];
+        ss += v * v;
+      }
+    } else {
+      for (int64_t i = lane; i < nd; i += 32) {
+        const double v = x[i];
+        ss += v * v;
+      }
     }
     for (int off = 16; off > 0; off /= 2) ss += __shfl_down_sync(0xFFFFFFFFu, ss, off);
     ss = __shfl_sync(0xFFFFFFFFu, ss, 0);
@@ -174,11 +190,21 @@ __global__ void __launch_bounds__(kThreads) MhcPreKernel(MhcPreParams p, bool de
     }
     __syncwarp();
     float* u = p.u + t * p.dim;
-    for (int d = lane; d < p.dim; d += 32) {
-      float s = 0.0f;
-      for (int i = 0; i < n; ++i)
-        s = detail::AddRn(s, detail::MulRn(s_pre[i], x[static_cast<int64_t>(i) * p.dim + d]));
-      u[d] = p.round_bf16 ? quant::RoundBf16(s) : s;
+    if constexpr (kN > 0) {
+#pragma unroll
+      for (int m = 0; m < kM; ++m) {
+        float s = 0.0f;
+#pragma unroll
+        for (int i = 0; i < kN; ++i) s = detail::AddRn(s, detail::MulRn(s_pre[i], xv[i * kM + m]));
+        u[lane + 32 * m] = p.round_bf16 ? quant::RoundBf16(s) : s;
+      }
+    } else {
+      for (int d = lane; d < p.dim; d += 32) {
+        float s = 0.0f;
+        for (int i = 0; i < n; ++i)
+          s = detail::AddRn(s, detail::MulRn(s_pre[i], x[static_cast<int64_t>(i) * p.dim + d]));
+        u[d] = p.round_bf16 ? quant::RoundBf16(s) : s;
+      }
     }
     __syncwarp();  // s_pre is rewritten by the warp's next token
   }
@@ -273,7 +299,11 @@ Status LaunchMhcPre(const MhcPreParams& p, cudaStream_t stream) {
     return Status::InvalidArgument("MhcPre: null pointer");
   }
   const bool defer = !p.head && p.tokens >= kDeferSinkhornTokens;
-  MhcPreKernel<<<GridFor(p.tokens * 32, kThreads), kThreads, 0, stream>>>(p, defer);
+  if (p.n == 4 && p.dim == 256) {  // tiny-v4
+    MhcPreKernel<4, 8><<<GridFor(p.tokens * 32, kThreads), kThreads, 0, stream>>>(p, defer);
+  } else {
+    MhcPreKernel<0, 0><<<GridFor(p.tokens * 32, kThreads), kThreads, 0, stream>>>(p, defer);
+  }
   NW_RETURN_IF_ERROR(NW_CUDA_LAUNCH_STATUS("MhcPreKernel"));
   if (!defer) return Status::Ok();
   const unsigned blocks =

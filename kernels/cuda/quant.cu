@@ -117,6 +117,8 @@ __device__ __forceinline__ void Nvfp4FakeRow(const float* x, float* y, int n, in
   }
 }
 
+constexpr int kBf16Batch = 8;  // values a lane loads before it stores (FakeQuantKernel, bf16)
+
 __global__ void __launch_bounds__(kThreads, 1) FakeQuantKernel(FakeQuantParams p) {
   const RowIter it = Rows();
   for (int64_t r = it.first; r < p.rows; r += it.step) {
@@ -124,7 +126,21 @@ __global__ void __launch_bounds__(kThreads, 1) FakeQuantKernel(FakeQuantParams p
     float* y = p.y + r * p.y_stride;
     switch (p.format) {
       case QuantFormat::kBf16:
-        for (int j = it.lane; j < p.cols; j += 32) y[j] = quant::RoundBf16(x[j]);
+        // Eight loads in flight a lane, then their stores: y may be x, and a store the compiler
+        // cannot move a later load above made a serial chain of one round trip a value.
+        for (int j0 = it.lane; j0 < p.cols; j0 += 32 * kBf16Batch) {
+          float v[kBf16Batch];
+#pragma unroll
+          for (int k = 0; k < kBf16Batch; ++k) {
+            const int j = j0 + 32 * k;
+            v[k] = j < p.cols ? x[j] : 0.0f;
+          }
+#pragma unroll
+          for (int k = 0; k < kBf16Batch; ++k) {
+            const int j = j0 + 32 * k;
+            if (j < p.cols) y[j] = quant::RoundBf16(v[k]);
+          }
+        }
         break;
       case QuantFormat::kFp8:
         Fp8FakeRow(x, y, p.cols, p.fp8_block > 0 ? p.fp8_block : max(p.cols, 1), it.lane);

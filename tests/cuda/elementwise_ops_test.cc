@@ -49,7 +49,11 @@ TEST(CudaRope, ForwardAndInverseBitExact) {
                                    {plain, 5, 4, 64, 128},
                                    {yarn, 1, 1, 0, 64},
                                    {small, 13, 3, 1, 9},
-                                   {yarn, 130, 8, 64, 130}};
+                                   {yarn, 130, 8, 64, 130},
+                                   // More rows than the grid's threads cover at once (the
+                                   // row-stepping kernel's stride wraps; its position index
+                                   // carries from remainder to quotient).
+                                   {plain, 25000, 5, 64, 128}};
   const int64_t n_pos = 1 << 20;  // positions up to 1M tokens
   uint64_t seed = 1;
   for (const Case& c : cases) {
@@ -163,8 +167,16 @@ TEST(CudaRope, InverseUndoesForward) {
 TEST(CudaRmsNorm, MatchesCpu) {
   NW_REQUIRE_GPU();
   uint64_t seed = 20;
-  for (const auto& [rows, cols] : std::vector<std::pair<int64_t, int>>{
-           {1, 1}, {3, 7}, {64, 512}, {5, 1024}, {17, 4096}, {2, 4097}, {256, 128}}) {
+  for (const auto& [rows, cols] : std::vector<std::pair<int64_t, int>>{{1, 1},
+                                                                       {3, 7},
+                                                                       {64, 512},
+                                                                       {5, 1024},
+                                                                       {17, 4096},
+                                                                       {2, 4097},
+                                                                       {256, 128},
+                                                                       {300, 256},
+                                                                       {9, 200},
+                                                                       {4, 129}}) {
     for (bool weighted : {true, false}) {
       for (bool round : {false, true}) {
         SCOPED_TRACE(::testing::Message() << "rows " << rows << " cols " << cols << " w "
