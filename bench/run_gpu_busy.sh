@@ -66,7 +66,7 @@ if [ "${MODE:-run}" = daemon ]; then
   .device/bin/nw coordinator --listen "$ep" --db "$ddb" >"$OUT/busy-daemon.log" 2>&1 &
   cpid=$!
   sleep 1
-  .device/bin/nw worker --coordinator "$ep" --gpu 0 --slots "${SLOTS:-8}" --id gpu0 \
+  .device/bin/nw worker --coordinator "$ep" --gpu 0 --slots "${SLOTS:-12}" --id gpu0 \
     >>"$OUT/busy-daemon.log" 2>&1 &
   wpid=$!
   # Jobs still queued or leased, through Python (the GPU image may lack the sqlite3 shell).
@@ -109,7 +109,7 @@ for campaign in $campaigns; do
   sample "$OUT/util-$tag.txt"
   start=$(date +%s.%N)
   timeout "${NW_TIMEOUT:-300}" .device/bin/nw run "$campaign" --db "$db" \
-    --gpu-slots "${SLOTS:-8}" -q >"$OUT/$tag.log" 2>&1
+    --gpu-slots "${SLOTS:-12}" -q >"$OUT/$tag.log" 2>&1
   rc=$?
   summarize "$OUT/util-$tag.txt" "$start" "$(date +%s.%N)" "$rc" "$db" "$tag" \
     "nw run --gpu-slots, the whole process"

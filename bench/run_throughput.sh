@@ -6,7 +6,7 @@
 # Here, first: ninja -C build gpu_throughput_bench; scripts/device-pack.sh
 #   build/bench/gpu_throughput_bench (with whatever else the call needs).
 # Env: LENGTHS (default 2048,8192,32768,131072,1048576), JOBS (64: several jobs a length per
-# slot, as a campaign gives its slots), SLOTS (8), TORCH_MAX (32768),
+# slot, as a campaign gives its slots), SLOTS (12), TORCH_MAX (32768),
 # CAP (seconds per length and implementation, 40), NW_TIMEOUT (seconds per bench run, 300),
 # MIXED (1: also bench/run_gpu_busy.sh, `nw run bench/mixed-lengths.yaml --gpu-slots SLOTS` under
 # utilization sampling every 100 ms, the GPU-busy fraction of a mixed-length campaign; needs
@@ -23,13 +23,13 @@ common=(--model models/tiny-v4 --backend cuda --lengths "${LENGTHS:-2048,8192,32
   --jobs "${JOBS:-64}" --time-cap "${CAP:-40}")
 timeout "${NW_TIMEOUT:-300}" "$B" "${common[@]}" --export "$P" --json "$OUT/needlework.json" 2>&1 |
   tee "$OUT/throughput.log"
-timeout "${NW_TIMEOUT:-300}" "$B" "${common[@]}" --slots "${SLOTS:-8}" \
+timeout "${NW_TIMEOUT:-300}" "$B" "${common[@]}" --slots "${SLOTS:-12}" \
   --json "$OUT/needlework-slots.json" 2>&1 | tee -a "$OUT/throughput.log"
 # The bf16 profile (weights, activations, KV and index q/k in bf16; the indexer on tensor cores),
 # against the baselines' bf16 columns. BF16=0 skips it.
 extra=()
 if [ "${BF16:-1}" = 1 ]; then
-  timeout "${NW_TIMEOUT:-300}" "$B" "${common[@]}" --slots "${SLOTS:-8}" --precision bf16 \
+  timeout "${NW_TIMEOUT:-300}" "$B" "${common[@]}" --slots "${SLOTS:-12}" --precision bf16 \
     --json "$OUT/needlework-bf16-slots.json" 2>&1 | tee -a "$OUT/throughput.log"
   extra=("$OUT/needlework-bf16-slots.json")
 fi
@@ -38,4 +38,4 @@ python3 bench/torch_baselines.py --prompts "$P" --model models/tiny-v4 --out "$O
   tee -a "$OUT/throughput.log"
 python3 bench/throughput_table.py "$OUT/torch.json" "$OUT/needlework.json" \
   "$OUT/needlework-slots.json" "${extra[@]}" | tee "$OUT/table.md"
-if [ "${MIXED:-1}" = 1 ]; then OUT=$OUT SLOTS=${SLOTS:-8} bash bench/run_gpu_busy.sh; fi
+if [ "${MIXED:-1}" = 1 ]; then OUT=$OUT SLOTS=${SLOTS:-12} bash bench/run_gpu_busy.sh; fi
