@@ -40,10 +40,8 @@ namespace nw::cuda {
 inline constexpr int kLinearTileRows = 32;
 
 /// Which tensor-core kernel runs a product: kAuto chooses; the others are for tests and
-/// benchmarks (kResident and kDense are InvalidArgument where they do not apply). kDense is the
-/// tiled kernel's fast path for dense products of 128 or 256 inputs (32-bit offsets, the k loop
-/// unrolled), kTiled its general form; both give the same bits.
-enum class LinearMmaKernel { kAuto, kTiled, kResident, kDense };
+/// benchmarks (kResident is InvalidArgument where it does not apply).
+enum class LinearMmaKernel { kAuto, kTiled, kResident };
 
 struct LinearParams {
   const float* x = nullptr;  // [rows, x_stride] (batched: + b * x_batch_stride)

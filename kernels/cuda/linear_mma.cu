@@ -267,141 +267,6 @@ __global__ void __launch_bounds__(kThreads) LinearMmaKernel(LinearParams p, Spli
   }
 }
 
-// The dense fast path (LinearMmaKernel::kDense): one W piece, batches 1, no split, k a whole
-// number of tiles known at compile time (the tiny model's 128 and 256 inputs), sizes in 32-bit
-// range, rows 16-byte aligned. The tiled kernel's general form (gathered rows, batches, k
-// ranges, pieces, scalar staging) cost ~1,800 instructions a warp for 64 MMAs at 8K rows x 256 ->
-// 128, most of them 64-bit index arithmetic (Nsight's SASS counts, session 19); here the copy
-// addresses are found once, the k loop is unrolled and every offset is 32-bit. The same tile,
-// staging ring, fragments and mma.sync sequence on each accumulator, so the same bits.
-template <int kXParts, int kTiles>
-__global__ void __launch_bounds__(kThreads) LinearMmaDenseKernel(LinearParams p) {
-  constexpr int kStages = Stages<1>();
-  constexpr int kX = kTm * (kTk / 4) / kThreads;  // 16-byte x pieces a thread copies a tile
-  constexpr int kW = kTn * (kTk / 8) / kThreads;  // 16-byte W pieces a thread copies a tile
-  constexpr int kIn = kTiles * kTk;
-  extern __shared__ uint4 smem_raw[];
-  Stage<1>* stages = reinterpret_cast<Stage<1>*>(smem_raw);
-  const int tid = static_cast<int>(threadIdx.x), warp = tid >> 5, lane = tid & 31;
-  const int g = lane >> 2, t4 = lane & 3;
-  const int rows = static_cast<int>(p.rows), out = static_cast<int>(p.out);
-  const int out_tiles = (out + kTn - 1) / kTn;
-  const int o0 = static_cast<int>(blockIdx.x) % out_tiles * kTn;
-  const int row0 = static_cast<int>(blockIdx.x) / out_tiles * kTm;
-
-  // Copy sources (a row past the edge reads row 0 with a zero-fill) and shared offsets.
-  const float* xs[kX];
-  const uint16_t* ws[kW];
-  bool xok[kX], wok[kW];
-  int xdst[kX], wdst[kW];
-  const int x_kk = (tid % (kTk / 4)) * 4, w_kk = (tid % (kTk / 8)) * 8;
-#pragma unroll
-  for (int j = 0; j < kX; ++j) {
-    const int r = (tid + j * kThreads) / (kTk / 4);
-    xok[j] = row0 + r < rows;
-    xs[j] = p.x + static_cast<int64_t>(xok[j] ? row0 + r : 0) * p.x_stride + x_kk;
-    xdst[j] = r * kXStride + x_kk;
-  }
-#pragma unroll
-  for (int j = 0; j < kW; ++j) {
-    const int o = (tid + j * kThreads) / (kTk / 8);
-    wok[j] = o0 + o < out;
-    ws[j] = p.w_bf16 + (wok[j] ? o0 + o : 0) * kIn + w_kk;
-    wdst[j] = o * kWStride + w_kk;
-  }
-  auto stage = [&](int t) {
-    Stage<1>& st = stages[t % kStages];
-#pragma unroll
-    for (int j = 0; j < kX; ++j) CpAsync16(st.x + xdst[j], xs[j] + t * kTk, xok[j]);
-#pragma unroll
-    for (int j = 0; j < kW; ++j) CpAsync16(st.w[0] + wdst[j], ws[j] + t * kTk, wok[j]);
-  };
-
-  const int wr = (warp & 1) * 16, wc = (warp >> 1) * 32;
-  float acc[4][4];
-#pragma unroll
-  for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-    for (int i = 0; i < 4; ++i) acc[nt][i] = 0.0f;
-#pragma unroll
-  for (int t = 0; t < kStages - 1; ++t) {
-    if (t < kTiles) stage(t);
-    CpAsyncCommit();
-  }
-#pragma unroll
-  for (int t = 0; t < kTiles; ++t) {
-    CpAsyncWait<kStages - 2>();
-    __syncthreads();
-    if (t + kStages - 1 < kTiles) stage(t + kStages - 1);
-    CpAsyncCommit();
-    const Stage<1>& st = stages[t % kStages];
-#pragma unroll
-    for (int s = 0; s < kTk / 16; ++s) {
-      uint32_t a[kXParts][4];
-      LoadAFragments<kXParts, kXStride>(st.x + (wr + g) * kXStride + s * 16 + 2 * t4, a);
-      uint32_t b[4][2];
-#pragma unroll
-      for (int q = 0; q < 2; ++q) {
-        const int mi = lane >> 3;
-        uint32_t r[4];
-        LdMatrixX4(r, st.w[0] + (wc + (2 * q + (mi >> 1)) * 8 + (lane & 7)) * kWStride + s * 16 +
-                          (mi & 1) * 8);
-        b[2 * q][0] = r[0];
-        b[2 * q][1] = r[1];
-        b[2 * q + 1][0] = r[2];
-        b[2 * q + 1][1] = r[3];
-      }
-#pragma unroll
-      for (int nt = 0; nt < 4; ++nt) {
-#pragma unroll
-        for (int xpart = kXParts - 1; xpart >= 0; --xpart) {
-          MmaBf16(acc[nt], a[xpart], b[nt][0], b[nt][1]);
-        }
-      }
-    }
-  }
-  CpAsyncWait<0>();
-
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const int r = row0 + wr + g + 8 * half;
-    if (r >= rows) continue;
-    float* yr = p.y + static_cast<int64_t>(r) * p.y_stride;
-#pragma unroll
-    for (int nt = 0; nt < 4; ++nt) {
-      const int o = o0 + wc + nt * 8 + 2 * t4;
-      float v0 = acc[nt][2 * half], v1 = acc[nt][2 * half + 1];
-      if (p.round_bf16) {
-        v0 = quant::RoundBf16(v0);
-        v1 = quant::RoundBf16(v1);
-      }
-      if (o < out) yr[o] = v0;
-      if (o + 1 < out) yr[o + 1] = v1;
-    }
-  }
-}
-
-// Whether the dense fast path takes a product (see LinearMmaDenseKernel).
-bool DenseApplies(const LinearParams& p) {
-  const auto aligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
-  return p.row_index == nullptr && p.batches == 1 && p.w_pieces == 1 &&
-         (p.in == 4 * kTk || p.in == 8 * kTk) && p.x_stride % 4 == 0 && aligned(p.x) &&
-         aligned(p.w_bf16) && p.rows <= INT32_MAX - kTm && p.out <= INT32_MAX - kTn &&
-         p.out * p.in <= INT32_MAX;
-}
-
-template <int kXParts>
-Status LaunchDense(const LinearParams& p, cudaStream_t stream) {
-  const int64_t blocks = (p.rows + kTm - 1) / kTm * ((p.out + kTn - 1) / kTn);
-  constexpr size_t smem = SmemBytes<1>();
-  if (p.in == 4 * kTk) {
-    LinearMmaDenseKernel<kXParts, 4><<<static_cast<unsigned>(blocks), kThreads, smem, stream>>>(p);
-  } else {
-    LinearMmaDenseKernel<kXParts, 8><<<static_cast<unsigned>(blocks), kThreads, smem, stream>>>(p);
-  }
-  return NW_CUDA_LAUNCH_STATUS("LinearMmaDenseKernel");
-}
-
 // y[r, o] = sum over ranges z in order of partial[z][r][o], rounded when asked.
 __global__ void LinearSplitSumKernel(LinearParams p, SplitK split) {
   const int64_t total = p.rows * p.out;
@@ -434,10 +299,6 @@ Status LaunchAs(const LinearParams& p, cudaStream_t stream) {
   }
   constexpr size_t smem = SmemBytes<kWParts>();
   if (split.count <= 1 && LinearResidentApplies(p)) return LaunchLinearResident(p, stream);
-  if (kWParts == 1 && split.count <= 1 && p.mma_kernel != LinearMmaKernel::kTiled &&
-      DenseApplies(p)) {
-    return LaunchDense<kXParts>(p, stream);
-  }
   if (split.count <= 1) {
     const dim3 grid(static_cast<unsigned>(row_tiles * out_tiles), 1,
                     static_cast<unsigned>(p.batches));
@@ -476,11 +337,6 @@ Status LaunchLinearMma(const LinearParams& p, cudaStream_t stream) {
   if (p.x_split && p.w_pieces == 3) {
     return Status::InvalidArgument(
         "Linear: x_split with three weight pieces is not supported (nine products a pair)");
-  }
-  if (p.mma_kernel == LinearMmaKernel::kDense && !DenseApplies(p)) {
-    return Status::InvalidArgument(
-        "Linear: the dense fast path needs one W piece, batches 1, 128 or 256 inputs, x and W "
-        "rows 16-byte aligned and sizes in 32-bit range");
   }
   if (p.mma_kernel == LinearMmaKernel::kResident) {
     if (!LinearResidentApplies(p)) {

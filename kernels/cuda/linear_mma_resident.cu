@@ -276,8 +276,7 @@ Status LaunchAs(const LinearParams& p, cudaStream_t stream) {
 }  // namespace
 
 bool LinearResidentApplies(const LinearParams& p) {
-  if (p.row_index != nullptr || p.out > kMaxOut || p.mma_kernel == LinearMmaKernel::kTiled ||
-      p.mma_kernel == LinearMmaKernel::kDense) {
+  if (p.row_index != nullptr || p.out > kMaxOut || p.mma_kernel == LinearMmaKernel::kTiled) {
     return false;
   }
   if (p.mma_kernel == LinearMmaKernel::kAuto && p.rows < kMinRows) return false;

@@ -108,8 +108,7 @@ std::vector<uint16_t> Bf16Pieces(const std::vector<float>& w) {
 std::vector<float> RunDense(const Dense& c, const std::vector<float>& x,
                             const std::vector<float>& w, bool x_split = false,
                             bool w_pieces = false, bool round_bf16 = false,
-                            DeviceBuffer<float>* workspace = nullptr,
-                            LinearMmaKernel kernel = LinearMmaKernel::kAuto) {
+                            DeviceBuffer<float>* workspace = nullptr) {
   auto dx = Up(x);
   auto dw = Up(w_pieces ? Bf16Pieces(w) : Bf16Bits(w));
   auto dy = DeviceBuffer<float>::Allocate(static_cast<size_t>(c.rows * c.out));
@@ -124,7 +123,6 @@ std::vector<float> RunDense(const Dense& c, const std::vector<float>& x,
   p.x_stride = c.x_stride;
   p.x_split = x_split;
   p.round_bf16 = round_bf16;
-  p.mma_kernel = kernel;
   if (workspace != nullptr) {
     p.split_workspace = workspace->data();
     p.split_workspace_floats = static_cast<int64_t>(workspace->size());
@@ -240,62 +238,6 @@ TEST(CudaLinearMma, SplitWorkspaceGivesTheSameBits) {
     const bool used = after != sentinel;
     EXPECT_EQ(used, c.rows != 300) << "rows " << c.rows;
   }
-}
-
-// The dense fast path against the tiled kernel's general form, bit for bit: the same tile, ring,
-// fragments and mma.sync sequence on each accumulator, so any difference is a wrong row, output,
-// k tile, stride, zero-fill or rounding. Random fp32 values (not bf16 values), so every product
-// and the order of the sums shows; partial row and output tiles, a wide x stride, one row.
-TEST(CudaLinearMma, DenseFastPathGivesTheTiledKernelsBits) {
-  NW_REQUIRE_GPU();
-  const Dense cases[] = {{8192, 256, 128, 256}, {4099, 128, 257, 128}, {5000, 128, 512, 128},
-                         {4100, 256, 200, 264}, {33, 256, 24, 256},    {1, 256, 1024, 256},
-                         {70, 128, 3, 132}};
-  for (const Dense& c : cases) {
-    for (int mode = 0; mode < 3; ++mode) {  // round x; x split; round outputs
-      const std::string what = std::to_string(c.rows) + "x" + std::to_string(c.in) + "x" +
-                               std::to_string(c.out) + " mode " + std::to_string(mode);
-      SCOPED_TRACE(what);
-      Rng rng(static_cast<uint64_t>(c.rows * 5 + c.in * 3 + c.out + mode));
-      const std::vector<float> x = rng.Vec(static_cast<size_t>(c.rows * c.x_stride));
-      const std::vector<float> w = rng.Vec(static_cast<size_t>(c.out * c.in));
-      const bool x_split = mode == 1, round_out = mode == 2;
-      const std::vector<float> tiled =
-          RunDense(c, x, w, x_split, false, round_out, nullptr, LinearMmaKernel::kTiled);
-      const std::vector<float> dense =
-          RunDense(c, x, w, x_split, false, round_out, nullptr, LinearMmaKernel::kDense);
-      ExpectBitEqual(dense, tiled, "dense vs tiled, " + what);
-      EXPECT_GT(std::count_if(dense.begin(), dense.end(), [](float v) { return v != 0.0f; }),
-                static_cast<std::ptrdiff_t>(dense.size() / 2));
-    }
-  }
-}
-
-TEST(CudaLinearMma, DenseFastPathRefusesWhatItCannotTake) {
-  NW_REQUIRE_GPU();
-  auto dx = DeviceBuffer<float>::Allocate(64 * 1024);
-  auto dw = DeviceBuffer<uint16_t>::Allocate(3 * 512 * 1024);
-  auto dy = DeviceBuffer<float>::Allocate(64 * 512);
-  ASSERT_TRUE(dx.ok() && dw.ok() && dy.ok());
-  LinearParams p;
-  p.x = dx->data();
-  p.w_bf16 = dw->data();
-  p.y = dy->data();
-  p.rows = 64;
-  p.out = 128;
-  p.mma_kernel = LinearMmaKernel::kDense;
-  p.in = 512;  // k not 128 or 256
-  EXPECT_EQ(LaunchLinear(p, nullptr).code(), StatusCode::kInvalidArgument);
-  p.in = 256;
-  p.w_pieces = 3;  // W in three pieces
-  p.w_piece_stride = 512 * 256;
-  EXPECT_EQ(LaunchLinear(p, nullptr).code(), StatusCode::kInvalidArgument);
-  p.w_pieces = 1;
-  p.x_stride = 258;  // rows not 16-byte aligned
-  EXPECT_EQ(LaunchLinear(p, nullptr).code(), StatusCode::kInvalidArgument);
-  p.x_stride = 0;
-  NW_EXPECT_OK(LaunchLinear(p, nullptr));  // and what it can
-  NW_EXPECT_OK(SyncStatus(__FILE__, __LINE__));
 }
 
 TEST(CudaLinearMma, RoundedOutputsEqualASeparateBf16Pass) {

@@ -490,9 +490,8 @@ void PerfLinearTiny(const std::string& filter) {
       {"256->256 (compressor)", 256, 256, 1},
       {"1024->24, W in 3 pieces (mHC)", 1024, 24, 3},
   };
-  // Each shape at 8K and 32K rows through each tensor-core kernel that takes it (the tiled
-  // kernel's dense fast path, and the W-resident one, linear_mma_resident.cu, against the tiled
-  // kernel's general form: the ratios are their gains).
+  // Each shape at 8K and 32K rows through each tensor-core kernel that takes it (the W-resident
+  // one, linear_mma_resident.cu, against the tiled one: the ratio is the resident kernel's gain).
   for (const int64_t m : {int64_t{8192}, int64_t{32768}}) {
     for (const Shape& sh : shapes) {
       const std::string base = "linear tiny m=" + std::to_string(m) + " " + sh.name;
@@ -515,24 +514,18 @@ void PerfLinearTiny(const std::string& filter) {
       const double flops = 2.0 * m * sh.in * sh.out * sh.w_pieces;
       const double bytes = m * sh.in * 4.0 + sh.w_pieces * sh.out * sh.in * 2.0 + m * sh.out * 4.0;
       double tiled_ms = 0.0;
-      for (const LinearMmaKernel k :
-           {LinearMmaKernel::kTiled, LinearMmaKernel::kDense, LinearMmaKernel::kResident}) {
+      for (const LinearMmaKernel k : {LinearMmaKernel::kTiled, LinearMmaKernel::kResident}) {
         p.mma_kernel = k;
-        const char* name = k == LinearMmaKernel::kTiled   ? "tiled"
-                           : k == LinearMmaKernel::kDense ? "tiled, dense fast path"
-                                                          : "W-resident";
-        if (k != LinearMmaKernel::kTiled && !LaunchLinear(p, nullptr).ok()) {
+        const bool resident = k == LinearMmaKernel::kResident;
+        if (resident && !LaunchLinear(p, nullptr).ok()) {
           cudaGetLastError();
-          std::printf("%s, %s: does not apply\n", base.c_str(), name);
+          std::printf("%s, W-resident: does not apply\n", base.c_str());
           continue;
         }
         const double ms = TimeMs([&] { return LaunchLinear(p, nullptr); }, 3, 20);
-        Report((base + ", " + name).c_str(), ms, flops, bytes);
-        if (k == LinearMmaKernel::kTiled) {
-          tiled_ms = ms;
-        } else if (ms > 0) {
-          std::printf("  %s vs tiled: %.2fx\n", name, tiled_ms / ms);
-        }
+        Report((base + (resident ? ", W-resident" : ", tiled")).c_str(), ms, flops, bytes);
+        if (!resident) tiled_ms = ms;
+        if (resident && ms > 0) std::printf("  W-resident vs tiled: %.2fx\n", tiled_ms / ms);
       }
     }
   }
