@@ -16,42 +16,24 @@ constexpr int kThreads = 128;
 constexpr int kWarps = kThreads / 32;
 constexpr int kWarpMaxCols = 1024;
 
-// kPer values a lane at most (cols <= 32 kPer): the row stays in registers between the sum of
-// squares and the scaling, so the second pass reads nothing again and its loads cannot queue
-// behind its own in-place stores (an 8K job's norms took as long as with two reads, 0.30 ms:
-// they are bound by the first read). Lane l holds values l, l + 32, ... as the sum has always
-// taken them, so the same bits.
-template <int kPer>
 __global__ void __launch_bounds__(kThreads) RmsNormWarpKernel(RmsNormParams p) {
   const int lane = threadIdx.x & 31;
   for (int64_t r = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5); r < p.rows;
        r += static_cast<int64_t>(gridDim.x) * kWarps) {
     const float* x = p.x + r * p.x_stride;
     float* y = p.y + r * p.y_stride;
-    float v[kPer];
-#pragma unroll
-    for (int k = 0; k < kPer; ++k) {
-      const int i = lane + 32 * k;
-      v[k] = i < p.cols ? x[i] : 0.0f;
-    }
     double ss = 0.0;
-#pragma unroll
-    for (int k = 0; k < kPer; ++k) {
-      if (lane + 32 * k < p.cols) {
-        const double d = v[k];
-        ss += d * d;  // exact: a float squared fits in a double
-      }
+    for (int i = lane; i < p.cols; i += 32) {
+      const double v = x[i];
+      ss += v * v;  // exact: a float squared fits in a double
     }
     ss = detail::WarpSum(ss);
     const float mean = static_cast<float>(ss / static_cast<double>(p.cols));
     const float inv = 1.0f / sqrtf(detail::AddRn(mean, p.eps));
-#pragma unroll
-    for (int k = 0; k < kPer; ++k) {
-      const int i = lane + 32 * k;
-      if (i >= p.cols) continue;
-      float o = detail::MulRn(v[k], inv);
-      if (p.w != nullptr) o = detail::MulRn(o, p.w[i]);
-      y[i] = p.round_bf16 ? quant::RoundBf16(o) : o;
+    for (int i = lane; i < p.cols; i += 32) {  // in place: a lane rewrites only what it read
+      float v = detail::MulRn(x[i], inv);
+      if (p.w != nullptr) v = detail::MulRn(v, p.w[i]);
+      y[i] = p.round_bf16 ? quant::RoundBf16(v) : v;
     }
   }
 }
@@ -155,16 +137,8 @@ Status LaunchRmsNorm(const RmsNormParams& params, cudaStream_t stream) {
   if (p.x == p.y && p.x_stride != p.y_stride) {
     return Status::InvalidArgument("RmsNorm in place needs equal strides");
   }
-  if (p.cols <= 32 * 4) {
-    RmsNormWarpKernel<4><<<WarpRowBlocks(p.rows), kThreads, 0, stream>>>(p);
-    return NW_CUDA_LAUNCH_STATUS("RmsNormWarpKernel");
-  }
-  if (p.cols <= 32 * 8) {
-    RmsNormWarpKernel<8><<<WarpRowBlocks(p.rows), kThreads, 0, stream>>>(p);
-    return NW_CUDA_LAUNCH_STATUS("RmsNormWarpKernel");
-  }
   if (p.cols <= kWarpMaxCols) {
-    RmsNormWarpKernel<kWarpMaxCols / 32><<<WarpRowBlocks(p.rows), kThreads, 0, stream>>>(p);
+    RmsNormWarpKernel<<<WarpRowBlocks(p.rows), kThreads, 0, stream>>>(p);
     return NW_CUDA_LAUNCH_STATUS("RmsNormWarpKernel");
   }
   RmsNormKernel<<<RowBlocks(p.rows), kThreads, 0, stream>>>(p);

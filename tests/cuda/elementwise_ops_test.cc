@@ -50,9 +50,8 @@ TEST(CudaRope, ForwardAndInverseBitExact) {
                                    {yarn, 1, 1, 0, 64},
                                    {small, 13, 3, 1, 9},
                                    {yarn, 130, 8, 64, 130},
-                                   // More rows than the grid's threads cover at once (the
-                                   // row-stepping kernel's stride wraps; its position index
-                                   // carries from remainder to quotient).
+                                   // More (row, pair)s than the grid's threads
+                                   // cover at once: the grid-stride loop wraps.
                                    {plain, 25000, 5, 64, 128}};
   const int64_t n_pos = 1 << 20;  // positions up to 1M tokens
   uint64_t seed = 1;
