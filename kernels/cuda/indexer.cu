@@ -3,6 +3,7 @@
 // head is dotted against them in the CPU's association order, the query's heads coming from shared
 // memory as broadcasts.
 #include <algorithm>
+#include <limits>
 #include <string>
 
 #include "kernels/cuda/common.h"
@@ -201,23 +202,32 @@ Status LaunchIndexerLogits(const IndexerLogitsParams& params, cudaStream_t strea
       }
       return detail::LaunchIndexerMmaGroup(p, max_len, stream);
     }
-    // As many 64-key tiles per block as still give `waves` waves of four blocks per
-    // multiprocessor, up to `most`. The H200 at V4-Flash shapes: mma.sync ran 8, 16 and 32
-    // within 5 % of each other, 8 fastest with two stages (session 13); wgmma ran 32 a block
-    // 10-15 % faster than 8 (session 15), with one wave of blocks, and since session 16 beats
-    // mma.sync on bf16 keys too (0.162 against 0.189 ms at V4-Flash shapes).
+    // As many 64-key tiles per block (up to 64 for wgmma, 8 for mma.sync) as still fill the
+    // multiprocessors' four block slots: two waves of them for mma.sync, nine tenths of one
+    // wave for wgmma. The H200 at V4-Flash shapes: mma.sync ran 8, 16 and 32 within 5 % of
+    // each other, 8 fastest with two stages (session 13); wgmma ran 32 a block 10-15 % faster
+    // than 8 (session 15), and since session 16 beats mma.sync on bf16 keys too (0.162 against
+    // 0.189 ms); once its page-table reads left the loop (session 20), 64 a block (512 blocks
+    // for 528 slots) ran e4m3 keys in 0.106 ms against 0.110-0.113 at 32 (bf16 0.146 against
+    // 0.148).
     const bool wgmma =
         p.decode_kernel != IndexerDecodeKernel::kMma &&
         (p.decode_kernel == IndexerDecodeKernel::kWgmma || p.k_format != IndexerKeyFormat::kFp32);
     const int64_t tiles = (max_len + 63) / 64;
-    const int64_t waves = wgmma ? 1 : 2;
-    int64_t per = wgmma ? 32 : 8;
-    while (per > 1 && p.m * ((tiles + per - 1) / per) < waves * 4LL * MultiprocessorCount()) {
+    const int64_t fill =
+        wgmma ? 9 * 4LL * MultiprocessorCount() / 10 : 2 * 4LL * MultiprocessorCount();
+    int64_t per = wgmma ? 64 : 8;
+    while (per > 1 && p.m * ((tiles + per - 1) / per) < fill) {
       per /= 2;
     }
     if (p.decode_tiles_per_block > 0) per = p.decode_tiles_per_block;
     const unsigned splits =
         static_cast<unsigned>(std::clamp<int64_t>((tiles + per - 1) / per, 1, 65535));
+    if ((tiles + splits - 1) / splits > std::numeric_limits<int32_t>::max()) {
+      return Status::InvalidArgument("IndexerLogits: " + std::to_string(tiles) +
+                                     " key tiles over " + std::to_string(splits) +
+                                     " blocks a query: more than 2^31 - 1 a block");
+    }
     if (wgmma && detail::WgmmaDecodeIndexerApplies(p)) {
       return detail::LaunchIndexerDecodeWgmma(p, splits, stream);
     }

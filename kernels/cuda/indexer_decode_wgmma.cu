@@ -14,6 +14,12 @@
 // 32 c + 8 t4 + 4 s + b and slot 8 + 2 t4 + b dim 32 c + 8 t4 + 4 s + 2 + b; the query is staged
 // with the same permutation, so every product q_d k_d is formed once, as before.
 //
+// When no tile straddles a page (contiguous keys, or pages of a multiple of 64 keys) and a block
+// has at most kMaxBases tiles, the physical row of each tile's first key is read from the block
+// table once, before anything else, and a tile with all its keys present is copied as one
+// contiguous run: no page-table read waits inside the loop. The first tiles' copies go out
+// before the query is staged, so the two overlap; the query is read from global memory once.
+//
 // Per tile: 8 (kDim 128) wgmma m64nNk16 into kN / 2 fp32 accumulators a thread (key rows g and
 // g + 8 of its warp, heads 8 j + 2 t4 + {0, 1}); ReLU and the head weights, the thread's heads
 // summed in ascending j, then across the four lanes of a quad by a butterfly (the same bits in
@@ -34,7 +40,13 @@ namespace {
 
 constexpr int kThreads = 128;
 constexpr int kTile = 64;
-constexpr int kDefaultStages = 2;  // the H200 ran 2 fastest at 32 tiles a block (session 15)
+// Copy stages when the caller leaves them to us. The H200 at 32 tiles a block: bf16 keys ran 2
+// fastest (session 15: 16 KB tiles, two blocks a multiprocessor fewer with more); e4m3 keys ran
+// 4 fastest once no page-table read waited inside the loop (session 20: 0.113 against 0.120 ms).
+template <bool kFp8>
+constexpr int kDefaultStages = kFp8 ? 4 : 2;
+// Most tiles a block whose first physical rows are looked up once, up front (see `by_tile`).
+constexpr int kMaxBases = 64;
 
 template <int kDim, bool kFp8, int kN, int kStagesT>
 struct DecodeWgSmem {
@@ -46,8 +58,10 @@ struct DecodeWgSmem {
   static constexpr size_t kStageBytes = size_t{kTile} * kRowBytes;
   static constexpr size_t kScale = kStage + kStages * kStageBytes;           // float [S][64]
   static constexpr size_t kRows = kScale + sizeof(float) * kStages * kTile;  // int64 [2][64]
-  static constexpr size_t kW = kRows + sizeof(int64_t) * 2 * kTile;          // float [kN]
-  static constexpr size_t kBytes = kW + sizeof(float) * kN;
+  static constexpr size_t kBase = kRows + sizeof(int64_t) * 2 * kTile;       // int64 [kMaxBases]
+  static constexpr size_t kW = kBase + sizeof(int64_t) * kMaxBases;          // float [kN]
+  static constexpr size_t kRed = kW + sizeof(float) * kN;                    // float [4]
+  static constexpr size_t kBytes = kRed + sizeof(float) * 4;
   static constexpr size_t kAlloc = kBytes + 1024;  // room to align the base to 1024
 };
 
@@ -81,9 +95,11 @@ __global__ void __launch_bounds__(kThreads, kN == 64 && !kFp8 ? 3 : 4)
   unsigned char* smem = Align1024(smem_raw);
   unsigned char* sq = smem + L::kQ;
   unsigned char* staging = smem + L::kStage;
-  float* sscale = reinterpret_cast<float*>(smem + L::kScale);   // [kS][kTile]
-  int64_t* srow = reinterpret_cast<int64_t*>(smem + L::kRows);  // [2][kTile]
-  float* sw8 = reinterpret_cast<float*>(smem + L::kW);          // [kN] head weights, 0 past H
+  float* sscale = reinterpret_cast<float*>(smem + L::kScale);    // [kS][kTile]
+  int64_t* srow = reinterpret_cast<int64_t*>(smem + L::kRows);   // [2][kTile]
+  float* sw8 = reinterpret_cast<float*>(smem + L::kW);           // [kN] head weights, 0 past H
+  int64_t* sbase = reinterpret_cast<int64_t*>(smem + L::kBase);  // [kMaxBases] (by_tile)
+  float* sred = reinterpret_cast<float*>(smem + L::kRed);        // [4] the query's max
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
   const int64_t i = blockIdx.x;
@@ -96,20 +112,101 @@ __global__ void __launch_bounds__(kThreads, kN == 64 && !kFp8 ? 3 : 4)
     return (static_cast<int64_t>(blockIdx.y) + u * gridDim.y) * kTile;
   };
 
+  // by_tile: no tile straddles a page (contiguous keys, or pages of a multiple of kTile keys), so
+  // a tile's rows follow from the physical row of its first key, looked up for all of the
+  // block's tiles at once before any copy (one page-table read a tile, none on the way), and a
+  // tile with all its keys present is one contiguous run of rows. Else each tile's rows are
+  // looked up one tile ahead (the first kTile threads, into srow[u % 2]).
+  const bool by_tile = n_local <= kMaxBases && (keys.table == nullptr || p.page_size % kTile == 0);
+  if (by_tile && threadIdx.x < n_local) {
+    const int64_t j0 = tile_start(threadIdx.x);
+    int64_t row0 = keys.base + j0;
+    if (keys.table != nullptr) {
+      const int64_t page = keys.table[j0 / p.page_size];
+      row0 = page < 0 ? -1 : page * p.page_size + j0 % p.page_size;
+    }
+    sbase[threadIdx.x] = row0;
+  }
+  auto lookup = [&](int64_t u) {
+    if (!by_tile && threadIdx.x < kTile && u < n_local) {
+      srow[(u & 1) * kTile + threadIdx.x] = DecodeKeyRow(p, keys, tile_start(u) + threadIdx.x);
+    }
+  };
+  // cp.async of local tile u into stage u % kS, zeros for keys past the end or on a missing page;
+  // its scales (NaN for a missing page). Always closes a group.
+  // kByTile (std::bool_constant) is by_tile, fixed at compile time for the loop's sake.
+  auto issue = [&](int64_t u, auto kByTile) {
+    if (u < n_local) {
+      const int st = static_cast<int>(u % kS);
+      auto dst_offset = [](int r, int cc) {
+        return r * L::kRowBytes + ((cc ^ RowSwizzle<kDim, kFp8>(r)) << 4);
+      };
+      if constexpr (decltype(kByTile)::value) {
+        CopyDecodeKeyTileFrom<kTile, L::kRowBytes, kThreads, kFp8>(
+            p, sbase[u], tile_start(u), keys.len, staging + st * L::kStageBytes,
+            sscale + st * kTile, dst_offset);
+      } else {
+        CopyDecodeKeyTile<kTile, L::kRowBytes, kThreads, kFp8>(p, srow + (u & 1) * kTile,
+                                                               staging + st * L::kStageBytes,
+                                                               sscale + st * kTile, dst_offset);
+      }
+    }
+    CpAsyncCommit();
+  };
+
+  // The first kS - 1 tiles' copies go out before the query is staged, so they arrive meanwhile.
+  lookup(0);
+  __syncthreads();
+#pragma unroll
+  for (int u = 0; u < kS - 1; ++u) {
+    if (by_tile) {
+      issue(u, std::true_type{});
+    } else {
+      issue(u, std::false_type{});
+    }
+    lookup(u + 1);
+    __syncthreads();
+  }
+
   // The query, permuted along K (see the top), into SW128 slices: logical 16-byte chunk lc of
-  // head n holds dims 32 c + 8 t + 4 s + 2 h + {0, 1}, t = 0..3, for lc = 4 c + 2 s + h.
+  // head n holds dims 32 c + 8 t + 4 s + 2 h + {0, 1}, t = 0..3, for lc = 4 c + 2 s + h. Read
+  // from global memory once; a thread rereads only its own chunks (no barrier needed for that).
   const uint16_t* q = static_cast<const uint16_t*>(p.q) + i * p.n_heads * kDim;
-  auto q_chunk = [&](int idx, uint32_t(&v)[4]) {  // chunk idx's bf16 pairs; its SW128 offset
+  auto q_off = [](int idx) {  // chunk idx's SW128 offset
+    const int n = idx / (kDim / 8), lc = idx % (kDim / 8);
+    return (lc / 8) * L::kQAtom + SwizzledChunk(n, lc % 8);
+  };
+  // All of a thread's loads are issued before any is used (one round trip, not one a chunk).
+  constexpr int kQChunks = kN * (kDim / 8);
+  constexpr int kQPer = (kQChunks + kThreads - 1) / kThreads;
+  uint32_t qv[kQPer][4];
+#pragma unroll
+  for (int k = 0; k < kQPer; ++k) {
+    const int idx = threadIdx.x + k * kThreads;
     const int n = idx / (kDim / 8), lc = idx % (kDim / 8);
     const int c = lc >> 2, s = (lc >> 1) & 1, h = lc & 1;
 #pragma unroll
     for (int t = 0; t < 4; ++t) {
-      v[t] = n < p.n_heads
-                 ? *reinterpret_cast<const uint32_t*>(q + n * kDim + 32 * c + 8 * t + 4 * s + 2 * h)
-                 : 0u;
+      qv[k][t] =
+          idx < kQChunks && n < p.n_heads
+              ? *reinterpret_cast<const uint32_t*>(q + n * kDim + 32 * c + 8 * t + 4 * s + 2 * h)
+              : 0u;
     }
-    return (lc / 8) * L::kQAtom + SwizzledChunk(n, lc % 8);
-  };
+  }
+  float amax = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kQPer; ++k) {
+    const int idx = threadIdx.x + k * kThreads;
+#pragma unroll
+    for (int t = 0; t < 4; ++t) {
+      amax = fmaxf(amax, fabsf(__uint_as_float(qv[k][t] << 16)));
+      amax = fmaxf(amax, fabsf(__uint_as_float(qv[k][t] & 0xFFFF0000u)));
+    }
+    if (idx < kQChunks) {
+      *reinterpret_cast<uint4*>(sq + q_off(idx)) =
+          make_uint4(qv[k][0], qv[k][1], qv[k][2], qv[k][3]);
+    }
+  }
   // e4m3 keys widen to f16 in one instruction (to bf16 in four), so they multiply in f16 when
   // the query, times a power of two 2^e that puts its largest magnitude in [2^13, 2^14), is
   // exactly f16 too (an fp8-quantized query always is, unless its blocks' scales lie 2^28
@@ -117,17 +214,6 @@ __global__ void __launch_bounds__(kThreads, kN == 64 && !kFp8 ? 3 : 4)
   bool f16 = false;
   float unscale = 1.0f;
   if constexpr (kFp8) {
-    float amax = 0.0f;
-    for (int idx = threadIdx.x; idx < kN * (kDim / 8); idx += kThreads) {
-      uint32_t v[4];
-      q_chunk(idx, v);
-#pragma unroll
-      for (int t = 0; t < 4; ++t) {
-        amax = fmaxf(amax, fabsf(__uint_as_float(v[t] << 16)));
-        amax = fmaxf(amax, fabsf(__uint_as_float(v[t] & 0xFFFF0000u)));
-      }
-    }
-    float* sred = sscale;  // free until the first copy
     amax = WarpMax(amax);
     if (lane == 0) sred[warp] = amax;
     __syncthreads();
@@ -141,8 +227,8 @@ __global__ void __launch_bounds__(kThreads, kN == 64 && !kFp8 ? 3 : 4)
     const float up = ldexpf(1.0f, e2);
     bool exact = true;
     for (int idx = threadIdx.x; idx < kN * (kDim / 8); idx += kThreads) {
-      uint32_t v[4];
-      q_chunk(idx, v);
+      const uint4 v4 = *reinterpret_cast<const uint4*>(sq + q_off(idx));
+      const uint32_t v[4] = {v4.x, v4.y, v4.z, v4.w};
 #pragma unroll
       for (int t = 0; t < 8; ++t) {
         const uint32_t bits = (t & 1) ? (v[t / 2] & 0xFFFF0000u) : (v[t / 2] << 16);
@@ -154,8 +240,9 @@ __global__ void __launch_bounds__(kThreads, kN == 64 && !kFp8 ? 3 : 4)
     unscale = ldexpf(1.0f, -e2);
     if (f16) {
       for (int idx = threadIdx.x; idx < kN * (kDim / 8); idx += kThreads) {
-        uint32_t v[4];
-        const uint32_t off = q_chunk(idx, v);
+        uint4* at = reinterpret_cast<uint4*>(sq + q_off(idx));
+        const uint4 v4 = *at;
+        const uint32_t v[4] = {v4.x, v4.y, v4.z, v4.w};
         uint32_t hv[4];
 #pragma unroll
         for (int t = 0; t < 4; ++t) {
@@ -163,50 +250,16 @@ __global__ void __launch_bounds__(kThreads, kN == 64 && !kFp8 ? 3 : 4)
                                                __uint_as_float(v[t] & 0xFFFF0000u) * up);
           hv[t] = *reinterpret_cast<const uint32_t*>(&hh);
         }
-        *reinterpret_cast<uint4*>(sq + off) = make_uint4(hv[0], hv[1], hv[2], hv[3]);
+        *at = make_uint4(hv[0], hv[1], hv[2], hv[3]);
       }
     }
   }
-  if (!f16) {
-    for (int idx = threadIdx.x; idx < kN * (kDim / 8); idx += kThreads) {
-      uint32_t v[4];
-      const uint32_t off = q_chunk(idx, v);
-      *reinterpret_cast<uint4*>(sq + off) = make_uint4(v[0], v[1], v[2], v[3]);
-    }
-  }
-  FenceProxyAsync();  // the query's stores, for wgmma (a barrier follows before the first)
+  FenceProxyAsync();  // the query's stores, for wgmma (the loop's first barrier follows)
 
   for (int h = threadIdx.x; h < kN; h += kThreads) {
     sw8[h] = h < p.n_heads ? p.w[i * p.n_heads + h] : 0.0f;
   }
   float* out = p.out + i * p.out_stride;
-
-  // Rows of local tile u into srow[u % 2] (the first kTile threads).
-  auto lookup = [&](int64_t u) {
-    if (threadIdx.x < kTile && u < n_local) {
-      srow[(u & 1) * kTile + threadIdx.x] = DecodeKeyRow(p, keys, tile_start(u) + threadIdx.x);
-    }
-  };
-  // cp.async of local tile u (rows from srow[u % 2]) into stage u % kS, zeros for keys past the
-  // end or on a missing page; its scales (NaN for a missing page). Always closes a group.
-  auto issue = [&](int64_t u) {
-    if (u < n_local) {
-      const int st = static_cast<int>(u % kS);
-      CopyDecodeKeyTile<kTile, L::kRowBytes, kThreads, kFp8>(
-          p, srow + (u & 1) * kTile, staging + st * L::kStageBytes, sscale + st * kTile,
-          [](int r, int cc) { return r * L::kRowBytes + ((cc ^ RowSwizzle<kDim, kFp8>(r)) << 4); });
-    }
-    CpAsyncCommit();
-  };
-
-  lookup(0);
-  __syncthreads();
-#pragma unroll
-  for (int u = 0; u < kS - 1; ++u) {
-    issue(u);
-    lookup(u + 1);
-    __syncthreads();
-  }
 
   const uint64_t dq = Sw128Desc(sq);
   const int r0 = warp * 16 + g, r1 = r0 + 8;  // this thread's key rows of a tile
@@ -221,9 +274,9 @@ __global__ void __launch_bounds__(kThreads, kN == 64 && !kFp8 ? 3 : 4)
       return E4m3x2ToBf16x2(static_cast<uint16_t>(two));
     }
   };
-  auto run = [&](auto as_f16) {
+  auto run = [&](auto as_f16, auto kByTile) {
     constexpr bool kF16 = decltype(as_f16)::value;
-    for (int64_t t = 0; t < n_local; ++t) {
+    for (int t = 0; t < static_cast<int>(n_local); ++t) {
       CpAsyncWait<kS - 2>();
       __syncthreads();  // tile t has landed; the buffers of tile t - 1 are free
       const int st = static_cast<int>(t % kS);
@@ -276,8 +329,8 @@ __global__ void __launch_bounds__(kThreads, kN == 64 && !kFp8 ? 3 : 4)
                                    k > 0);
       }
       WgmmaCommit();
-      issue(t + kS - 1);  // while the tensor cores work
-      lookup(t + kS);
+      issue(t + kS - 1, kByTile);  // while the tensor cores work
+      if constexpr (!decltype(kByTile)::value) lookup(t + kS);
       WgmmaWait<0>();
       WgmmaFenceOperands(d);
 
@@ -301,14 +354,21 @@ __global__ void __launch_bounds__(kThreads, kN == 64 && !kFp8 ? 3 : 4)
       }
     }
   };
+  auto run_by = [&](auto as_f16) {
+    if (by_tile) {
+      run(as_f16, std::true_type{});
+    } else {
+      run(as_f16, std::false_type{});
+    }
+  };
   if constexpr (kFp8) {
     if (f16) {
-      run(std::true_type{});
+      run_by(std::true_type{});
     } else {
-      run(std::false_type{});
+      run_by(std::false_type{});
     }
   } else {
-    run(std::false_type{});
+    run_by(std::false_type{});
   }
   CpAsyncWait<0>();  // no copy outlives the block (the trailing groups are empty)
 }
@@ -325,7 +385,7 @@ Status LaunchFor(const IndexerLogitsParams& p, unsigned splits, cudaStream_t str
 
 template <int kDim, bool kFp8, int kN>
 Status LaunchStages(const IndexerLogitsParams& p, unsigned splits, cudaStream_t stream) {
-  const int stages = p.decode_stages == 0 ? kDefaultStages : p.decode_stages;
+  const int stages = p.decode_stages == 0 ? kDefaultStages<kFp8> : p.decode_stages;
   if (stages == 2) return LaunchFor<kDim, kFp8, kN, 2>(p, splits, stream);
   if (stages == 4) return LaunchFor<kDim, kFp8, kN, 4>(p, splits, stream);
   return LaunchFor<kDim, kFp8, kN, 3>(p, splits, stream);

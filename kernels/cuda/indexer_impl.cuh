@@ -100,6 +100,61 @@ __device__ __forceinline__ void CopyDecodeKeyTile(const IndexerLogitsParams& p, 
   }
 }
 
+/// CopyDecodeKeyTile for a tile that lies within one page: its keys j0 .. j0 + kTile - 1 (those
+/// below len present) are physical rows row0 .. row0 + kTile - 1, or on a missing page when
+/// row0 < 0. The same rows, zeros and scales as CopyDecodeKeyTile with DecodeKeyRow's rows; a
+/// tile with all its keys present and in the buffer is copied as one contiguous run, without a
+/// per-row lookup. Does not close the group. Block-wide (kThreads threads).
+template <int kTile, int kRowBytes, int kThreads, bool kUnrolled, typename DstOffset>
+__device__ __forceinline__ void CopyDecodeKeyTileFrom(const IndexerLogitsParams& p, int64_t row0,
+                                                      int64_t j0, int64_t len, unsigned char* dst,
+                                                      float* scales, DstOffset dst_offset) {
+  constexpr int kChunks = kRowBytes / 16;
+  constexpr int kPerThread = kTile * kChunks / kThreads;
+  static_assert(kTile * kChunks % kThreads == 0);
+  auto row_of = [&](int r) -> int64_t {
+    if (j0 + r >= len) return -2;
+    return row0 < 0 || row0 + r >= p.key_rows ? -1 : row0 + r;
+  };
+  if (row0 >= 0 && j0 + kTile <= len && row0 + kTile <= p.key_rows) {
+    const unsigned char* src = static_cast<const unsigned char*>(p.k) + row0 * kRowBytes;
+#pragma unroll(kUnrolled ? kPerThread : 1)
+    for (int k = 0; k < kPerThread; ++k) {
+      const int c = threadIdx.x + k * kThreads;
+      CpAsync16(dst + dst_offset(c / kChunks, c % kChunks), src + c * 16, true);
+    }
+    if (threadIdx.x < kTile) {
+      if (p.k_scale != nullptr) {
+        CpAsync4(scales + threadIdx.x, p.k_scale + row0 + threadIdx.x);
+      } else {
+        scales[threadIdx.x] = 1.0f;
+      }
+    }
+    return;
+  }
+#pragma unroll(kUnrolled ? kPerThread : 1)
+  for (int k = 0; k < kPerThread; ++k) {
+    const int c = threadIdx.x + k * kThreads;
+    const int r = c / kChunks, cc = c % kChunks;
+    const int64_t row = row_of(r);
+    unsigned char* d = dst + dst_offset(r, cc);
+    if (row >= 0) {
+      CpAsync16(d, static_cast<const unsigned char*>(p.k) + row * kRowBytes + cc * 16, true);
+    } else {
+      *reinterpret_cast<uint4*>(d) = make_uint4(0, 0, 0, 0);
+    }
+  }
+  if (threadIdx.x < kTile) {
+    const int64_t row = row_of(threadIdx.x);
+    float* s = scales + threadIdx.x;
+    if (row >= 0 && p.k_scale != nullptr) {
+      CpAsync4(s, p.k_scale + row);
+    } else {
+      *s = row == -1 ? quant::QuietNan() : 1.0f;
+    }
+  }
+}
+
 /// -inf into out[i, j] for len <= j < out_cols, this block's share (by blockIdx.y).
 __device__ __forceinline__ void FillTail(const IndexerLogitsParams& p, int64_t i, int64_t len) {
   float* out = p.out + i * p.out_stride;

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <numeric>
 #include <vector>
 
@@ -416,6 +417,123 @@ TEST(CudaIndexer, DecodePipelineOverManyTiles) {
       RunIndexer({mode, true, 16, 128, {300, 65}, false, 64, 0, 0, {}, 0, kernel}, seed++);
       RunIndexer({mode, true, 32, 64, {300, 65}, false, 32, 0, 0, {}, 0, kernel}, seed++);
       RunIndexer({mode, true, 33, 64, {129, 2}, false, 64, 0, 0, {}, 0, kernel}, seed++);
+    }
+  }
+}
+
+// Paged keys whose page lies outside the key buffer give NaN logits (a table entry of -1, a page
+// past key_rows, a page only partly inside it), and the other keys' logits are the bits of the
+// same launch with every page present. Both decode kernels, fp8 and bf16 keys, pages of 64 keys
+// (whole tiles a page: the wgmma kernel reads a tile's first row once, up front) and of 16, and
+// 66 tiles a block (more than the wgmma kernel looks up up front: rows a tile ahead instead).
+TEST(CudaIndexer, DecodePagesOutsideTheKeyBufferGiveNan) {
+  NW_REQUIRE_GPU();
+  const int H = 64, D = 128;
+  const int64_t len = 4200;
+  for (IndexerDecodeKernel kernel : {IndexerDecodeKernel::kWgmma, IndexerDecodeKernel::kMma}) {
+    for (bool fp8 : {true, false}) {
+      for (int page : {64, 16}) {
+        std::vector<float> first;  // the all-pages logits of the first tiles-a-block setting
+        for (int per : {0, 66}) {
+          SCOPED_TRACE(::testing::Message()
+                       << (kernel == IndexerDecodeKernel::kWgmma ? "wgmma" : "mma.sync")
+                       << (fp8 ? " fp8" : " bf16") << " page " << page << " tiles/block " << per);
+          Rng rng(300 + page);
+          const int64_t pages = (len + page - 1) / page, stride = pages + 1;
+          const int64_t pool = 2 * pages + 4;         // physical pages in the buffer
+          const int64_t key_rows = pool * page - 10;  // the last pool page partly outside
+          std::vector<int32_t> perm(static_cast<size_t>(pool - 1));  // never the last page
+          std::iota(perm.begin(), perm.end(), 0);
+          for (size_t k = perm.size(); k > 1; --k)
+            std::swap(perm[k - 1],
+                      perm[static_cast<size_t>(rng.Int(0, static_cast<int64_t>(k) - 1))]);
+          std::vector<int32_t> full(static_cast<size_t>(2 * stride), -1);
+          for (int64_t pg = 0; pg < 2 * pages; ++pg) {
+            full[static_cast<size_t>((pg / pages) * stride + pg % pages)] =
+                perm[static_cast<size_t>(pg)];
+          }
+          std::vector<int32_t> holed = full;
+          const int64_t gone = 3, partial = 10, past = 20;  // pages of query 0, 1, 1
+          holed[static_cast<size_t>(gone)] = -1;
+          holed[static_cast<size_t>(stride + partial)] = static_cast<int32_t>(pool - 1);
+          holed[static_cast<size_t>(stride + past)] = static_cast<int32_t>(pool + 5);
+
+          Guarded<uint16_t> dq([&] {
+            std::vector<uint16_t> v(static_cast<size_t>(2 * H * D));
+            for (auto& x : v) x = quant::FloatToBf16Bits(rng.Uniform(-1.0f, 1.0f));
+            return v;
+          }());
+          Guarded<float> dw(rng.Vec(static_cast<size_t>(2 * H), -0.2f, 0.2f));
+          Guarded<float> dscale(rng.Vec(static_cast<size_t>(pool * page), 0.01f, 0.02f));
+          std::vector<uint8_t> kbytes(static_cast<size_t>(pool * page * D * (fp8 ? 1 : 2)));
+          for (size_t k = 0; k < kbytes.size(); ++k) {
+            // e4m3 without NaN codes; bf16 pairs whose high byte keeps them finite and small.
+            const uint8_t b = static_cast<uint8_t>(rng.Next() >> 56);
+            kbytes[k] = fp8 ? (b & 0xBE) : ((k & 1) ? (b & 0xBD) : b);
+          }
+          Guarded<uint8_t> dk(kbytes);
+          Guarded<int32_t> dqrow(std::vector<int32_t>{0, 1});
+          Guarded<int32_t> dlen(
+              std::vector<int32_t>{static_cast<int32_t>(len), static_cast<int32_t>(len)});
+          auto run = [&](const std::vector<int32_t>& table) {
+            Guarded<int32_t> dtable(table);
+            Guarded<float> dout(static_cast<size_t>(2 * len));
+            IndexerLogitsParams p;
+            p.m = 2;
+            p.n_heads = H;
+            p.head_dim = D;
+            p.q = dq.get();
+            p.w = dw.get();
+            p.k = dk.get();
+            p.k_scale = fp8 ? dscale.get() : nullptr;
+            p.k_format = fp8 ? IndexerKeyFormat::kFp8 : IndexerKeyFormat::kBf16;
+            p.key_rows = key_rows;
+            p.block_table = dtable.get();
+            p.block_table_stride = stride;
+            p.query_row = dqrow.get();
+            p.lengths = dlen.get();
+            p.page_size = page;
+            p.out = dout.get();
+            p.out_cols = len;
+            p.max_len = len;
+            p.decode_tiles_per_block = per;
+            p.decode_kernel = kernel;
+            EXPECT_TRUE(LaunchIndexerLogits(p, nullptr).ok());
+            EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+            EXPECT_TRUE(dout.GuardsIntact());
+            return dout.Download();
+          };
+          const std::vector<float> want = run(full), got = run(holed);
+          if (first.empty()) {
+            first = want;
+          } else {
+            EXPECT_TRUE(BitEqual(want, first)) << "66 tiles a block against the default";
+          }
+          int64_t nan_expected = 0, nan_wrong = 0, bits_wrong = 0, finite_wrong = 0;
+          for (int64_t q = 0; q < 2; ++q) {
+            for (int64_t j = 0; j < len; ++j) {
+              const float g = got[static_cast<size_t>(q * len + j)];
+              const int64_t pg = j / page;
+              const bool out_page = (q == 0 && pg == gone) || (q == 1 && pg == past);
+              const bool partial_page = q == 1 && pg == partial;
+              const bool out_row = partial_page && (pool - 1) * page + j % page >= key_rows;
+              if (out_page || out_row) {
+                ++nan_expected;
+                nan_wrong += std::isnan(g) ? 0 : 1;
+              } else if (partial_page) {
+                finite_wrong += std::isfinite(g) ? 0 : 1;  // another page's keys: other bits
+              } else {
+                const float w = want[static_cast<size_t>(q * len + j)];
+                bits_wrong += std::memcmp(&g, &w, sizeof(float)) == 0 && std::isfinite(w) ? 0 : 1;
+              }
+            }
+          }
+          EXPECT_EQ(nan_expected, 2 * page + 10);
+          EXPECT_EQ(nan_wrong, 0) << "keys outside the buffer must give NaN";
+          EXPECT_EQ(finite_wrong, 0);
+          EXPECT_EQ(bits_wrong, 0) << "keys inside the buffer: the all-pages launch's bits";
+        }
+      }
     }
   }
 }

@@ -170,7 +170,7 @@ void PerfGemm() {
 /// (above).
 void SweepDecodeTiles(const char* base, IndexerLogitsParams p, double flops, double bytes) {
   for (const int stages : {4, 3, 2}) {
-    for (const int per : {8, 32}) {
+    for (const int per : {8, 16, 32, 64}) {
       p.decode_tiles_per_block = per;
       p.decode_stages = stages;
       const std::string name = std::string(base) + ", " + std::to_string(per) + " tiles a block, " +
