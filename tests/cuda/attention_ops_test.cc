@@ -261,6 +261,93 @@ TEST(CudaAttention, FewHeadsBf16ValuesOnTensorCores) {
   RunAttention({6, 4, 96, 32, 31, 33, KvFormat::kFp32, false, true}, seed++);
 }
 
+// The few-heads kernel stages a block's set-0 rows once when they span at most 160 rows (a
+// sliding window's consecutive queries), else gathers every entry on its own. The same entries
+// laid out both ways (a sliding window over the rows in order, and the same rows scattered by a
+// permutation of the buffer) give the same bits; with 1 and 4 heads, early queries' -1 slots,
+// windows shorter than the set width, and the compressed set in its own buffer or in set 0's.
+TEST(CudaAttention, FewHeadsStagedWindowRowsGiveTheGatheredBits) {
+  NW_REQUIRE_GPU();
+  const int D = 128, W = 128, K = 64;
+  for (const int H : {4, 1}) {
+    for (const bool shared_buffer : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << H << " heads, compressed set in "
+                                        << (shared_buffer ? "set 0's buffer" : "its own"));
+      Rng rng(900 + H + (shared_buffer ? 1 : 0));
+      const int64_t m = 301, rows0 = m + 40, rows1 = 500;
+      std::vector<uint16_t> kv0(static_cast<size_t>(rows0 * D)),
+          kv1(static_cast<size_t>(rows1 * D));
+      for (auto& v : kv0) v = quant::FloatToBf16Bits(rng.Uniform(-1.0f, 1.0f));
+      for (auto& v : kv1) v = quant::FloatToBf16Bits(rng.Uniform(-1.0f, 1.0f));
+      std::vector<float> q(static_cast<size_t>(m * H * D));
+      for (auto& v : q) v = quant::RoundBf16(rng.Uniform(-1.5f, 1.5f));
+      const std::vector<float> sink = rng.Vec(static_cast<size_t>(H), -2.0f, 2.0f);
+      // Query i's window: rows i - 127 .. i (-1 before row 0), every 7th query's window shorter.
+      std::vector<int32_t> idx0(static_cast<size_t>(m * W), -1), idx1(static_cast<size_t>(m * K));
+      std::vector<int32_t> len0(static_cast<size_t>(m), W), len1(static_cast<size_t>(m), K);
+      for (int64_t i = 0; i < m; ++i) {
+        if (i % 7 == 3) len0[static_cast<size_t>(i)] = static_cast<int32_t>(1 + i % W);
+        for (int j = 0; j < W; ++j) {
+          const int64_t r = i - (W - 1) + j;
+          idx0[static_cast<size_t>(i * W + j)] = r >= 0 ? static_cast<int32_t>(r) : -1;
+        }
+        if (i % 11 == 5) len1[static_cast<size_t>(i)] = static_cast<int32_t>(i % K);
+        for (int j = 0; j < K; ++j) {
+          idx1[static_cast<size_t>(i * K + j)] =
+              static_cast<int32_t>(rng.Int(0, (shared_buffer ? rows0 : rows1) - 1));
+        }
+      }
+      // The scattered layout: row r of set 0's buffer moved to perm[r], the indices with it.
+      std::vector<int32_t> perm(static_cast<size_t>(rows0));
+      for (size_t r = 0; r < perm.size(); ++r) perm[r] = static_cast<int32_t>(r);
+      for (size_t r = perm.size(); r > 1; --r)
+        std::swap(perm[r - 1], perm[static_cast<size_t>(rng.Int(0, static_cast<int64_t>(r) - 1))]);
+      std::vector<uint16_t> kv0s(kv0.size());
+      for (int64_t r = 0; r < rows0; ++r) {
+        std::copy_n(&kv0[static_cast<size_t>(r * D)], D,
+                    &kv0s[static_cast<size_t>(perm[static_cast<size_t>(r)]) * D]);
+      }
+      std::vector<int32_t> idx0s = idx0, idx1s = idx1;
+      for (auto& v : idx0s) v = v >= 0 ? perm[static_cast<size_t>(v)] : v;
+      if (shared_buffer) {
+        for (auto& v : idx1s) v = perm[static_cast<size_t>(v)];
+      }
+      Guarded<float> dq(q), dsink(sink);
+      Guarded<int32_t> dlen0(len0), dlen1(len1);
+      auto run = [&](const std::vector<uint16_t>& k0, const std::vector<int32_t>& i0,
+                     const std::vector<int32_t>& i1) {
+        Guarded<uint16_t> dk0(k0), dk1(kv1);
+        Guarded<int32_t> di0(i0), di1(i1);
+        Guarded<float> dout(static_cast<size_t>(m * H * D));
+        SparseAttentionParams p;
+        p.q = dq.get();
+        p.bf16_values = true;
+        p.sink = dsink.get();
+        p.out = dout.get();
+        p.m = m;
+        p.n_heads = H;
+        p.head_dim = D;
+        p.scale = 1.0f / std::sqrt(static_cast<float>(D));
+        p.kv_format = KvFormat::kBf16;
+        p.sets[0] = {dk0.get(), rows0, di0.get(), dlen0.get(), W};
+        p.sets[1] = {shared_buffer ? static_cast<const void*>(dk0.get())
+                                   : static_cast<const void*>(dk1.get()),
+                     shared_buffer ? rows0 : rows1, di1.get(), dlen1.get(), K};
+        EXPECT_TRUE(LaunchSparseAttention(p, nullptr).ok());
+        EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        EXPECT_TRUE(dout.GuardsIntact());
+        return dout.Download();
+      };
+      const std::vector<float> staged = run(kv0, idx0, idx1);
+      const std::vector<float> gathered = run(kv0s, idx0s, idx1s);
+      EXPECT_TRUE(BitEqual(staged, gathered));
+      bool finite = true;
+      for (float v : staged) finite = finite && std::isfinite(v);
+      EXPECT_TRUE(finite);
+    }
+  }
+}
+
 TEST(CudaAttention, TensorCoresV4Fp8Kv) {
   NW_REQUIRE_GPU();
   uint64_t seed = 30;
