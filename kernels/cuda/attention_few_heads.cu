@@ -1,15 +1,10 @@
 // Sparse attention on tensor cores for models with few heads (see attention.h,
 // SparseAttentionParams::bf16_values): q holds bf16 values in fp32 storage and the KV rows are
-// bf16, as under the precision profiles that round activations and KV to bf16. A block of two
-// warps takes 16 consecutive queries, each warp 8 of them one after the other. First the block
-// finds the smallest and largest set-0 row its queries read; when they lie within 160 rows (a
-// sliding window: consecutive queries share all but one row) it stages those rows once into
-// shared memory, one barrier, and no query gathers them again. The query's entries go in 32-entry
-// tiles; a tile's other rows come through two per-warp buffers: while the warp computes one tile,
-// cp.async brings the next tile's rows (16-byte pieces, zero-filled for -1 and out-of-range
-// slots), so the gather's latency hides behind the tensor-core work. Each lane keeps where its
-// entry's row lies (staged or in the buffer); the fragment loads read rows through those
-// offsets, so the values, and the bits, are the same either way. Per tile:
+// bf16, as under the precision profiles that round activations and KV to bf16. One warp per
+// query, two queries a block, no block barriers. The query's entries go in 32-entry tiles through
+// two shared-memory buffers: while the warp computes one tile, cp.async brings the next tile's
+// rows (16-byte pieces, zero-filled for -1 and out-of-range slots), so the gather's latency hides
+// behind the tensor-core work. Per tile:
 //   S^T = K Q^T on mma.sync m16n8k16: entries are the 16 rows of A, heads (padded to 8) the 8
 //     columns of B, so no work is spent on padding rows; bf16 times bf16 is exact, the sums are
 //     fp32;
@@ -29,11 +24,8 @@ namespace nw::cuda::detail {
 namespace {
 
 constexpr int kDim = kFewHeadsDim;
-constexpr int kHeadsPad = 8;        // the n of m16n8k16
-constexpr int kWarps = 2;           // warps per block
-constexpr int kQueriesPerWarp = 8;  // consecutive queries a warp takes, one after the other
-constexpr int kPerBlock = kWarps * kQueriesPerWarp;
-constexpr int kUnionRows = 160;      // most set-0 rows a block stages once for all its queries
+constexpr int kHeadsPad = 8;         // the n of m16n8k16
+constexpr int kWarps = 2;            // queries per block (5 blocks fit an SM's shared memory)
 constexpr int kTile = 32;            // entries per tile (one lane each for the slots)
 constexpr int kStride = kDim + 8;    // bf16 per staged row: conflict-free fragments
 constexpr int kPStride = kTile + 8;  // bf16 per P row
@@ -45,37 +37,19 @@ struct WarpSmem {
   uint16_t p[kPieces][kHeadsPad * kPStride];
 };
 
-// The rows a block stages once: set-0 rows lo .. lo + span - 1 (span 0: none), every set-0 row
-// its queries read (when they span at most kUnionRows rows: a sliding window's consecutive
-// queries share all but one of them).
-struct BlockRows {
-  int64_t lo;
-  int span;
-};
-
-// Starts the copies of the tile of entries s0 .. s0 + 31 (one group of cp.async) and returns the
-// tile's valid-entry mask (bit r: entry s0 + r has a row). Lane r finds entry s0 + r's row and
-// returns where it lies (uint16 offset from `base`): in the block's staged rows when it is one,
-// else in slot r of `kv`, copied there (16-byte piece lane % 16 of rows lane / 16, + 2, ...), or
-// zero-filled for a slot without a row.
+// Starts the copies of the tile of entries s0 .. s0 + 31 into `kv` (one group of cp.async) and
+// returns the tile's valid-entry mask (bit r: entry s0 + r has a row). Lane r finds entry
+// s0 + r's row; a lane then copies 16-byte piece lane % 16 of rows lane / 16, + 2, ...
 __device__ __forceinline__ uint32_t StageTile(const SparseAttentionParams& p, int64_t i,
-                                              int64_t len0, int64_t total, int64_t s0,
-                                              const uint16_t* base, const uint16_t* staged,
-                                              BlockRows br, uint16_t* kv, int lane, int* offset) {
+                                              int64_t len0, int64_t total, int64_t s0, uint16_t* kv,
+                                              int lane) {
   const int64_t e = s0 + lane;
   const uint16_t* src = nullptr;
-  bool shared_row = false;
   if (e < total) {
     const Slot slot = SlotAt(p, i, len0, e);
-    if (slot.row >= 0) {
-      shared_row = slot.set == 0 && br.span > 0;  // then lo <= row < lo + span
-      src = static_cast<const uint16_t*>(p.sets[slot.set].kv) + slot.row * kDim;
-      if (shared_row) *offset = static_cast<int>(staged - base + (slot.row - br.lo) * kStride);
-    }
+    if (slot.row >= 0) src = static_cast<const uint16_t*>(p.sets[slot.set].kv) + slot.row * kDim;
   }
-  if (!shared_row) *offset = static_cast<int>(kv - base + lane * kStride);
   const uint32_t valid = __ballot_sync(kFullMask, src != nullptr);
-  const uint32_t copy = ~__ballot_sync(kFullMask, shared_row);
   const int piece = lane & 15;
   const void* dummy = p.q;  // a mapped address for the zero-filled copies
 #pragma unroll
@@ -83,10 +57,8 @@ __device__ __forceinline__ uint32_t StageTile(const SparseAttentionParams& p, in
     const int r = 2 * it + (lane >> 4);
     const auto row = reinterpret_cast<const uint16_t*>(
         __shfl_sync(kFullMask, reinterpret_cast<uintptr_t>(src), r));
-    if ((copy >> r) & 1u) {
-      CpAsync16(kv + r * kStride + piece * 8, row != nullptr ? row + piece * 8 : dummy,
-                row != nullptr);
-    }
+    CpAsync16(kv + r * kStride + piece * 8, row != nullptr ? row + piece * 8 : dummy,
+              row != nullptr);
   }
   CpAsyncCommit();
   return valid;
@@ -105,12 +77,13 @@ __device__ __forceinline__ float FloatOfBf16(uint16_t u) {
   return f;
 }
 
-// One query on one warp (s: the warp's buffers; base: the shared-memory base the row offsets
-// count from; staged / br: the block's staged set-0 rows).
-__device__ __forceinline__ void OneQuery(const SparseAttentionParams& p, WarpSmem& s, int64_t i,
-                                         const uint16_t* base, const uint16_t* staged,
-                                         BlockRows br) {
-  const int lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
+__global__ void __launch_bounds__(kWarps * 32)
+    SparseAttentionFewHeadsKernel(SparseAttentionParams p) {
+  extern __shared__ uint4 smem_raw[];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t4 = lane & 3;
+  WarpSmem& s = reinterpret_cast<WarpSmem*>(smem_raw)[warp];
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * kWarps + warp;
+  if (i >= p.m) return;
   const int H = p.n_heads;
 
   // Q (bf16 values) -> bf16 rows; heads past n_heads are zero.
@@ -138,14 +111,12 @@ __device__ __forceinline__ void OneQuery(const SparseAttentionParams& p, WarpSme
 #pragma unroll
   for (int dt = 0; dt < kDim / 16; ++dt) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.0f;
 
-  int offset = 0, next_offset = 0;  // where entry s0 + lane's row lies (StageTile)
-  uint32_t valid =
-      total > 0 ? StageTile(p, i, len0, total, 0, base, staged, br, s.kv[0], lane, &offset) : 0u;
+  uint32_t valid = total > 0 ? StageTile(p, i, len0, total, 0, s.kv[0], lane) : 0u;
   for (int64_t s0 = 0, t = 0; s0 < total; s0 += kTile, ++t) {
+    const uint16_t* kv = s.kv[t & 1];
     uint32_t next_valid = 0;
     if (s0 + kTile < total) {
-      next_valid = StageTile(p, i, len0, total, s0 + kTile, base, staged, br, s.kv[(t + 1) & 1],
-                             lane, &next_offset);
+      next_valid = StageTile(p, i, len0, total, s0 + kTile, s.kv[(t + 1) & 1], lane);
     } else {
       CpAsyncCommit();  // an empty group: the wait below then always leaves one in flight
     }
@@ -157,17 +128,14 @@ __device__ __forceinline__ void OneQuery(const SparseAttentionParams& p, WarpSme
 #pragma unroll
     for (int mt = 0; mt < 2; ++mt) {
       z[mt][0] = z[mt][1] = z[mt][2] = z[mt][3] = 0.0f;
-      const uint16_t* row0 = base + __shfl_sync(kFullMask, offset, mt * 16 + g);
-      const uint16_t* row1 = base + __shfl_sync(kFullMask, offset, mt * 16 + g + 8);
 #pragma unroll
       for (int kk = 0; kk < kDim / 16; ++kk) {
-        const uint16_t* ap = row0 + kk * 16 + 2 * t4;
-        const uint16_t* ap1 = row1 + kk * 16 + 2 * t4;
+        const uint16_t* ap = kv + (mt * 16 + g) * kStride + kk * 16 + 2 * t4;
         uint32_t a[4];
         a[0] = *reinterpret_cast<const uint32_t*>(ap);
-        a[1] = *reinterpret_cast<const uint32_t*>(ap1);
+        a[1] = *reinterpret_cast<const uint32_t*>(ap + 8 * kStride);
         a[2] = *reinterpret_cast<const uint32_t*>(ap + 8);
-        a[3] = *reinterpret_cast<const uint32_t*>(ap1 + 8);
+        a[3] = *reinterpret_cast<const uint32_t*>(ap + 8 * kStride + 8);
         const uint16_t* bp = s.q + g * kStride + kk * 16 + 2 * t4;
         MmaBf16(z[mt], a, *reinterpret_cast<const uint32_t*>(bp),
                 *reinterpret_cast<const uint32_t*>(bp + 8));
@@ -248,8 +216,7 @@ __device__ __forceinline__ void OneQuery(const SparseAttentionParams& p, WarpSme
         b[piece][1] = *reinterpret_cast<const uint32_t*>(bp + 8);
       }
       // ldmatrix rows: matrix mi covers entries kk 16 + 8 (mi >> 1) .., dims + 8 (mi & 1).
-      const uint16_t* vrow =
-          base + __shfl_sync(kFullMask, offset, kk * 16 + (mi >> 1) * 8 + rr) + (mi & 1) * 8;
+      const uint16_t* vrow = kv + (kk * 16 + (mi >> 1) * 8 + rr) * kStride + (mi & 1) * 8;
 #pragma unroll
       for (int dt = 0; dt < kDim / 16; ++dt) {
         uint32_t a[4];
@@ -262,7 +229,6 @@ __device__ __forceinline__ void OneQuery(const SparseAttentionParams& p, WarpSme
     }
     __syncwarp();  // this buffer and P are rewritten by the next tiles
     valid = next_valid;
-    offset = next_offset;
   }
   CpAsyncWait<0>();  // nothing left in flight (the last tile's empty group)
 
@@ -284,80 +250,13 @@ __device__ __forceinline__ void OneQuery(const SparseAttentionParams& p, WarpSme
   }
 }
 
-// Shared memory: the block's staged set-0 rows, then each warp's buffers.
-constexpr size_t kStagedBytes = size_t{kUnionRows} * kStride * sizeof(uint16_t);
-static_assert(kStagedBytes % 16 == 0 && sizeof(WarpSmem) % 16 == 0);
-
-__global__ void __launch_bounds__(kWarps * 32)
-    SparseAttentionFewHeadsKernel(SparseAttentionParams p) {
-  extern __shared__ uint4 smem_raw[];
-  __shared__ int64_t s_lo[kWarps], s_hi[kWarps];
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const uint16_t* base = reinterpret_cast<const uint16_t*>(smem_raw);
-  uint16_t* staged = reinterpret_cast<uint16_t*>(smem_raw);
-  WarpSmem& s =
-      reinterpret_cast<WarpSmem*>(reinterpret_cast<unsigned char*>(smem_raw) + kStagedBytes)[warp];
-  const int64_t q0 = static_cast<int64_t>(blockIdx.x) * kPerBlock;
-  const int64_t qn = min(int64_t{kPerBlock}, p.m - q0);
-
-  // The smallest and largest set-0 row the block's queries read (the same rule as SlotAt).
-  const KvSet& w = p.sets[0];
-  int64_t lo = INT64_MAX, hi = -1;
-  if (w.indices != nullptr) {
-    for (int64_t k = 0; k < qn; ++k) {
-      const int64_t qi = q0 + k, len = SetLength(w, qi);
-      for (int64_t e = threadIdx.x; e < len; e += kWarps * 32) {
-        const int64_t idx = w.indices[qi * w.index_stride + e];
-        if (idx >= 0 && idx < w.rows) {
-          lo = min(lo, idx);
-          hi = max(hi, idx);
-        }
-      }
-    }
-  }
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    lo = min(lo, __shfl_xor_sync(kFullMask, lo, o));
-    hi = max(hi, __shfl_xor_sync(kFullMask, hi, o));
-  }
-  if (lane == 0) {
-    s_lo[warp] = lo;
-    s_hi[warp] = hi;
-  }
-  __syncthreads();
-#pragma unroll
-  for (int k = 0; k < kWarps; ++k) {
-    lo = min(lo, s_lo[k]);
-    hi = max(hi, s_hi[k]);
-  }
-  BlockRows br{lo, 0};
-  if (hi >= lo && hi - lo < kUnionRows) {
-    br.span = static_cast<int>(hi - lo + 1);
-    const uint16_t* src = static_cast<const uint16_t*>(w.kv) + lo * kDim;
-    for (int c = threadIdx.x; c < br.span * (kDim / 8); c += kWarps * 32) {
-      const int r = c / (kDim / 8), piece = c % (kDim / 8);
-      CpAsync16(staged + r * kStride + piece * 8, src + r * kDim + piece * 8, true);
-    }
-    CpAsyncCommit();
-    CpAsyncWait<0>();
-  }
-  __syncthreads();  // the staged rows are every warp's from here
-
-  for (int k = 0; k < kQueriesPerWarp; ++k) {
-    const int64_t i = q0 + warp * kQueriesPerWarp + k;
-    if (i >= p.m) return;
-    OneQuery(p, s, i, base, staged, br);
-    __syncwarp();  // the next query rewrites the warp's buffers
-  }
-}
-
 Status Launch(const SparseAttentionParams& p, cudaStream_t stream) {
-  const size_t smem = kStagedBytes + sizeof(WarpSmem) * kWarps;
+  const size_t smem = sizeof(WarpSmem) * kWarps;
   NW_RETURN_IF_ERROR(
       AllowDynamicSharedMemory(reinterpret_cast<const void*>(&SparseAttentionFewHeadsKernel), smem,
                                "SparseAttentionFewHeadsKernel"));
-  SparseAttentionFewHeadsKernel<<<static_cast<unsigned>((p.m + kPerBlock - 1) / kPerBlock),
-                                  kWarps * 32, smem, stream>>>(p);
+  SparseAttentionFewHeadsKernel<<<static_cast<unsigned>((p.m + kWarps - 1) / kWarps), kWarps * 32,
+                                  smem, stream>>>(p);
   return NW_CUDA_LAUNCH_STATUS("SparseAttentionFewHeadsKernel");
 }
 
