@@ -28,7 +28,6 @@ namespace {
 // copy moves ~4.3 TB/s (read + write); a large bf16 GEMM runs at ~790 TFLOP/s. The copy is
 // re-measured below in the same run.
 constexpr double kPeakTflops = 790.0;
-double g_bandwidth_gbs = 4300.0;
 
 struct Fast {  // xorshift64*, for filling hundreds of MB quickly
   uint64_t s;
@@ -105,18 +104,24 @@ double TimeMs(const std::function<Status()>& launch, int warmup = 3, int iters =
   return ms[ms.size() / 2];
 }
 
-void Report(const char* name, double ms, double flops, double bytes) {
-  if (ms <= 0) {
-    std::printf("%-34s FAILED\n", name);
-    return;
+/// Prints one case: time, TFLOP/s and GB/s, each with its share of the ceiling (the copy
+/// bandwidth as PerfCopy measured it in this run).
+struct Reporter {
+  double bandwidth_gbs = 4300.0;
+
+  void operator()(const char* name, double ms, double flops, double bytes) const {
+    if (ms <= 0) {
+      std::printf("%-34s FAILED\n", name);
+      return;
+    }
+    const double tflops = flops / (ms * 1e-3) / 1e12;
+    const double gbs = bytes / (ms * 1e-3) / 1e9;
+    std::printf("%-34s %10.3f ms %9.1f TFLOP/s (%5.1f%% of %3.0f) %9.1f GB/s (%5.1f%% of %4.0f)\n",
+                name, ms, tflops, 100.0 * tflops / kPeakTflops, kPeakTflops, gbs,
+                100.0 * gbs / bandwidth_gbs, bandwidth_gbs);
+    std::fflush(stdout);
   }
-  const double tflops = flops / (ms * 1e-3) / 1e12;
-  const double gbs = bytes / (ms * 1e-3) / 1e9;
-  std::printf("%-34s %10.3f ms %9.1f TFLOP/s (%5.1f%% of %3.0f) %9.1f GB/s (%5.1f%% of %4.0f)\n",
-              name, ms, tflops, 100.0 * tflops / kPeakTflops, kPeakTflops, gbs,
-              100.0 * gbs / g_bandwidth_gbs, g_bandwidth_gbs);
-  std::fflush(stdout);
-}
+};
 
 /// Whether the case `name` runs: no filter, or one of the filter's '|'-separated substrings
 /// occurs in the name.
@@ -133,7 +138,8 @@ bool Want(const std::string& filter, const char* name) {
   }
 }
 
-void PerfCopy() {
+/// The copy ceiling: sets report.bandwidth_gbs for the cases after it.
+void PerfCopy(Reporter& report) {
   const size_t bytes = size_t{4} << 30;
   auto a = DeviceBuffer<uint8_t>::Allocate(bytes);
   auto b = DeviceBuffer<uint8_t>::Allocate(bytes);
@@ -146,12 +152,12 @@ void PerfCopy() {
             "cudaMemcpyAsync", __FILE__, __LINE__);
       },
       2, 5);
-  if (ms > 0) g_bandwidth_gbs = 2.0 * static_cast<double>(bytes) / (ms * 1e-3) / 1e9;
-  Report("d2d copy 4 GiB (ceiling)", ms, 0, 2.0 * static_cast<double>(bytes));
+  if (ms > 0) report.bandwidth_gbs = 2.0 * static_cast<double>(bytes) / (ms * 1e-3) / 1e9;
+  report("d2d copy 4 GiB (ceiling)", ms, 0, 2.0 * static_cast<double>(bytes));
 }
 
 /// The tensor-core ceiling in the same run: an 8192^3 bf16 GEMM through cuBLASLt.
-void PerfGemm() {
+void PerfGemm(const Reporter& report) {
   const int64_t n = 8192;
   auto x = Upload(RandomBf16(static_cast<size_t>(n * n), 30));
   auto w = Upload(RandomBf16(static_cast<size_t>(n * n), 31));
@@ -161,26 +167,27 @@ void PerfGemm() {
   const double ms = TimeMs(
       [&] { return blas->LinearBf16(x.data(), w.data(), y->data(), true, n, n, n, nullptr); }, 3,
       10);
-  Report("cublasLt bf16 gemm 8192^3 (ceiling)", ms, 2.0 * n * n * n, 3.0 * n * n * 2);
+  report("cublasLt bf16 gemm 8192^3 (ceiling)", ms, 2.0 * n * n * n, 3.0 * n * n * 2);
 }
 
 // ---- Indexer logits: 64 heads x 128 -------------------------------------------------------------
 
 /// The decode kernel's 64-key tiles per block and pipeline stages against the launcher's choice
 /// (above).
-void SweepDecodeTiles(const char* base, IndexerLogitsParams p, double flops, double bytes) {
+void SweepDecodeTiles(const Reporter& report, const char* base, IndexerLogitsParams p, double flops,
+                      double bytes) {
   for (const int stages : {4, 3, 2}) {
     for (const int per : {8, 16, 32, 64}) {
       p.decode_tiles_per_block = per;
       p.decode_stages = stages;
       const std::string name = std::string(base) + ", " + std::to_string(per) + " tiles a block, " +
                                std::to_string(stages) + " stages";
-      Report(name.c_str(), TimeMs([&] { return LaunchIndexerLogits(p, nullptr); }), flops, bytes);
+      report(name.c_str(), TimeMs([&] { return LaunchIndexerLogits(p, nullptr); }), flops, bytes);
     }
   }
 }
 
-void PerfIndexer(const std::string& filter) {
+void PerfIndexer(const Reporter& report, const std::string& filter) {
   const int H = 64, D = 128;
   {  // Decode: 64 requests, 32768 compressed keys each (131072 tokens), paged, distinct pages.
     const int64_t m = 64, len = 32768, page = 64, pages_per = len / page;
@@ -215,12 +222,12 @@ void PerfIndexer(const std::string& filter) {
       auto k = Upload(RandomBf16(static_cast<size_t>(rows * D), 3));
       p.k = k.data();
       p.k_format = IndexerKeyFormat::kBf16;
-      Report("indexer decode bf16 paged", TimeMs([&] { return LaunchIndexerLogits(p, nullptr); }),
+      report("indexer decode bf16 paged", TimeMs([&] { return LaunchIndexerLogits(p, nullptr); }),
              flops, m * len * (2.0 * D + 4.0));
-      SweepDecodeTiles("indexer decode bf16 paged", p, flops, m * len * (2.0 * D + 4.0));
+      SweepDecodeTiles(report, "indexer decode bf16 paged", p, flops, m * len * (2.0 * D + 4.0));
       IndexerLogitsParams mma = p;  // kAuto takes the wgmma kernel
       mma.decode_kernel = IndexerDecodeKernel::kMma;
-      Report("indexer decode bf16 paged, mma.sync",
+      report("indexer decode bf16 paged, mma.sync",
              TimeMs([&] { return LaunchIndexerLogits(mma, nullptr); }), flops,
              m * len * (2.0 * D + 4.0));
     }
@@ -234,12 +241,12 @@ void PerfIndexer(const std::string& filter) {
       p.k = k.data();
       p.k_scale = ks.data();
       p.k_format = IndexerKeyFormat::kFp8;
-      Report("indexer decode fp8 paged", TimeMs([&] { return LaunchIndexerLogits(p, nullptr); }),
+      report("indexer decode fp8 paged", TimeMs([&] { return LaunchIndexerLogits(p, nullptr); }),
              flops, m * len * (D + 4.0 + 4.0));
-      SweepDecodeTiles("indexer decode fp8 paged", p, flops, m * len * (D + 4.0 + 4.0));
+      SweepDecodeTiles(report, "indexer decode fp8 paged", p, flops, m * len * (D + 4.0 + 4.0));
       IndexerLogitsParams mma = p;
       mma.decode_kernel = IndexerDecodeKernel::kMma;
-      Report("indexer decode fp8 paged, mma.sync",
+      report("indexer decode fp8 paged, mma.sync",
              TimeMs([&] { return LaunchIndexerLogits(mma, nullptr); }), flops,
              m * len * (D + 4.0 + 4.0));
       // The wgmma kernel's bf16 path (e4m3 widened to bf16): head 0 of every query times 2^30,
@@ -254,7 +261,7 @@ void PerfIndexer(const std::string& filter) {
       auto qw = Upload(qwide);
       IndexerLogitsParams wide = p;
       wide.q = qw.data();
-      Report("indexer decode fp8 paged, wgmma bf16 path",
+      report("indexer decode fp8 paged, wgmma bf16 path",
              TimeMs([&] { return LaunchIndexerLogits(wide, nullptr); }), flops,
              m * len * (D + 4.0 + 4.0));
     }
@@ -288,11 +295,11 @@ void PerfIndexer(const std::string& filter) {
       p.ke = dke.data();
       p.out = out->data();
       p.out_cols = n;
-      Report(name, TimeMs([&] { return LaunchIndexerLogits(p, nullptr); }, 2, exact ? 3 : 10),
+      report(name, TimeMs([&] { return LaunchIndexerLogits(p, nullptr); }, 2, exact ? 3 : 10),
              2.0 * m * n * H * D, m * n * 4.0 + n * D * (exact ? 4.0 : 2.0));
       if (!exact) {  // the mma.sync grouped kernel, the baseline of the wgmma one above
         p.prefill_kernel = IndexerPrefillKernel::kMma;
-        Report("indexer prefill bf16 mma.sync",
+        report("indexer prefill bf16 mma.sync",
                TimeMs([&] { return LaunchIndexerLogits(p, nullptr); }, 2, 10), 2.0 * m * n * H * D,
                m * n * 4.0 + n * D * 2.0);
       }
@@ -302,7 +309,7 @@ void PerfIndexer(const std::string& filter) {
 
 // ---- Top-k: k = 512 (V4-Flash), and k = 64 over 4,096 entries (tiny-v4's prefill at 16K) -------
 
-void PerfTopK(const std::string& filter) {
+void PerfTopK(const Reporter& report, const std::string& filter) {
   struct Shape {
     const char* name;
     int64_t rows;
@@ -322,13 +329,13 @@ void PerfTopK(const std::string& filter) {
     p.rows = s.rows;
     p.n = s.n;
     p.k = s.k;
-    Report(s.name, TimeMs([&] { return LaunchTopK(p, nullptr); }), 0, s.rows * s.n * 4.0);
+    report(s.name, TimeMs([&] { return LaunchTopK(p, nullptr); }), 0, s.rows * s.n * 4.0);
   }
 }
 
 // ---- Sparse attention: 64 heads x 512, 128 window + 512 selected --------------------------------
 
-void PerfAttention(const std::string& filter) {
+void PerfAttention(const Reporter& report, const std::string& filter) {
   const int H = 64, D = 512, W = 128, K = 512;
   const int64_t rows = 65536;  // KV pool (64 MiB bf16), indices random
   auto kv16 = Upload(RandomBf16(static_cast<size_t>(rows * D), 20));
@@ -411,7 +418,7 @@ void PerfAttention(const std::string& filter) {
                     : tag.find("entries split") != std::string::npos
                         ? AttentionTcKernel::kWgmmaEntrySplit
                         : AttentionTcKernel::kAuto;
-      Report(name, TimeMs([&] { return LaunchSparseAttention(p, nullptr); }, 2, v.tc ? 10 : 3),
+      report(name, TimeMs([&] { return LaunchSparseAttention(p, nullptr); }, 2, v.tc ? 10 : 3),
              flops, m * (W + K) * v.row_bytes + m * H * D * (4.0 + (v.tc ? 2.0 : 4.0)));
     }
   }
@@ -419,7 +426,7 @@ void PerfAttention(const std::string& filter) {
 
 // ---- Sparse attention, tiny-v4's shape: 4 heads x 128, 128 window + 64 selected, fp32 KV
 // --------- The SIMT kernel against the few-heads tensor-core kernel on the same bf16 values.
-void PerfAttentionFewHeads(const std::string& filter) {
+void PerfAttentionFewHeads(const Reporter& report, const std::string& filter) {
   const int H = 4, D = 128, W = 128, K = 64;
   const int64_t m = 32768, rows = 16384;
   std::vector<float> kv = RandomF32(static_cast<size_t>(rows * D), 30);
@@ -456,7 +463,7 @@ void PerfAttentionFewHeads(const std::string& filter) {
   const double flops = 4.0 * m * H * (W + K) * D;
   const double bytes = m * (W + K) * D * 4.0 + m * H * D * 8.0;
   if (Want(filter, "attn tiny m=32768 4 heads, simt fp32")) {
-    Report("attn tiny m=32768 4 heads, simt fp32",
+    report("attn tiny m=32768 4 heads, simt fp32",
            TimeMs([&] { return LaunchSparseAttention(p, nullptr); }, 2, 10), flops, bytes);
   }
   // The same bf16 values stored as bf16 (what the engine's bf16 profiles read): the few-heads
@@ -472,13 +479,13 @@ void PerfAttentionFewHeads(const std::string& filter) {
                           : "attn tiny m=32768 4 heads, bf16 kv, simt";
     if (!Want(filter, name)) continue;
     p.bf16_values = tc;
-    Report(name, TimeMs([&] { return LaunchSparseAttention(p, nullptr); }, 2, 10), flops, bytes16);
+    report(name, TimeMs([&] { return LaunchSparseAttention(p, nullptr); }, 2, 10), flops, bytes16);
   }
 }
 
 // The tiny model's tensor-core linears at 32,768 rows (bf16 profile; x fp32 holding bf16 values,
 // y fp32): bytes are x once, W once and y once, the floor a memory-bound product reaches.
-void PerfLinearTiny(const std::string& filter) {
+void PerfLinearTiny(const Reporter& report, const std::string& filter) {
   struct Shape {
     const char* name;
     int64_t in, out;
@@ -523,7 +530,7 @@ void PerfLinearTiny(const std::string& filter) {
           continue;
         }
         const double ms = TimeMs([&] { return LaunchLinear(p, nullptr); }, 3, 20);
-        Report((base + (resident ? ", W-resident" : ", tiled")).c_str(), ms, flops, bytes);
+        report((base + (resident ? ", W-resident" : ", tiled")).c_str(), ms, flops, bytes);
         if (!resident) tiled_ms = ms;
         if (resident && ms > 0) std::printf("  W-resident vs tiled: %.2fx\n", tiled_ms / ms);
       }
@@ -538,13 +545,14 @@ int RunPerf(const std::string& filter) {
   cudaGetDeviceProperties(&prop, 0);
   std::printf("perf: %s, %d SMs, L2 %d MB; ceilings: %.0f TFLOP/s bf16 (KINDS.md), copy below\n",
               prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20, kPeakTflops);
-  PerfCopy();
-  if (Want(filter, "gemm")) PerfGemm();
-  PerfIndexer(filter);
-  PerfTopK(filter);
-  PerfAttention(filter);
-  PerfAttentionFewHeads(filter);
-  PerfLinearTiny(filter);
+  Reporter report;
+  PerfCopy(report);
+  if (Want(filter, "gemm")) PerfGemm(report);
+  PerfIndexer(report, filter);
+  PerfTopK(report, filter);
+  PerfAttention(report, filter);
+  PerfAttentionFewHeads(report, filter);
+  PerfLinearTiny(report, filter);
   return 0;
 }
 
