@@ -6,22 +6,12 @@
 #include "kernels/cuda/common.h"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/topk.h"
+#include "kernels/cuda/topk_impl.cuh"
 
 namespace nw::cuda {
 namespace {
 
-constexpr int kThreads = 512;
-constexpr int kWarps = kThreads / 32;
-constexpr int kBins = 2048;
-
-/// Unsigned key whose order is the rank order: NaN -> 0, -0 -> +0, numbers order-preserving.
-/// Adding +0 turns -0 into +0 (round to nearest) and leaves every other value as it is; then the
-/// sign bit set flips every bit, clear sets the sign bit.
-__device__ __forceinline__ uint32_t RankKey(float f) {
-  const uint32_t u = __float_as_uint(__fadd_rn(f, 0.0f));
-  const uint32_t key = u ^ (static_cast<uint32_t>(static_cast<int32_t>(u) >> 31) | 0x80000000u);
-  return f != f ? 0u : key;
-}
+using namespace topk_detail;  // NOLINT(google-build-using-namespace): this file's own pieces
 
 constexpr int kCandidates = 4096;  // entries of the first pass's threshold bin the fast path takes
 
@@ -43,61 +33,6 @@ struct TopKShared {
   uint32_t n_items;
   uint32_t n_cand;
 };
-
-/// After hist[0..kBins) is filled: finds bin b with count(bins > b) < remaining <= count(>= b)
-/// and stores b, count(bins > b) and count(b) into s.bin / s.above / s.count. A pass that counts
-/// fewer bits leaves the upper bins zero, which never qualify. Suffix sums by shuffles within each
-/// warp and over the warps' totals: two barriers. Ends with a barrier.
-__device__ void FindThresholdBin(TopKShared& s, uint32_t remaining) {
-  constexpr int kPer = kBins / kThreads;
-  const int lo = threadIdx.x * kPer;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  uint32_t h[kPer];
-  uint32_t local = 0;
-#pragma unroll
-  for (int b = 0; b < kPer; ++b) {
-    h[b] = s.hist[lo + b];
-    local += h[b];
-  }
-  uint32_t suffix = local;  // this thread's bins and the warp's later threads'
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const uint32_t v = __shfl_down_sync(detail::kFullMask, suffix, o);
-    if (lane + o < 32) suffix += v;
-  }
-  if (lane == 0) s.scan[warp] = suffix;  // the warp's total
-  __syncthreads();
-  uint32_t above = suffix - local;  // entries in bins above this thread's range
-#pragma unroll
-  for (int w = 0; w < kWarps; ++w) above += w > warp ? s.scan[w] : 0u;
-#pragma unroll
-  for (int b = kPer - 1; b >= 0; --b) {
-    if (above < remaining && above + h[b] >= remaining) {
-      s.bin = static_cast<uint32_t>(lo + b);
-      s.above = above;
-      s.count = h[b];
-    }
-    above += h[b];
-  }
-  __syncthreads();
-}
-
-/// Appends `value` to buf at the next free slot of *count for every lane whose pred is set: one
-/// shared-memory atomic a warp. Slots follow the atomic's order, so the order across warps is not
-/// deterministic (callers sort what they gather). The whole warp must call it.
-template <class T>
-__device__ __forceinline__ void WarpAppend(bool pred, T value, uint32_t* count, T* buf,
-                                           uint32_t capacity) {
-  const unsigned mask = __ballot_sync(detail::kFullMask, pred);
-  if (mask == 0u) return;
-  const int lane = threadIdx.x & 31;
-  const int leader = __ffs(mask) - 1;
-  uint32_t base = 0;
-  if (lane == leader) base = atomicAdd(count, static_cast<uint32_t>(__popc(mask)));
-  base = __shfl_sync(detail::kFullMask, base, leader);
-  const uint32_t at = base + __popc(mask & ((1u << lane) - 1u));
-  if (pred && at < capacity) buf[at] = value;  // always below; guards a logic error
-}
 
 /// Appends to cand (in no particular order) the positions of cache[0..n) whose key is at least
 /// `lowest`. A lane reads four 16-byte words (16 keys) an iteration, consecutive lanes
@@ -155,46 +90,6 @@ __device__ __forceinline__ void GatherFrom(const uint32_t* cache, int n, uint32_
   if (4 * w0 < n) iteration(w0, std::true_type{});
 }
 
-/// Sorts items[0..size) (size a power of two, at most kThreads) descending, one item a thread in
-/// registers: a bitonic network whose exchanges of stride >= 32 go through `exchange`, alternating
-/// between its two halves so one block barrier a stage suffices (a stage writes the half that the
-/// stage before the last read), and whose narrower ones are shuffles within a warp (unrolled).
-/// Threads at or past size hold 0 and take part. Ends with a barrier.
-__device__ void RegisterSortDescending(unsigned long long* items, int size,
-                                       unsigned long long (*exchange)[kThreads]) {
-  const int t = threadIdx.x;
-  unsigned long long v = t < size ? items[t] : 0ull;
-  int half = 0;
-  // A pair's lower position keeps the larger item in a descending run, the smaller in an
-  // ascending one; runs of `block` alternate, the first descending.
-  auto exchange_with = [&](unsigned long long o, int block, int stride) {
-    const bool keep_max = ((t & block) == 0) == ((t & stride) == 0);
-    v = (v > o) == keep_max ? v : o;
-  };
-#pragma unroll
-  for (int block = 2; block <= 32; block <<= 1) {  // runs within a warp: shuffles only
-    if (block > size) break;
-#pragma unroll
-    for (int stride = block / 2; stride > 0; stride >>= 1) {
-      exchange_with(__shfl_xor_sync(detail::kFullMask, v, stride), block, stride);
-    }
-  }
-  for (int block = 64; block <= size; block <<= 1) {
-    for (int stride = block / 2; stride >= 32; stride >>= 1) {
-      exchange[half][t] = v;
-      __syncthreads();
-      exchange_with(exchange[half][t ^ stride], block, stride);
-      half ^= 1;
-    }
-#pragma unroll
-    for (int stride = 16; stride > 0; stride >>= 1) {
-      exchange_with(__shfl_xor_sync(detail::kFullMask, v, stride), block, stride);
-    }
-  }
-  if (t < size) items[t] = v;
-  __syncthreads();
-}
-
 /// Sorts items[0..size) (size a power of two) descending with a bitonic network, thread t taking
 /// compare-exchanges t, t + kThreads, ... of a stage. Exchanges of stride <= 16 stay inside 32-item
 /// chunks whose exchanges the same warp's threads own in every stage, so between two such stages a
@@ -249,34 +144,6 @@ __device__ void BitonicSort(T* items, int size, int first, int step, Barrier bar
     }
   }
 }
-
-/// A float whose RankKey is `key` (the inverse of RankKey; key 0 gives a NaN).
-__device__ __forceinline__ float KeyValue(uint32_t key) {
-  return __uint_as_float((key & 0x80000000u) != 0u ? key & 0x7FFFFFFFu : ~key);
-}
-
-__device__ __forceinline__ unsigned long long RankItem(uint32_t key, int64_t i) {
-  return (static_cast<unsigned long long>(key) << 32) |
-         static_cast<unsigned long long>(0xFFFFFFFFu - static_cast<uint32_t>(i));
-}
-
-// Segments: with count > 1 block-row q is segment q % count (entries [s * len, (s + 1) * len))
-// of row q / count; its top-k set goes, in ascending index order or in rank order, to cand_index
-// (row indices) and cand_score (values of the same rank keys) at [r * count * k + s * k ..), and
-// segment 0's block writes the row's number of candidates to cand_len[r] (every segment but a
-// row's last contributes k, as len >= k). Either order lists equal keys in ascending index order,
-// which makes the second pass's lower-position tie-break the lower-index one. With count == 1 rows
-// are rows and their top-k goes to p.out, through map[r * map_width + position] when map is set
-// (the second pass over candidates).
-struct Segments {
-  int64_t count = 1;
-  int64_t len = 0;
-  int32_t* cand_index = nullptr;
-  float* cand_score = nullptr;
-  int32_t* cand_len = nullptr;
-  const int32_t* map = nullptr;
-  int64_t map_width = 0;
-};
 
 /// Calls use(k, load(k)) for k = first, first + kThreads, ... below end, four loads in flight
 /// before their uses.
@@ -812,19 +679,21 @@ Status LaunchTopK(const TopKParams& params, cudaStream_t stream) {
                      kWarpRowsPerBlock * 32, 0, stream>>>(p);
     return NW_CUDA_LAUNCH_STATUS("TopKWarpKernel");
   }
-  const int cache_len = static_cast<int>(std::min(p.n, kTopKCachedLen));
-  const size_t smem = CacheBytes(cache_len);
-  NW_RETURN_IF_ERROR(
-      AllowDynamicSharedMemory(reinterpret_cast<const void*>(&TopKKernel), smem, "TopKKernel"));
+  // k <= kThreads over at most kResidentLen entries: the resident kernel, entries in registers.
+  const bool resident = p.k <= kThreads;
+  if (resident && p.n <= kResidentLen) return LaunchTopKResident(p, Segments{}, stream);
   const int64_t cap = 8LL * MultiprocessorCount();
-  if (p.n <= kTopKCachedLen) {
+  if (!resident && p.n <= kTopKCachedLen) {
+    const int cache_len = static_cast<int>(p.n);
+    const size_t smem = CacheBytes(cache_len);
+    NW_RETURN_IF_ERROR(
+        AllowDynamicSharedMemory(reinterpret_cast<const void*>(&TopKKernel), smem, "TopKKernel"));
     TopKKernel<<<static_cast<unsigned>(std::clamp<int64_t>(p.rows, 1, cap)), kThreads, smem,
                  stream>>>(p, cache_len, Segments{});
     return NW_CUDA_LAUNCH_STATUS("TopKKernel");
   }
-  // Rows longer than the shared-memory cache: the top-k set of each kTopKSegment-entry segment
-  // (one block each, cached) as candidates in index order, then the top-k over each row's
-  // candidates, mapped back to row indices.
+  // Longer rows: the top-k set of each kTopKSegment-entry segment (one block each) as candidates
+  // in rank order, then the top-k over each row's candidates, mapped back to row indices.
   Segments seg;
   seg.count = (p.n + kTopKSegment - 1) / kTopKSegment;
   seg.len = kTopKSegment;
@@ -841,10 +710,16 @@ Status LaunchTopK(const TopKParams& params, cudaStream_t stream) {
   seg.cand_index = cand_index.data();
   seg.cand_score = cand_score.data();
   seg.cand_len = cand_len.data();
-  const int seg_cache = static_cast<int>(kTopKSegment);
-  TopKKernel<<<static_cast<unsigned>(std::clamp<int64_t>(p.rows * seg.count, 1, cap)), kThreads,
-               CacheBytes(seg_cache), stream>>>(p, seg_cache, seg);
-  NW_RETURN_IF_ERROR(NW_CUDA_LAUNCH_STATUS("TopKKernel (segments)"));
+  if (resident) {
+    NW_RETURN_IF_ERROR(LaunchTopKResident(p, seg, stream));
+  } else {
+    const int seg_cache = static_cast<int>(kTopKSegment);
+    NW_RETURN_IF_ERROR(AllowDynamicSharedMemory(reinterpret_cast<const void*>(&TopKKernel),
+                                                CacheBytes(seg_cache), "TopKKernel"));
+    TopKKernel<<<static_cast<unsigned>(std::clamp<int64_t>(p.rows * seg.count, 1, cap)), kThreads,
+                 CacheBytes(seg_cache), stream>>>(p, seg_cache, seg);
+    NW_RETURN_IF_ERROR(NW_CUDA_LAUNCH_STATUS("TopKKernel (segments)"));
+  }
   TopKParams second = p;
   second.scores = cand_score.data();
   second.lengths = cand_len.data();
@@ -853,7 +728,10 @@ Status LaunchTopK(const TopKParams& params, cudaStream_t stream) {
   Segments map;
   map.map = cand_index.data();
   map.map_width = width;
+  if (resident && width <= kResidentLen) return LaunchTopKResident(second, map, stream);
   const int second_cache = static_cast<int>(std::min(width, kTopKCachedLen));
+  NW_RETURN_IF_ERROR(AllowDynamicSharedMemory(reinterpret_cast<const void*>(&TopKKernel),
+                                              CacheBytes(second_cache), "TopKKernel"));
   TopKKernel<<<static_cast<unsigned>(std::clamp<int64_t>(p.rows, 1, cap)), kThreads,
                CacheBytes(second_cache), stream>>>(second, second_cache, map);
   return NW_CUDA_LAUNCH_STATUS("TopKKernel (candidates)");

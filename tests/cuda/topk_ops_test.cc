@@ -80,13 +80,16 @@ struct TopKCase {
   int k;
   bool ragged;
   bool kind_per_segment = false;  // each kTopKSegment-entry stretch of a row its own kind
+  bool aligned = false;           // rows 16-byte aligned (the 16-byte load path), else padded by 5
 };
 
 void RunTopK(const TopKCase& c, uint64_t seed) {
-  SCOPED_TRACE(::testing::Message() << "rows " << c.rows << " n " << c.n << " k " << c.k
-                                    << " ragged " << c.ragged << " seed " << seed);
+  SCOPED_TRACE(::testing::Message()
+               << "rows " << c.rows << " n " << c.n << " k " << c.k << " ragged " << c.ragged
+               << " aligned " << c.aligned << " seed " << seed);
   Rng rng(seed);
-  const int64_t stride = c.n + 5;  // padded rows: the padding must never be read into results
+  // Padded rows: the padding must never be read into results.
+  const int64_t stride = c.aligned ? (c.n + 4) / 4 * 4 + 4 : c.n + 5;
   std::vector<float> scores(static_cast<size_t>(c.rows * stride), -1e30f);
   std::vector<int32_t> lengths(static_cast<size_t>(c.rows));
   for (int64_t r = 0; r < c.rows; ++r) {
@@ -175,6 +178,34 @@ TEST(CudaTopK, ManyShortRowsOneWarpEach) {
                              {512, 1000, 1, false},
                              {kTopKWarpMinRows, 130, kTopKWarpMaxK, true},
                              {kTopKWarpMinRows, 3000, kTopKWarpMaxK + 1, true}}) {  // block
+    RunTopK(c, seed++);
+  }
+}
+
+TEST(CudaTopK, ResidentRowsEveryKind) {
+  NW_REQUIRE_GPU();
+  uint64_t seed = 110;
+  // The resident kernel (k <= 512, rows or segments of at most 16,384 entries): every row kind
+  // (so the candidate gather after pass 0, the recount from global memory when the threshold bin
+  // is crowded, ties resolved by position, and the bucket sort's bitonic fallback), 16-byte
+  // aligned rows and padded ones, full rows, rows ending inside a 2,048-entry slice and inside a
+  // 16-byte word, and k at 1, 511 and 512.
+  for (const TopKCase& c : std::vector<TopKCase>{{22, 16384, 512, false, false, true},
+                                                 {22, 16384, 512, false},
+                                                 {22, 16383, 511, true, false, true},
+                                                 {22, 2049, 512, true, false, true},
+                                                 {22, 4097, 300, false},
+                                                 {22, 12000, 1, true, false, true},
+                                                 {11, 513, 512, false, false, true},
+                                                 {11, 16384, 129, true}}) {
+    RunTopK(c, seed++);
+  }
+  // Segments of the resident kernel whose candidates the resident kernel (width <= 16,384) or
+  // the cached block kernel (wider) selects from; a row of 16,385 entries is two segments.
+  for (const TopKCase& c : std::vector<TopKCase>{{8, 16385, 512, true, false, true},
+                                                 {6, 262144, 512, false, true, true},
+                                                 {4, 262144 + 3, 512, true, true},
+                                                 {3, 33 * kTopKSegment, 512, false, true, true}}) {
     RunTopK(c, seed++);
   }
 }

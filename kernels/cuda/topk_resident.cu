@@ -1,0 +1,372 @@
+// The resident top-k kernel: rows (or segments of long rows) of at most kResidentLen entries and
+// k <= kThreads, with each thread's entries held in registers; see topk.h for the contract.
+//
+// One block a row, 512 threads, 8 16-byte words a thread (entries 4t + 2048u + c, u < 8, c < 4),
+// so a 16,384-entry row is read once, by 16-byte loads all issued up front, and never staged in
+// shared memory. Entries are ranked by the 46-bit composite C = key << 14 | (16383 - position):
+// the rank key (topk_impl.cuh) then the lower position, so every entry's C is distinct and the
+// top `take` composites are exactly the CPU reference's selection, ties included. Positions past
+// the row's end (inside the last 2,048-entry slice) hold key 0 and rank below every entry of the
+// row, NaN included, so they are never selected and need no bounds checks.
+//
+// A radix select over C: pass 0 counts the top 11 bits (the key's top 11) from registers; each
+// later pass counts the next 11 bits of the entries still in the running (prefix match), until the
+// threshold bin holds exactly the entries still to take (usually after pass 1: 2,048 bins over the
+// threshold bin's entries). As soon as the entries at or above the running prefix fit the
+// candidate buffer (4,096 composites), they are gathered there and the later passes read only
+// them; otherwise the passes recount from registers. The selection, every C at or above the final
+// prefix, is appended in any order and sorted into rank order by a bucket sort: 2,048 buckets
+// linear in the selected items' own range, a shared-memory atomic a item for its slot, and each
+// item's rank within its bucket by comparing it with the bucket's others. A bucket holding more
+// than kCrowded items (items crowded into a narrow range) falls back to the bitonic sort.
+#include <algorithm>
+#include <string>
+
+#include "kernels/cuda/common.h"
+#include "kernels/cuda/topk_impl.cuh"
+
+namespace nw::cuda::topk_detail {
+namespace {
+
+constexpr int kSliceLen = 4 * kThreads;                // entries one 16-byte word a thread covers
+constexpr int kSlices = kResidentLen / kSliceLen;      // words a thread: 8
+constexpr int kIndexBits = 14;                         // a position within a row
+constexpr int kCompositeBits = 32 + kIndexBits;        // the radix select's width
+constexpr uint32_t kIndexMask = (1u << kIndexBits) - 1u;
+constexpr int kCandidateCap = 4096;                    // composites gathered for the later passes
+constexpr uint32_t kCrowded = 32;                      // a bucket's items before the bitonic sort
+static_assert(kResidentLen == 1 << kIndexBits);
+static_assert(kResidentLen % kSliceLen == 0);
+
+struct BucketScratch {
+  uint32_t start[kBins];                // items in the buckets above each bucket
+  unsigned long long tmp[kThreads];     // items grouped by bucket
+};
+
+struct ResidentShared {
+  uint32_t hist[kBins];
+  uint32_t scan[kWarps];
+  unsigned long long items[kThreads];   // the selection, then in rank order
+  unsigned long long red_lo[kWarps];
+  unsigned long long red_hi[kWarps];
+  union {
+    unsigned long long cand[kCandidateCap];    // gathered composites
+    BucketScratch bucket;                      // the bucket sort's (after the selection)
+    unsigned long long exchange[2][kThreads];  // the bitonic fallback's
+  };
+  uint32_t bin;  // FindThresholdBin's results
+  uint32_t above;
+  uint32_t count;
+  uint32_t n_cand;
+  uint32_t n_items;
+  uint32_t crowded;
+};
+
+__device__ __forceinline__ unsigned long long Composite(uint32_t key, int e) {
+  return (static_cast<unsigned long long>(key) << kIndexBits) |
+         static_cast<unsigned long long>(kIndexMask - static_cast<uint32_t>(e));
+}
+
+/// RankItem(key, e) (key << 32 | ~e) of a composite.
+__device__ __forceinline__ unsigned long long ItemOf(unsigned long long c) {
+  return ((c >> kIndexBits) << 32) | (0xFFFFFFFFu - kIndexMask) |
+         static_cast<unsigned long long>(static_cast<uint32_t>(c) & kIndexMask);
+}
+
+/// start[b] = hist[b + 1] + ... + hist[kBins - 1] for every bin b. Two barriers; ends with one.
+__device__ void BinsAbove(ResidentShared& s) {
+  constexpr int kPer = kBins / kThreads;
+  const int lo = threadIdx.x * kPer;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  uint32_t h[kPer];
+  uint32_t local = 0;
+#pragma unroll
+  for (int b = 0; b < kPer; ++b) {
+    h[b] = s.hist[lo + b];
+    local += h[b];
+  }
+  uint32_t suffix = local;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const uint32_t v = __shfl_down_sync(detail::kFullMask, suffix, o);
+    if (lane + o < 32) suffix += v;
+  }
+  if (lane == 0) s.scan[warp] = suffix;
+  __syncthreads();
+  uint32_t above = suffix - local;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) above += w > warp ? s.scan[w] : 0u;
+#pragma unroll
+  for (int b = kPer - 1; b >= 0; --b) {
+    s.bucket.start[lo + b] = above;
+    above += h[b];
+  }
+  __syncthreads();
+}
+
+/// Sorts s.items[0..m) (distinct and nonzero, m <= kThreads) descending. Starts and ends with
+/// a barrier behind it (the items are complete when called).
+__device__ void SortItemsDescending(ResidentShared& s, int m) {
+  const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
+  const bool mine = t < m;
+  const unsigned long long v = mine ? s.items[t] : 0ull;
+  unsigned long long lo = mine ? v : ~0ull, hi = v;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    lo = min(lo, __shfl_xor_sync(detail::kFullMask, lo, o));
+    hi = max(hi, __shfl_xor_sync(detail::kFullMask, hi, o));
+  }
+  if (lane == 0) {
+    s.red_lo[warp] = lo;
+    s.red_hi[warp] = hi;
+  }
+  for (int b = t; b < kBins; b += kThreads) s.hist[b] = 0;
+  __syncthreads();
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) {
+    lo = min(lo, s.red_lo[w]);
+    hi = max(hi, s.red_hi[w]);
+  }
+  // (v - lo) >> shift < kBins: the bucket is linear in the item over the selection's own range.
+  const int shift = max(64 - __clzll(static_cast<long long>(hi - lo)) - 11, 0);
+  const uint32_t b = mine ? static_cast<uint32_t>((v - lo) >> shift) : 0u;
+  uint32_t slot = 0;
+  if (mine) {
+    slot = atomicAdd(&s.hist[b], 1u);
+    if (slot >= kCrowded) s.crowded = 1u;
+  }
+  __syncthreads();
+  if (s.crowded != 0u) {
+    int size = 1;
+    while (size < m) size <<= 1;
+    for (int j = m + t; j < size; j += kThreads) s.items[j] = 0ull;
+    __syncthreads();
+    RegisterSortDescending(s.items, size, s.exchange);
+    return;
+  }
+  BinsAbove(s);
+  const uint32_t first = mine ? s.bucket.start[b] : 0u;
+  if (mine) s.bucket.tmp[first + slot] = v;
+  __syncthreads();
+  if (mine) {
+    const uint32_t end = first + s.hist[b];
+    uint32_t rank = first;
+    for (uint32_t j = first; j < end; ++j) rank += s.bucket.tmp[j] > v ? 1u : 0u;
+    s.items[rank] = v;
+  }
+  __syncthreads();
+}
+
+__global__ void __launch_bounds__(kThreads, 2) TopKResidentKernel(TopKParams p, Segments seg) {
+  __shared__ ResidentShared s;
+  const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
+  const bool segmented = seg.count > 1;
+  for (int64_t q = blockIdx.x; q < p.rows * seg.count; q += gridDim.x) {
+    const int64_t r = q / seg.count, sg = q % seg.count, off = sg * seg.len;
+    const float* row = p.scores + r * p.stride + off;
+    int64_t len64 = p.n;
+    if (p.lengths != nullptr) {
+      len64 = min(max(static_cast<int64_t>(p.lengths[r]), int64_t{0}), p.n);
+    }
+    if (segmented) len64 = min(max(len64 - off, int64_t{0}), seg.len);
+    const int n = static_cast<int>(len64);
+    const int take = min(p.k, n);
+    const int slices = (n + kSliceLen - 1) / kSliceLen;
+
+    // 1. Every load up front: 16-byte words where the row is 16-byte aligned and the word lies
+    // inside it; entries past the end read as NaN and then carry key 0 (ranked below the row).
+    float v[kSlices][4];
+    const bool vec = (reinterpret_cast<uintptr_t>(row) & 15u) == 0;
+    const float nan = __int_as_float(0x7FFFFFFF);
+#pragma unroll
+    for (int u = 0; u < kSlices; ++u) {
+      const int e = 4 * t + kSliceLen * u;
+      if (u < slices && vec && e + 3 < n) {
+        const float4 w = *reinterpret_cast<const float4*>(row + e);
+        v[u][0] = w.x;
+        v[u][1] = w.y;
+        v[u][2] = w.z;
+        v[u][3] = w.w;
+      } else {
+#pragma unroll
+        for (int c = 0; c < 4; ++c) v[u][c] = u < slices && e + c < n ? row[e + c] : nan;
+      }
+    }
+    for (int b = t; b < kBins; b += kThreads) s.hist[b] = 0;
+    if (t == 0) {
+      s.n_cand = 0;
+      s.n_items = 0;
+      s.crowded = 0;
+    }
+    __syncthreads();
+    const bool select = take < n;
+    uint32_t key[kSlices][4];
+#pragma unroll
+    for (int u = 0; u < kSlices; ++u) {
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        key[u][c] = RankKey(v[u][c]);
+        if (select && u < slices) atomicAdd(&s.hist[key[u][c] >> (32 - 11)], 1u);
+      }
+    }
+    __syncthreads();
+
+    // 2. The radix select: C >> hi == prefix for the entries still in the running. Only the
+    // gather after pass 0 reads the registers; a row whose entries there do not fit the candidate
+    // buffer (rare: heavy ties, or a crowded range) recounts from global memory instead, so the
+    // keys need not stay live across the later passes.
+    uint32_t remaining = static_cast<uint32_t>(take);
+    int hi = kCompositeBits;
+    unsigned long long prefix = 0;
+    uint32_t n_cand = 0;
+    bool gathered = false;
+    // The composite of position e (< slices * kSliceLen) from global memory.
+    auto composite_at = [&](int e) { return Composite(e < n ? RankKey(row[e]) : 0u, e); };
+    const int span = slices * kSliceLen;
+    if (select) {
+      FindThresholdBin(s, remaining);
+      uint32_t count = s.count;
+      remaining -= s.above;
+      prefix = s.bin;
+      hi = kCompositeBits - 11;
+      if (static_cast<uint32_t>(take) - remaining + count <= kCandidateCap) {
+        // Gather every entry whose key's top 11 bits are at least the threshold bin: a count a
+        // thread, a warp scan and one atomic a warp place them; each thread writes its own.
+        const uint32_t key_lowest = static_cast<uint32_t>(prefix) << (32 - 11);
+        uint32_t bits = 0;
+#pragma unroll
+        for (int u = 0; u < kSlices; ++u) {
+#pragma unroll
+          for (int c = 0; c < 4; ++c) {
+            bits |= static_cast<uint32_t>(u < slices && key[u][c] >= key_lowest) << (4 * u + c);
+          }
+        }
+        const uint32_t mine = __popc(bits);
+        uint32_t inclusive = mine;
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+          const uint32_t x = __shfl_up_sync(detail::kFullMask, inclusive, o);
+          if (lane >= o) inclusive += x;
+        }
+        uint32_t base = 0;
+        if (lane == 31 && inclusive > 0u) base = atomicAdd(&s.n_cand, inclusive);
+        uint32_t at = __shfl_sync(detail::kFullMask, base, 31) + inclusive - mine;
+#pragma unroll
+        for (int u = 0; u < kSlices; ++u) {
+          if (((bits >> (4 * u)) & 0xFu) == 0u) continue;
+#pragma unroll
+          for (int c = 0; c < 4; ++c) {
+            if ((bits >> (4 * u + c)) & 1u) {
+              s.cand[at++] = Composite(key[u][c], 4 * t + kSliceLen * u + c);
+            }
+          }
+        }
+        gathered = true;
+        __syncthreads();
+        n_cand = s.n_cand;
+      }
+      while (count != remaining && hi > 0) {
+        // The next (up to) 11 bits of the entries matching the prefix.
+        const int lo = max(hi - 11, 0);
+        const uint32_t bin_mask = (1u << (hi - lo)) - 1u;
+        for (int b = t; b < kBins; b += kThreads) s.hist[b] = 0;
+        __syncthreads();
+        auto count_one = [&](unsigned long long c) {
+          if ((c >> hi) == prefix) atomicAdd(&s.hist[static_cast<uint32_t>(c >> lo) & bin_mask], 1u);
+        };
+        if (gathered) {
+          for (uint32_t j = t; j < n_cand; j += kThreads) count_one(s.cand[j]);
+        } else {
+          for (int e = t; e < span; e += kThreads) count_one(composite_at(e));
+        }
+        __syncthreads();
+        FindThresholdBin(s, remaining);
+        count = s.count;
+        remaining -= s.above;
+        prefix = (prefix << (hi - lo)) | s.bin;
+        hi = lo;
+        if (!gathered && count != remaining &&
+            static_cast<uint32_t>(take) - remaining + count <= kCandidateCap) {
+          const unsigned long long lowest = prefix << hi;
+          for (int base = warp * 32; base < span; base += kThreads) {
+            const unsigned long long c = composite_at(base + lane);
+            WarpAppend(c >= lowest, c, &s.n_cand, s.cand, static_cast<uint32_t>(kCandidateCap));
+          }
+          gathered = true;
+          __syncthreads();
+          n_cand = s.n_cand;
+        }
+      }
+    }
+
+    // 3. The selection: every composite at or above the prefix (or, taking the whole row, every
+    // entry inside it), appended in any order.
+    const unsigned long long lowest = prefix << hi;
+    if (gathered) {
+      for (uint32_t base = warp * 32; base < n_cand; base += kThreads) {
+        const uint32_t j = base + lane;
+        const unsigned long long c = j < n_cand ? s.cand[j] : 0ull;
+        WarpAppend(j < n_cand && c >= lowest, ItemOf(c), &s.n_items, s.items,
+                   static_cast<uint32_t>(kThreads));
+      }
+    } else if (take > 0) {
+      for (int base = warp * 32; base < span; base += kThreads) {
+        const int e = base + lane;
+        const unsigned long long c = composite_at(e);
+        WarpAppend(select ? c >= lowest : e < n, ItemOf(c), &s.n_items, s.items,
+                   static_cast<uint32_t>(kThreads));
+      }
+    }
+    __syncthreads();
+    if (take > 1) SortItemsDescending(s, take);
+
+    // 4. A row's indices (through the map) and -1 padding, or a segment's candidates.
+    if (segmented) {
+      const int64_t cand_base = r * seg.count * p.k + sg * p.k;
+      for (int j = t; j < take; j += kThreads) {
+        const unsigned long long item = s.items[j];
+        seg.cand_index[cand_base + j] =
+            static_cast<int32_t>(off + (0xFFFFFFFFu - static_cast<uint32_t>(item)));
+        seg.cand_score[cand_base + j] = KeyValue(static_cast<uint32_t>(item >> 32));
+      }
+      if (sg == 0 && t == 0) {
+        int64_t row_len = p.n;
+        if (p.lengths != nullptr) {
+          row_len = min(max(static_cast<int64_t>(p.lengths[r]), int64_t{0}), p.n);
+        }
+        const int64_t segs = (row_len + seg.len - 1) / seg.len;
+        seg.cand_len[r] =
+            segs == 0 ? 0
+                      : static_cast<int32_t>((segs - 1) * p.k +
+                                             min(static_cast<int64_t>(p.k),
+                                                 row_len - (segs - 1) * seg.len));
+      }
+    } else {
+      int32_t* out = p.out + r * p.out_stride;
+      for (int j = t; j < p.k; j += kThreads) {
+        int32_t x = -1;
+        if (j < take) {
+          x = static_cast<int32_t>(0xFFFFFFFFu - static_cast<uint32_t>(s.items[j]));
+          if (seg.map != nullptr) x = seg.map[r * seg.map_width + x];
+        }
+        out[j] = x;
+      }
+    }
+    __syncthreads();  // shared memory is reused by the next row
+  }
+}
+
+}  // namespace
+
+Status LaunchTopKResident(const TopKParams& p, const Segments& seg, cudaStream_t stream) {
+  if (p.k > kThreads || (seg.count == 1 && p.n > kResidentLen) ||
+      (seg.count > 1 && seg.len != kResidentLen)) {
+    return Status::Internal("TopK: the resident kernel takes k <= " + std::to_string(kThreads) +
+                            " over at most " + std::to_string(kResidentLen) + " entries a row");
+  }
+  const int64_t blocks = std::clamp<int64_t>(p.rows * seg.count, 1, 64LL * MultiprocessorCount());
+  TopKResidentKernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(p, seg);
+  return NW_CUDA_LAUNCH_STATUS("TopKResidentKernel");
+}
+
+}  // namespace nw::cuda::topk_detail
