@@ -15,6 +15,7 @@ namespace nw::cuda::topk_detail {
 
 inline constexpr int kThreads = 512;  // a block kernel's threads
 inline constexpr int kWarps = kThreads / 32;
+static_assert(kWarps <= 32);
 inline constexpr int kBins = 2048;  // a radix pass's bins (11 bits)
 
 /// Unsigned key whose order is the rank order: NaN -> 0, -0 -> +0, numbers order-preserving.
@@ -52,8 +53,8 @@ __device__ void FindThresholdBin(S& s, uint32_t remaining) {
   if (lane == 0) s.scan[warp] = suffix;  // the warp's total
   __syncthreads();
   uint32_t above = suffix - local;  // entries in bins above this thread's range
-#pragma unroll
-  for (int w = 0; w < kWarps; ++w) above += w > warp ? s.scan[w] : 0u;
+  // The later warps' totals: lane w < kWarps reads warp w's, one reduction adds them.
+  above += __reduce_add_sync(detail::kFullMask, lane < kWarps && lane > warp ? s.scan[lane] : 0u);
 #pragma unroll
   for (int b = kPer - 1; b >= 0; --b) {
     if (above < remaining && above + h[b] >= remaining) {
@@ -89,7 +90,7 @@ __device__ __forceinline__ void WarpAppend(bool pred, T value, uint32_t* count, 
 /// stage before the last read), and whose narrower ones are shuffles within a warp (unrolled).
 /// Threads at or past size hold 0 and take part. Ends with a barrier.
 __device__ inline void RegisterSortDescending(unsigned long long* items, int size,
-                                       unsigned long long (*exchange)[kThreads]) {
+                                              unsigned long long (*exchange)[kThreads]) {
   const int t = threadIdx.x;
   unsigned long long v = t < size ? items[t] : 0ull;
   int half = 0;

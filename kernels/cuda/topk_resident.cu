@@ -12,13 +12,15 @@
 // A radix select over C: pass 0 counts the top 11 bits (the key's top 11) from registers; each
 // later pass counts the next 11 bits of the entries still in the running (prefix match), until the
 // threshold bin holds exactly the entries still to take (usually after pass 1: 2,048 bins over the
-// threshold bin's entries). As soon as the entries at or above the running prefix fit the
-// candidate buffer (4,096 composites), they are gathered there and the later passes read only
-// them; otherwise the passes recount from registers. The selection, every C at or above the final
-// prefix, is appended in any order and sorted into rank order by a bucket sort: 2,048 buckets
-// linear in the selected items' own range, a shared-memory atomic a item for its slot, and each
-// item's rank within its bucket by comparing it with the bucket's others. A bucket holding more
-// than kCrowded items (items crowded into a narrow range) falls back to the bitonic sort.
+// threshold bin's entries). When the entries at or above pass 0's threshold bin fit the candidate
+// buffer (4,096 keys and positions), they are gathered there from registers and the later passes
+// read only them; otherwise the passes recount from global memory (the row is then mostly in L2)
+// and gather as soon as the survivors fit, so the keys need not stay live in registers. The
+// selection, every C at or above the final prefix, is appended in any order and sorted into rank
+// order by a bucket sort: 2,048 buckets linear over the selection's own key range (by position
+// where its keys are all equal), a shared-memory atomic a item for its slot, and each item's rank
+// within its bucket by comparing it with the bucket's others. A bucket holding more than kCrowded
+// items (items crowded into a narrow range) falls back to the bitonic sort.
 #include <algorithm>
 #include <string>
 
@@ -28,29 +30,33 @@
 namespace nw::cuda::topk_detail {
 namespace {
 
-constexpr int kSliceLen = 4 * kThreads;                // entries one 16-byte word a thread covers
-constexpr int kSlices = kResidentLen / kSliceLen;      // words a thread: 8
-constexpr int kIndexBits = 14;                         // a position within a row
-constexpr int kCompositeBits = 32 + kIndexBits;        // the radix select's width
+constexpr int kSliceLen = 4 * kThreads;            // entries one 16-byte word a thread covers
+constexpr int kSlices = kResidentLen / kSliceLen;  // words a thread: 8
+constexpr int kIndexBits = 14;                     // a position within a row
+constexpr int kCompositeBits = 32 + kIndexBits;    // the radix select's width
 constexpr uint32_t kIndexMask = (1u << kIndexBits) - 1u;
-constexpr int kCandidateCap = 4096;                    // composites gathered for the later passes
-constexpr uint32_t kCrowded = 32;                      // a bucket's items before the bitonic sort
+constexpr int kCandidateCap = 4096;  // composites gathered for the later passes
+constexpr uint32_t kCrowded = 32;    // a bucket's items before the bitonic sort
 static_assert(kResidentLen == 1 << kIndexBits);
 static_assert(kResidentLen % kSliceLen == 0);
 
 struct BucketScratch {
-  uint32_t start[kBins];                // items in the buckets above each bucket
-  unsigned long long tmp[kThreads];     // items grouped by bucket
+  uint32_t start[kBins];             // items in the buckets above each bucket
+  unsigned long long tmp[kThreads];  // items grouped by bucket
 };
 
+// One block a row: hist, n_cand, n_items, crowded, key_lo and key_hi are reset before the loads.
 struct ResidentShared {
   uint32_t hist[kBins];
   uint32_t scan[kWarps];
-  unsigned long long items[kThreads];   // the selection, then in rank order
-  unsigned long long red_lo[kWarps];
-  unsigned long long red_hi[kWarps];
+  unsigned long long items[kThreads];  // the selection, then in rank order
+  uint32_t key_lo;                     // the selection's smallest and largest key
+  uint32_t key_hi;
   union {
-    unsigned long long cand[kCandidateCap];    // gathered composites
+    struct {
+      uint32_t key[kCandidateCap];
+      uint16_t pos[kCandidateCap];
+    } cand;
     BucketScratch bucket;                      // the bucket sort's (after the selection)
     unsigned long long exchange[2][kThreads];  // the bitonic fallback's
   };
@@ -62,15 +68,21 @@ struct ResidentShared {
   uint32_t crowded;
 };
 
+/// Resets what a row's first atomics count into. No barrier.
+__device__ __forceinline__ void ResetRow(ResidentShared& s) {
+  for (int b = threadIdx.x; b < kBins; b += kThreads) s.hist[b] = 0;
+  if (threadIdx.x == 0) {
+    s.n_cand = 0;
+    s.n_items = 0;
+    s.crowded = 0;
+    s.key_lo = 0xFFFFFFFFu;
+    s.key_hi = 0u;
+  }
+}
+
 __device__ __forceinline__ unsigned long long Composite(uint32_t key, int e) {
   return (static_cast<unsigned long long>(key) << kIndexBits) |
          static_cast<unsigned long long>(kIndexMask - static_cast<uint32_t>(e));
-}
-
-/// RankItem(key, e) (key << 32 | ~e) of a composite.
-__device__ __forceinline__ unsigned long long ItemOf(unsigned long long c) {
-  return ((c >> kIndexBits) << 32) | (0xFFFFFFFFu - kIndexMask) |
-         static_cast<unsigned long long>(static_cast<uint32_t>(c) & kIndexMask);
 }
 
 /// start[b] = hist[b + 1] + ... + hist[kBins - 1] for every bin b. Two barriers; ends with one.
@@ -94,8 +106,7 @@ __device__ void BinsAbove(ResidentShared& s) {
   if (lane == 0) s.scan[warp] = suffix;
   __syncthreads();
   uint32_t above = suffix - local;
-#pragma unroll
-  for (int w = 0; w < kWarps; ++w) above += w > warp ? s.scan[w] : 0u;
+  above += __reduce_add_sync(detail::kFullMask, lane < kWarps && lane > warp ? s.scan[lane] : 0u);
 #pragma unroll
   for (int b = kPer - 1; b >= 0; --b) {
     s.bucket.start[lo + b] = above;
@@ -104,29 +115,19 @@ __device__ void BinsAbove(ResidentShared& s) {
   __syncthreads();
 }
 
-/// Sorts s.items[0..m) (distinct and nonzero, m <= kThreads) descending. Starts and ends with
-/// a barrier behind it (the items are complete when called).
+/// Sorts s.items[0..m) (distinct and nonzero, m <= kThreads; keys within [s.key_lo, s.key_hi])
+/// descending. Ends with a barrier; called behind one (the items are complete).
 __device__ void SortItemsDescending(ResidentShared& s, int m) {
-  const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
+  const int t = threadIdx.x;
   const bool mine = t < m;
   const unsigned long long v = mine ? s.items[t] : 0ull;
-  unsigned long long lo = mine ? v : ~0ull, hi = v;
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    lo = min(lo, __shfl_xor_sync(detail::kFullMask, lo, o));
-    hi = max(hi, __shfl_xor_sync(detail::kFullMask, hi, o));
-  }
-  if (lane == 0) {
-    s.red_lo[warp] = lo;
-    s.red_hi[warp] = hi;
-  }
   for (int b = t; b < kBins; b += kThreads) s.hist[b] = 0;
   __syncthreads();
-#pragma unroll
-  for (int w = 0; w < kWarps; ++w) {
-    lo = min(lo, s.red_lo[w]);
-    hi = max(hi, s.red_hi[w]);
-  }
+  // Every item lies in [key_lo << 32 | ~16383, key_hi << 32 | ~0] (positions are below 16,384):
+  // ordered by key, or by position where the keys are equal.
+  const unsigned long long lo =
+      (static_cast<unsigned long long>(s.key_lo) << 32) | (0xFFFFFFFFu - kIndexMask);
+  const unsigned long long hi = (static_cast<unsigned long long>(s.key_hi) << 32) | 0xFFFFFFFFu;
   // (v - lo) >> shift < kBins: the bucket is linear in the item over the selection's own range.
   const int shift = max(64 - __clzll(static_cast<long long>(hi - lo)) - 11, 0);
   const uint32_t b = mine ? static_cast<uint32_t>((v - lo) >> shift) : 0u;
@@ -157,202 +158,233 @@ __device__ void SortItemsDescending(ResidentShared& s, int m) {
   __syncthreads();
 }
 
+/// Loads this thread's entries of a row (4t + kSliceLen u + c) into v: 16-byte loads, all issued
+/// before any use. kFull: the row is 16-byte aligned and has kResidentLen entries. Otherwise the
+/// first `slices` slices are read, by 16-byte loads where the row is aligned and the word lies
+/// inside it, and entries past the end read as NaN (key 0, ranked below the row).
+template <bool kFull>
+__device__ __forceinline__ void LoadRow(const float* row, int n, int slices, bool vec,
+                                        float (&v)[kSlices][4]) {
+  const int t = threadIdx.x;
+  const float nan = __int_as_float(0x7FFFFFFF);
+#pragma unroll
+  for (int u = 0; u < kSlices; ++u) {
+    const int e = 4 * t + kSliceLen * u;
+    if (kFull || (u < slices && vec && e + 3 < n)) {
+      const float4 w = *reinterpret_cast<const float4*>(row + e);
+      v[u][0] = w.x;
+      v[u][1] = w.y;
+      v[u][2] = w.z;
+      v[u][3] = w.w;
+    } else {
+#pragma unroll
+      for (int c = 0; c < 4; ++c) v[u][c] = u < slices && e + c < n ? row[e + c] : nan;
+    }
+  }
+}
+
 __global__ void __launch_bounds__(kThreads, 2) TopKResidentKernel(TopKParams p, Segments seg) {
   __shared__ ResidentShared s;
   const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
   const bool segmented = seg.count > 1;
-  for (int64_t q = blockIdx.x; q < p.rows * seg.count; q += gridDim.x) {
-    const int64_t r = q / seg.count, sg = q % seg.count, off = sg * seg.len;
-    const float* row = p.scores + r * p.stride + off;
-    int64_t len64 = p.n;
-    if (p.lengths != nullptr) {
-      len64 = min(max(static_cast<int64_t>(p.lengths[r]), int64_t{0}), p.n);
-    }
-    if (segmented) len64 = min(max(len64 - off, int64_t{0}), seg.len);
-    const int n = static_cast<int>(len64);
-    const int take = min(p.k, n);
-    const int slices = (n + kSliceLen - 1) / kSliceLen;
+  const int64_t q = blockIdx.x;  // one block a row or segment
+  const int64_t r = q / seg.count, sg = q % seg.count;
+  const int off = static_cast<int>(sg * seg.len);  // < n < 2^31
+  const float* row = p.scores + r * p.stride + off;
+  int64_t len64 = p.n;
+  if (p.lengths != nullptr) {
+    len64 = min(max(static_cast<int64_t>(p.lengths[r]), int64_t{0}), p.n);
+  }
+  if (segmented) len64 = min(max(len64 - off, int64_t{0}), seg.len);
+  const int n = static_cast<int>(len64);
+  const int take = min(p.k, n);
+  const bool vec = (reinterpret_cast<uintptr_t>(row) & 15u) == 0;
+  const bool full = vec && n == kResidentLen;
+  const int slices = full ? kSlices : (n + kSliceLen - 1) / kSliceLen;
 
-    // 1. Every load up front: 16-byte words where the row is 16-byte aligned and the word lies
-    // inside it; entries past the end read as NaN and then carry key 0 (ranked below the row).
-    float v[kSlices][4];
-    const bool vec = (reinterpret_cast<uintptr_t>(row) & 15u) == 0;
-    const float nan = __int_as_float(0x7FFFFFFF);
+  // 1. Every load up front, then the rank keys and pass 0's count of their top 11 bits.
+  float v[kSlices][4];
+  if (full) {
+    LoadRow<true>(row, n, slices, vec, v);
+  } else {
+    LoadRow<false>(row, n, slices, vec, v);
+  }
+  ResetRow(s);
+  __syncthreads();
+  const bool select = take < n;
+  uint32_t key[kSlices][4];
 #pragma unroll
-    for (int u = 0; u < kSlices; ++u) {
-      const int e = 4 * t + kSliceLen * u;
-      if (u < slices && vec && e + 3 < n) {
-        const float4 w = *reinterpret_cast<const float4*>(row + e);
-        v[u][0] = w.x;
-        v[u][1] = w.y;
-        v[u][2] = w.z;
-        v[u][3] = w.w;
-      } else {
+  for (int u = 0; u < kSlices; ++u) {
 #pragma unroll
-        for (int c = 0; c < 4; ++c) v[u][c] = u < slices && e + c < n ? row[e + c] : nan;
-      }
+    for (int c = 0; c < 4; ++c) {
+      key[u][c] = RankKey(v[u][c]);
+      asm("" : "+r"(key[u][c]));  // keep the key, not the float (no recomputing it later)
+      if (select && u < slices) atomicAdd(&s.hist[key[u][c] >> (32 - 11)], 1u);
     }
-    for (int b = t; b < kBins; b += kThreads) s.hist[b] = 0;
-    if (t == 0) {
-      s.n_cand = 0;
-      s.n_items = 0;
-      s.crowded = 0;
-    }
-    __syncthreads();
-    const bool select = take < n;
-    uint32_t key[kSlices][4];
-#pragma unroll
-    for (int u = 0; u < kSlices; ++u) {
-#pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        key[u][c] = RankKey(v[u][c]);
-        if (select && u < slices) atomicAdd(&s.hist[key[u][c] >> (32 - 11)], 1u);
-      }
-    }
-    __syncthreads();
+  }
+  __syncthreads();
 
-    // 2. The radix select: C >> hi == prefix for the entries still in the running. Only the
-    // gather after pass 0 reads the registers; a row whose entries there do not fit the candidate
-    // buffer (rare: heavy ties, or a crowded range) recounts from global memory instead, so the
-    // keys need not stay live across the later passes.
-    uint32_t remaining = static_cast<uint32_t>(take);
-    int hi = kCompositeBits;
-    unsigned long long prefix = 0;
-    uint32_t n_cand = 0;
-    bool gathered = false;
-    // The composite of position e (< slices * kSliceLen) from global memory.
-    auto composite_at = [&](int e) { return Composite(e < n ? RankKey(row[e]) : 0u, e); };
-    const int span = slices * kSliceLen;
-    if (select) {
-      FindThresholdBin(s, remaining);
-      uint32_t count = s.count;
-      remaining -= s.above;
-      prefix = s.bin;
-      hi = kCompositeBits - 11;
-      if (static_cast<uint32_t>(take) - remaining + count <= kCandidateCap) {
-        // Gather every entry whose key's top 11 bits are at least the threshold bin: a count a
-        // thread, a warp scan and one atomic a warp place them; each thread writes its own.
-        const uint32_t key_lowest = static_cast<uint32_t>(prefix) << (32 - 11);
-        uint32_t bits = 0;
+  // 2. The radix select: C >> hi == prefix for the entries still in the running. Only the
+  // gather after pass 0 reads the registers; a row whose entries there do not fit the candidate
+  // buffer (rare: heavy ties, or a crowded range) recounts from global memory instead, so the
+  // keys need not stay live across the later passes.
+  uint32_t remaining = static_cast<uint32_t>(take);
+  int hi = kCompositeBits;
+  unsigned long long prefix = 0;
+  uint32_t n_cand = 0;
+  bool gathered = false;
+  // The composite of position e (< slices * kSliceLen) from global memory.
+  auto composite_at = [&](int e) { return Composite(e < n ? RankKey(row[e]) : 0u, e); };
+  const int span = slices * kSliceLen;
+  if (select) {
+    FindThresholdBin(s, remaining);
+    uint32_t count = s.count;
+    remaining -= s.above;
+    prefix = s.bin;
+    hi = kCompositeBits - 11;
+    if (static_cast<uint32_t>(take) - remaining + count <= kCandidateCap) {
+      // Gather every entry whose key's top 11 bits are at least the threshold bin: a count a
+      // thread, a warp scan and one atomic a warp place them; each thread writes its own.
+      const uint32_t key_lowest = static_cast<uint32_t>(prefix) << (32 - 11);
+      uint32_t mine = 0;
 #pragma unroll
-        for (int u = 0; u < kSlices; ++u) {
+      for (int u = 0; u < kSlices; ++u) {
 #pragma unroll
-          for (int c = 0; c < 4; ++c) {
-            bits |= static_cast<uint32_t>(u < slices && key[u][c] >= key_lowest) << (4 * u + c);
+        for (int c = 0; c < 4; ++c) mine += u < slices && key[u][c] >= key_lowest ? 1u : 0u;
+      }
+      uint32_t inclusive = mine;
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) {
+        const uint32_t x = __shfl_up_sync(detail::kFullMask, inclusive, o);
+        if (lane >= o) inclusive += x;
+      }
+      uint32_t base = 0;
+      if (lane == 31 && inclusive > 0u) base = atomicAdd(&s.n_cand, inclusive);
+      uint32_t at = __shfl_sync(detail::kFullMask, base, 31) + inclusive - mine;
+#pragma unroll
+      for (int u = 0; u < kSlices; ++u) {
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          if (u < slices && key[u][c] >= key_lowest) {
+            s.cand.key[at] = key[u][c];
+            s.cand.pos[at] = static_cast<uint16_t>(4 * t + kSliceLen * u + c);
+            ++at;
           }
         }
-        const uint32_t mine = __popc(bits);
-        uint32_t inclusive = mine;
-#pragma unroll
-        for (int o = 1; o < 32; o <<= 1) {
-          const uint32_t x = __shfl_up_sync(detail::kFullMask, inclusive, o);
-          if (lane >= o) inclusive += x;
+      }
+      gathered = true;
+      __syncthreads();
+      n_cand = s.n_cand;
+    }
+    while (count != remaining && hi > 0) {
+      // The next (up to) 11 bits of the entries matching the prefix.
+      const int lo = max(hi - 11, 0);
+      const uint32_t bin_mask = (1u << (hi - lo)) - 1u;
+      for (int b = t; b < kBins; b += kThreads) s.hist[b] = 0;
+      __syncthreads();
+      auto count_one = [&](unsigned long long c) {
+        if ((c >> hi) == prefix) atomicAdd(&s.hist[static_cast<uint32_t>(c >> lo) & bin_mask], 1u);
+      };
+      if (gathered) {
+        for (uint32_t j = t; j < n_cand; j += kThreads) {
+          count_one(Composite(s.cand.key[j], s.cand.pos[j]));
         }
-        uint32_t base = 0;
-        if (lane == 31 && inclusive > 0u) base = atomicAdd(&s.n_cand, inclusive);
-        uint32_t at = __shfl_sync(detail::kFullMask, base, 31) + inclusive - mine;
-#pragma unroll
-        for (int u = 0; u < kSlices; ++u) {
-          if (((bits >> (4 * u)) & 0xFu) == 0u) continue;
-#pragma unroll
-          for (int c = 0; c < 4; ++c) {
-            if ((bits >> (4 * u + c)) & 1u) {
-              s.cand[at++] = Composite(key[u][c], 4 * t + kSliceLen * u + c);
-            }
+      } else {
+        for (int e = t; e < span; e += kThreads) count_one(composite_at(e));
+      }
+      __syncthreads();
+      FindThresholdBin(s, remaining);
+      count = s.count;
+      remaining -= s.above;
+      prefix = (prefix << (hi - lo)) | s.bin;
+      hi = lo;
+      if (!gathered && count != remaining &&
+          static_cast<uint32_t>(take) - remaining + count <= kCandidateCap) {
+        const unsigned long long lowest = prefix << hi;
+        for (int base = warp * 32; base < span; base += kThreads) {
+          const int e = base + lane;
+          const unsigned long long c = composite_at(e);
+          const bool in = c >= lowest;
+          const unsigned mask = __ballot_sync(detail::kFullMask, in);
+          uint32_t at = 0;
+          if (lane == 0 && mask != 0u) at = atomicAdd(&s.n_cand, __popc(mask));
+          at = __shfl_sync(detail::kFullMask, at, 0) + __popc(mask & ((1u << lane) - 1u));
+          if (in) {
+            s.cand.key[at] = static_cast<uint32_t>(c >> kIndexBits);
+            s.cand.pos[at] = static_cast<uint16_t>(e);
           }
         }
         gathered = true;
         __syncthreads();
         n_cand = s.n_cand;
       }
-      while (count != remaining && hi > 0) {
-        // The next (up to) 11 bits of the entries matching the prefix.
-        const int lo = max(hi - 11, 0);
-        const uint32_t bin_mask = (1u << (hi - lo)) - 1u;
-        for (int b = t; b < kBins; b += kThreads) s.hist[b] = 0;
-        __syncthreads();
-        auto count_one = [&](unsigned long long c) {
-          if ((c >> hi) == prefix) atomicAdd(&s.hist[static_cast<uint32_t>(c >> lo) & bin_mask], 1u);
-        };
-        if (gathered) {
-          for (uint32_t j = t; j < n_cand; j += kThreads) count_one(s.cand[j]);
-        } else {
-          for (int e = t; e < span; e += kThreads) count_one(composite_at(e));
-        }
-        __syncthreads();
-        FindThresholdBin(s, remaining);
-        count = s.count;
-        remaining -= s.above;
-        prefix = (prefix << (hi - lo)) | s.bin;
-        hi = lo;
-        if (!gathered && count != remaining &&
-            static_cast<uint32_t>(take) - remaining + count <= kCandidateCap) {
-          const unsigned long long lowest = prefix << hi;
-          for (int base = warp * 32; base < span; base += kThreads) {
-            const unsigned long long c = composite_at(base + lane);
-            WarpAppend(c >= lowest, c, &s.n_cand, s.cand, static_cast<uint32_t>(kCandidateCap));
-          }
-          gathered = true;
-          __syncthreads();
-          n_cand = s.n_cand;
-        }
-      }
     }
+  }
 
-    // 3. The selection: every composite at or above the prefix (or, taking the whole row, every
-    // entry inside it), appended in any order.
-    const unsigned long long lowest = prefix << hi;
-    if (gathered) {
-      for (uint32_t base = warp * 32; base < n_cand; base += kThreads) {
-        const uint32_t j = base + lane;
-        const unsigned long long c = j < n_cand ? s.cand[j] : 0ull;
-        WarpAppend(j < n_cand && c >= lowest, ItemOf(c), &s.n_items, s.items,
-                   static_cast<uint32_t>(kThreads));
-      }
-    } else if (take > 0) {
-      for (int base = warp * 32; base < span; base += kThreads) {
-        const int e = base + lane;
-        const unsigned long long c = composite_at(e);
-        WarpAppend(select ? c >= lowest : e < n, ItemOf(c), &s.n_items, s.items,
-                   static_cast<uint32_t>(kThreads));
-      }
+  // 3. The selection: every composite at or above the prefix (or, taking the whole row, every
+  // entry inside it), appended in any order.
+  const unsigned long long lowest = prefix << hi;
+  uint32_t key_lo = 0xFFFFFFFFu, key_hi = 0u;  // of the items this thread appends
+  auto append = [&](bool in, uint32_t k, int e) {
+    if (in) {
+      key_lo = min(key_lo, k);
+      key_hi = max(key_hi, k);
     }
-    __syncthreads();
-    if (take > 1) SortItemsDescending(s, take);
+    WarpAppend(in, RankItem(k, e), &s.n_items, s.items, static_cast<uint32_t>(kThreads));
+  };
+  if (gathered) {
+    for (uint32_t base = warp * 32; base < n_cand; base += kThreads) {
+      const uint32_t j = base + lane;
+      const uint32_t k = j < n_cand ? s.cand.key[j] : 0u;
+      const int e = j < n_cand ? s.cand.pos[j] : 0;
+      append(j < n_cand && Composite(k, e) >= lowest, k, e);
+    }
+  } else if (take > 0) {
+    for (int base = warp * 32; base < span; base += kThreads) {
+      const int e = base + lane;
+      const unsigned long long c = composite_at(e);
+      append(select ? c >= lowest : e < n, static_cast<uint32_t>(c >> kIndexBits), e);
+    }
+  }
+  key_lo = __reduce_min_sync(detail::kFullMask, key_lo);
+  key_hi = __reduce_max_sync(detail::kFullMask, key_hi);
+  if (lane == 0 && key_lo <= key_hi) {
+    atomicMin(&s.key_lo, key_lo);
+    atomicMax(&s.key_hi, key_hi);
+  }
+  __syncthreads();
+  if (take > 1) SortItemsDescending(s, take);  // ends with a barrier
 
-    // 4. A row's indices (through the map) and -1 padding, or a segment's candidates.
-    if (segmented) {
-      const int64_t cand_base = r * seg.count * p.k + sg * p.k;
-      for (int j = t; j < take; j += kThreads) {
-        const unsigned long long item = s.items[j];
-        seg.cand_index[cand_base + j] =
-            static_cast<int32_t>(off + (0xFFFFFFFFu - static_cast<uint32_t>(item)));
-        seg.cand_score[cand_base + j] = KeyValue(static_cast<uint32_t>(item >> 32));
-      }
-      if (sg == 0 && t == 0) {
-        int64_t row_len = p.n;
-        if (p.lengths != nullptr) {
-          row_len = min(max(static_cast<int64_t>(p.lengths[r]), int64_t{0}), p.n);
-        }
-        const int64_t segs = (row_len + seg.len - 1) / seg.len;
-        seg.cand_len[r] =
-            segs == 0 ? 0
-                      : static_cast<int32_t>((segs - 1) * p.k +
-                                             min(static_cast<int64_t>(p.k),
-                                                 row_len - (segs - 1) * seg.len));
-      }
-    } else {
-      int32_t* out = p.out + r * p.out_stride;
-      for (int j = t; j < p.k; j += kThreads) {
-        int32_t x = -1;
-        if (j < take) {
-          x = static_cast<int32_t>(0xFFFFFFFFu - static_cast<uint32_t>(s.items[j]));
-          if (seg.map != nullptr) x = seg.map[r * seg.map_width + x];
-        }
-        out[j] = x;
-      }
+  // 4. A row's indices (through the map) and -1 padding, or a segment's candidates.
+  if (segmented) {
+    const int64_t cand_base = r * seg.count * p.k + sg * p.k;
+    for (int j = t; j < take; j += kThreads) {
+      const unsigned long long item = s.items[j];
+      seg.cand_index[cand_base + j] =
+          static_cast<int32_t>(off + (0xFFFFFFFFu - static_cast<uint32_t>(item)));
+      seg.cand_score[cand_base + j] = KeyValue(static_cast<uint32_t>(item >> 32));
     }
-    __syncthreads();  // shared memory is reused by the next row
+    if (sg == 0 && t == 0) {
+      int64_t row_len = p.n;
+      if (p.lengths != nullptr) {
+        row_len = min(max(static_cast<int64_t>(p.lengths[r]), int64_t{0}), p.n);
+      }
+      const int64_t segs = (row_len + seg.len - 1) / seg.len;
+      seg.cand_len[r] =
+          segs == 0 ? 0
+                    : static_cast<int32_t>((segs - 1) * p.k + min(static_cast<int64_t>(p.k),
+                                                                  row_len - (segs - 1) * seg.len));
+    }
+  } else {
+    int32_t* out = p.out + r * p.out_stride;
+    for (int j = t; j < p.k; j += kThreads) {
+      int32_t x = -1;
+      if (j < take) {
+        x = static_cast<int32_t>(0xFFFFFFFFu - static_cast<uint32_t>(s.items[j]));
+        if (seg.map != nullptr) x = seg.map[r * seg.map_width + x];
+      }
+      out[j] = x;
+    }
   }
 }
 
@@ -364,7 +396,9 @@ Status LaunchTopKResident(const TopKParams& p, const Segments& seg, cudaStream_t
     return Status::Internal("TopK: the resident kernel takes k <= " + std::to_string(kThreads) +
                             " over at most " + std::to_string(kResidentLen) + " entries a row");
   }
-  const int64_t blocks = std::clamp<int64_t>(p.rows * seg.count, 1, 64LL * MultiprocessorCount());
+  const int64_t blocks = p.rows * seg.count;  // one a row or segment
+  if (blocks > 0x7FFFFFFF) return Status::InvalidArgument("TopK: more than 2^31 - 1 rows");
+  if (blocks == 0) return Status::Ok();
   TopKResidentKernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(p, seg);
   return NW_CUDA_LAUNCH_STATUS("TopKResidentKernel");
 }
