@@ -670,9 +670,15 @@ Status LaunchTopK(const TopKParams& params, cudaStream_t stream) {
   if (p.stride < p.n || p.out_stride < p.k) {
     return Status::InvalidArgument("TopK: stride too small");
   }
+  const bool warp_fits = p.k <= kTopKWarpMaxK && p.n <= kTopKCachedLen;
+  if ((p.path == TopKPath::kWarpPerRow && !warp_fits) ||
+      (p.path == TopKPath::kResident && p.k > kThreads)) {
+    return Status::InvalidArgument("TopK: the forced kernel does not take k " +
+                                   std::to_string(p.k) + " over rows of " + std::to_string(p.n));
+  }
   // Many rows with a small k (prefill's selection over the compressed entries): a warp per row.
-  if (p.k <= kTopKWarpMaxK && p.n <= kTopKCachedLen &&
-      (p.rows >= kTopKWarpMinRows || p.n <= 2048)) {
+  if (p.path == TopKPath::kWarpPerRow ||
+      (p.path == TopKPath::kAuto && warp_fits && (p.rows >= kTopKWarpMinRows || p.n <= 2048))) {
     const int64_t blocks = (p.rows + kWarpRowsPerBlock - 1) / kWarpRowsPerBlock;
     TopKWarpKernel<<<static_cast<unsigned>(
                          std::clamp<int64_t>(blocks, 1, 64LL * MultiprocessorCount())),

@@ -52,6 +52,14 @@ inline constexpr int64_t kTopKSegment = 16384;  // >= kMaxTopK
 inline constexpr int kTopKWarpMaxK = 128;
 inline constexpr int64_t kTopKWarpMinRows = 256;
 
+/// Which kernel takes the rows: kAuto picks by shape (above); the others force one, for
+/// measuring them against each other (a forced kernel outside its limits is refused).
+enum class TopKPath {
+  kAuto,
+  kWarpPerRow,  // k <= kTopKWarpMaxK, n <= kTopKCachedLen
+  kResident,    // k <= 512 (rows longer than 16,384 are split into segments)
+};
+
 struct TopKParams {
   const float* scores = nullptr;     // [rows, stride]
   const int32_t* lengths = nullptr;  // [rows], clamped to [0, n]; null: every row has n entries
@@ -61,6 +69,7 @@ struct TopKParams {
   int64_t stride = 0;      // 0: n
   int k = 0;               // [0, kMaxTopK]
   int64_t out_stride = 0;  // 0: k
+  TopKPath path = TopKPath::kAuto;
 };
 Status LaunchTopK(const TopKParams& p, cudaStream_t stream);
 

@@ -330,6 +330,11 @@ void PerfTopK(const Reporter& report, const std::string& filter) {
     p.n = s.n;
     p.k = s.k;
     report(s.name, TimeMs([&] { return LaunchTopK(p, nullptr); }), 0, s.rows * s.n * 4.0);
+    if (s.k <= kTopKWarpMaxK) {  // the resident kernel on the warp kernel's rows
+      p.path = TopKPath::kResident;
+      report((std::string(s.name) + ", resident").c_str(),
+             TimeMs([&] { return LaunchTopK(p, nullptr); }), 0, s.rows * s.n * 4.0);
+    }
   }
 }
 

@@ -81,6 +81,7 @@ struct TopKCase {
   bool ragged;
   bool kind_per_segment = false;  // each kTopKSegment-entry stretch of a row its own kind
   bool aligned = false;           // rows 16-byte aligned (the 16-byte load path), else padded by 5
+  TopKPath path = TopKPath::kAuto;
 };
 
 void RunTopK(const TopKCase& c, uint64_t seed) {
@@ -127,6 +128,7 @@ void RunTopK(const TopKCase& c, uint64_t seed) {
   p.stride = stride;
   p.k = c.k;
   p.out_stride = out_stride;
+  p.path = c.path;
   NW_ASSERT_OK(LaunchTopK(p, nullptr));
   NW_ASSERT_SYNC();
   const std::vector<int32_t> out = dout.Download();
@@ -180,6 +182,15 @@ TEST(CudaTopK, ManyShortRowsOneWarpEach) {
                              {kTopKWarpMinRows, 3000, kTopKWarpMaxK + 1, true}}) {  // block
     RunTopK(c, seed++);
   }
+  // The same shapes forced onto the other kernel: the resident one takes the warp kernel's rows,
+  // and the warp kernel takes few rows of more than 2,048 entries.
+  for (TopKCase c : std::vector<TopKCase>{{kTopKWarpMinRows, 4096, 64, true},
+                                          {kTopKWarpMinRows, 257, 64, true, false, true},
+                                          {kTopKWarpMinRows + 3, kTopKCachedLen, 100, true}}) {
+    c.path = TopKPath::kResident;
+    RunTopK(c, seed++);
+  }
+  RunTopK({20, 5000, 64, true, false, false, TopKPath::kWarpPerRow}, seed++);
 }
 
 TEST(CudaTopK, ResidentRowsEveryKind) {
@@ -262,6 +273,13 @@ TEST(CudaTopK, RejectsBadParams) {
   int32_t out[4];
   p.scores = &dummy;
   p.out = out;
+  EXPECT_EQ(LaunchTopK(p, nullptr).code(), StatusCode::kInvalidArgument);
+  p.stride = 0;  // a forced kernel outside its limits
+  p.k = kTopKWarpMaxK + 1;
+  p.path = TopKPath::kWarpPerRow;
+  EXPECT_EQ(LaunchTopK(p, nullptr).code(), StatusCode::kInvalidArgument);
+  p.k = 513;
+  p.path = TopKPath::kResident;
   EXPECT_EQ(LaunchTopK(p, nullptr).code(), StatusCode::kInvalidArgument);
 }
 
