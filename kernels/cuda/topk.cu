@@ -209,12 +209,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   for (int64_t q = blockIdx.x; q < p.rows * seg.count; q += gridDim.x) {
     const int64_t r = q / seg.count, sg = q % seg.count, off = sg * seg.len;
     const float* row = p.scores + r * p.stride + off;
-    int64_t len64 = p.n;
-    if (p.lengths != nullptr) {
-      len64 = min(max(static_cast<int64_t>(p.lengths[r]), int64_t{0}), p.n);
-    }
-    if (segmented) len64 = min(max(len64 - off, int64_t{0}), seg.len);
-    const int n = static_cast<int>(len64);
+    const int n = BlockLength(p, seg, r, off);
     const int take = min(p.k, n);
     const bool cached = n <= cache_len;
     const bool select = take > 0 && take < n;
@@ -383,15 +378,7 @@ __global__ void __launch_bounds__(kThreads, 2)
       }
     }
     if (segmented && sg == 0 && threadIdx.x == 0) {
-      int64_t row_len = p.n;
-      if (p.lengths != nullptr) {
-        row_len = min(max(static_cast<int64_t>(p.lengths[r]), int64_t{0}), p.n);
-      }
-      const int64_t segs = (row_len + seg.len - 1) / seg.len;
-      seg.cand_len[r] =
-          segs == 0 ? 0
-                    : static_cast<int32_t>((segs - 1) * p.k + min(static_cast<int64_t>(p.k),
-                                                                  row_len - (segs - 1) * seg.len));
+      seg.cand_len[r] = SegmentCandidates(p, seg, r);
     }
     if (segmented && !gathered) {
       __syncthreads();  // the cache is reused by the next segment

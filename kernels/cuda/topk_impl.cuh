@@ -27,20 +27,19 @@ __device__ __forceinline__ uint32_t RankKey(float f) {
   return f != f ? 0u : key;
 }
 
-/// After hist[0..kBins) is filled: finds bin b with count(bins > b) < remaining <= count(>= b)
-/// and stores b, count(bins > b) and count(b) into s.bin / s.above / s.count. A pass that counts
-/// fewer bits leaves the upper bins zero, which never qualify. Suffix sums by shuffles within each
-/// warp and over the warps' totals: two barriers. Ends with a barrier.
-/// S has hist[kBins], scan[>= kWarps], bin, above and count.
+inline constexpr int kBinsPerThread = kBins / kThreads;
+
+/// Reads this thread's bins of s.hist (thread t owns bins [t * kBinsPerThread, ...)) into h and
+/// returns how many entries the bins above them hold: suffix sums by shuffles within each warp
+/// and one reduction over the later warps' totals (s.scan). One barrier; the caller must place
+/// one before s.scan is written again.
 template <class S>
-__device__ void FindThresholdBin(S& s, uint32_t remaining) {
-  constexpr int kPer = kBins / kThreads;
-  const int lo = threadIdx.x * kPer;
+__device__ __forceinline__ uint32_t EntriesAboveMyBins(S& s, uint32_t (&h)[kBinsPerThread]) {
+  const int lo = threadIdx.x * kBinsPerThread;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  uint32_t h[kPer];
   uint32_t local = 0;
 #pragma unroll
-  for (int b = 0; b < kPer; ++b) {
+  for (int b = 0; b < kBinsPerThread; ++b) {
     h[b] = s.hist[lo + b];
     local += h[b];
   }
@@ -52,11 +51,22 @@ __device__ void FindThresholdBin(S& s, uint32_t remaining) {
   }
   if (lane == 0) s.scan[warp] = suffix;  // the warp's total
   __syncthreads();
-  uint32_t above = suffix - local;  // entries in bins above this thread's range
   // The later warps' totals: lane w < kWarps reads warp w's, one reduction adds them.
-  above += __reduce_add_sync(detail::kFullMask, lane < kWarps && lane > warp ? s.scan[lane] : 0u);
+  return suffix - local +
+         __reduce_add_sync(detail::kFullMask, lane < kWarps && lane > warp ? s.scan[lane] : 0u);
+}
+
+/// After hist[0..kBins) is filled: finds bin b with count(bins > b) < remaining <= count(>= b)
+/// and stores b, count(bins > b) and count(b) into s.bin / s.above / s.count. A pass that counts
+/// fewer bits leaves the upper bins zero, which never qualify. Two barriers; ends with one.
+/// S has hist[kBins], scan[>= kWarps], bin, above and count.
+template <class S>
+__device__ void FindThresholdBin(S& s, uint32_t remaining) {
+  const int lo = threadIdx.x * kBinsPerThread;
+  uint32_t h[kBinsPerThread];
+  uint32_t above = EntriesAboveMyBins(s, h);  // entries in bins above this thread's range
 #pragma unroll
-  for (int b = kPer - 1; b >= 0; --b) {
+  for (int b = kBinsPerThread - 1; b >= 0; --b) {
     if (above < remaining && above + h[b] >= remaining) {
       s.bin = static_cast<uint32_t>(lo + b);
       s.above = above;
@@ -151,6 +161,30 @@ struct Segments {
   const int32_t* map = nullptr;
   int64_t map_width = 0;
 };
+
+/// Row r's entries: its length clamped to [0, n].
+__device__ __forceinline__ int64_t RowLength(const TopKParams& p, int64_t r) {
+  if (p.lengths == nullptr) return p.n;
+  return min(max(static_cast<int64_t>(p.lengths[r]), int64_t{0}), p.n);
+}
+
+/// The entries a block takes: row r's, or (segmented) those of its segment starting at `off`.
+__device__ __forceinline__ int BlockLength(const TopKParams& p, const Segments& seg, int64_t r,
+                                           int64_t off) {
+  const int64_t len = RowLength(p, r);
+  return static_cast<int>(seg.count > 1 ? min(max(len - off, int64_t{0}), seg.len) : len);
+}
+
+/// A segmented row's candidate count: k from each segment but the last, which gives
+/// min(k, its entries) (segments are at least k long).
+__device__ __forceinline__ int32_t SegmentCandidates(const TopKParams& p, const Segments& seg,
+                                                     int64_t r) {
+  const int64_t row_len = RowLength(p, r);
+  const int64_t segs = (row_len + seg.len - 1) / seg.len;
+  if (segs == 0) return 0;
+  return static_cast<int32_t>((segs - 1) * p.k +
+                              min(static_cast<int64_t>(p.k), row_len - (segs - 1) * seg.len));
+}
 
 /// The resident kernel (topk_resident.cu) takes rows, or segments, of at most kResidentLen
 /// entries and k <= kThreads: each thread keeps its 32 entries' rank keys in registers.

@@ -87,28 +87,11 @@ __device__ __forceinline__ unsigned long long Composite(uint32_t key, int e) {
 
 /// start[b] = hist[b + 1] + ... + hist[kBins - 1] for every bin b. Two barriers; ends with one.
 __device__ void BinsAbove(ResidentShared& s) {
-  constexpr int kPer = kBins / kThreads;
-  const int lo = threadIdx.x * kPer;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  uint32_t h[kPer];
-  uint32_t local = 0;
+  const int lo = threadIdx.x * kBinsPerThread;
+  uint32_t h[kBinsPerThread];
+  uint32_t above = EntriesAboveMyBins(s, h);
 #pragma unroll
-  for (int b = 0; b < kPer; ++b) {
-    h[b] = s.hist[lo + b];
-    local += h[b];
-  }
-  uint32_t suffix = local;
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const uint32_t v = __shfl_down_sync(detail::kFullMask, suffix, o);
-    if (lane + o < 32) suffix += v;
-  }
-  if (lane == 0) s.scan[warp] = suffix;
-  __syncthreads();
-  uint32_t above = suffix - local;
-  above += __reduce_add_sync(detail::kFullMask, lane < kWarps && lane > warp ? s.scan[lane] : 0u);
-#pragma unroll
-  for (int b = kPer - 1; b >= 0; --b) {
+  for (int b = kBinsPerThread - 1; b >= 0; --b) {
     s.bucket.start[lo + b] = above;
     above += h[b];
   }
@@ -191,12 +174,7 @@ __global__ void __launch_bounds__(kThreads, 2) TopKResidentKernel(TopKParams p, 
   const int64_t r = q / seg.count, sg = q % seg.count;
   const int off = static_cast<int>(sg * seg.len);  // < n < 2^31
   const float* row = p.scores + r * p.stride + off;
-  int64_t len64 = p.n;
-  if (p.lengths != nullptr) {
-    len64 = min(max(static_cast<int64_t>(p.lengths[r]), int64_t{0}), p.n);
-  }
-  if (segmented) len64 = min(max(len64 - off, int64_t{0}), seg.len);
-  const int n = static_cast<int>(len64);
+  const int n = BlockLength(p, seg, r, off);
   const int take = min(p.k, n);
   const bool vec = (reinterpret_cast<uintptr_t>(row) & 15u) == 0;
   const bool full = vec && n == kResidentLen;
@@ -365,15 +343,7 @@ __global__ void __launch_bounds__(kThreads, 2) TopKResidentKernel(TopKParams p, 
       seg.cand_score[cand_base + j] = KeyValue(static_cast<uint32_t>(item >> 32));
     }
     if (sg == 0 && t == 0) {
-      int64_t row_len = p.n;
-      if (p.lengths != nullptr) {
-        row_len = min(max(static_cast<int64_t>(p.lengths[r]), int64_t{0}), p.n);
-      }
-      const int64_t segs = (row_len + seg.len - 1) / seg.len;
-      seg.cand_len[r] =
-          segs == 0 ? 0
-                    : static_cast<int32_t>((segs - 1) * p.k + min(static_cast<int64_t>(p.k),
-                                                                  row_len - (segs - 1) * seg.len));
+      seg.cand_len[r] = SegmentCandidates(p, seg, r);
     }
   } else {
     int32_t* out = p.out + r * p.out_stride;
