@@ -43,9 +43,11 @@ enum class KvFormat { kFp32, kBf16, kV4Fp8 };
 /// the dims-split kernel, each warpgroup owning half of the dims, S (t + 1) issued behind P V (t);
 /// kWgmmaEntrySplit the earlier wgmma kernel (each warpgroup half of a tile's entries, phases
 /// separated by block barriers), rows by cp.async; kWgmmaTma that kernel with Q and the rows by
-/// bulk tensor copies (one 128-byte box a row and atom); kMma the mma.sync kernel. For tests and
-/// the perf mode; all meet the same bound.
-enum class AttentionTcKernel { kAuto, kWgmmaEntrySplit, kWgmmaTma, kMma };
+/// bulk tensor copies (one 128-byte box a row and atom); kWgmmaPairs the producer-warpgroup
+/// kernel (a producer copies the rows, two consumer warpgroups each take S of one tile of a pair
+/// and half of O's dims); kMma the mma.sync kernel. For tests and the perf mode; all meet the
+/// same bound.
+enum class AttentionTcKernel { kAuto, kWgmmaEntrySplit, kWgmmaTma, kWgmmaPairs, kMma };
 
 struct KvSet {
   const void* kv = nullptr;  // kFp32/kBf16: [rows, head_dim]; kV4Fp8: [rows / page_size pages]

@@ -110,6 +110,9 @@ bool WgmmaAttentionApplies(const SparseAttentionParams& p);
 Status LaunchSparseAttentionWgmma(const SparseAttentionParams& p, AttentionTcKernel kernel,
                                   cudaStream_t stream);
 
+/// The producer-warpgroup wgmma kernel (attention_pairs.cu) on params WgmmaAttentionApplies to.
+Status LaunchSparseAttentionPairs(const SparseAttentionParams& p, cudaStream_t stream);
+
 /// The few-heads tensor-core kernel for bf16 values (attention_few_heads.cu): its shapes.
 inline constexpr int kFewHeadsDim = 128;
 inline constexpr int kFewHeadsMax = 8;

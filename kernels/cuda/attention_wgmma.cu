@@ -599,6 +599,7 @@ bool WgmmaAttentionApplies(const SparseAttentionParams& p) {
 
 Status LaunchSparseAttentionWgmma(const SparseAttentionParams& p, AttentionTcKernel which,
                                   cudaStream_t stream) {
+  if (which == AttentionTcKernel::kWgmmaPairs) return LaunchSparseAttentionPairs(p, stream);
   if (which == AttentionTcKernel::kAuto) {
     NW_RETURN_IF_ERROR(
         AllowDynamicSharedMemory(reinterpret_cast<const void*>(SparseAttentionSplitKernel),

@@ -87,6 +87,30 @@ __device__ __forceinline__ void PrefetchL2(const void* src, uint32_t bytes) {
   asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(src), "r"(bytes) : "memory");
 }
 
+/// Has `bar` count one arrival of this thread when all of its earlier cp.async copies have landed
+/// (the barrier's expected count includes it: `.noinc`).
+__device__ __forceinline__ void CpAsyncMbarArriveNoinc(uint64_t* bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(SmemAddress(bar))
+               : "memory");
+}
+/// Waits for all of this thread's cp.async copies, committed or not.
+__device__ __forceinline__ void CpAsyncWaitAll() {
+  asm volatile("cp.async.wait_all;\n" ::: "memory");
+}
+
+// ---- register reallocation between warpgroups --------------------------------------------------
+
+/// The warpgroup's threads give registers back down to `kRegs` a thread (a multiple of 8).
+template <int kRegs>
+__device__ __forceinline__ void WarpgroupRegsDown() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+}
+/// The warpgroup's threads take registers up to `kRegs` a thread (a multiple of 8).
+template <int kRegs>
+__device__ __forceinline__ void WarpgroupRegsUp() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+}
+
 // ---- fences and named barriers --------------------------------------------------------------
 
 /// Orders this thread's ordinary shared-memory stores before later async-proxy reads (wgmma,
@@ -250,6 +274,23 @@ __device__ __forceinline__ void WgmmaM64N256K16Bf16RegA(float (&d)[128], const u
       "}\n"
       : NW_WGMMA_D128_OPERANDS
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
+}
+
+/// d[64 x 256] += A[64 x 16] * B[16 x 256]: A bf16 in shared memory K-major (SW128, as
+/// WgmmaM64N256K16Bf16's), B bf16 in shared memory MN-major (as WgmmaM64N256K16Bf16RegA's), fp32
+/// accumulators laid out as WgmmaM64N256K16Bf16's.
+__device__ __forceinline__ void WgmmaM64N256K16Bf16TransB(float (&d)[128], uint64_t a, uint64_t b) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      "setp.ne.b32 p, %130, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 "
+      "{" NW_WGMMA_D128_TEXT
+      "},"
+      " %128, %129, p, 1, 1, 0, 1;\n"
+      "}\n"
+      : NW_WGMMA_D128_OPERANDS
+      : "l"(a), "l"(b), "r"(1));
 }
 
 /// d[64 x kN] (+)= A[64 x 16] * B[kN x 16]^T for kN = 16, 32 or 64: A from registers (laid out

@@ -227,8 +227,9 @@ TEST(CudaAttention, SimtV4Fp8Kv) {
 TEST(CudaAttention, TensorCoresBf16Kv) {
   NW_REQUIRE_GPU();
   uint64_t seed = 20;
-  for (AttentionTcKernel k : {AttentionTcKernel::kAuto, AttentionTcKernel::kWgmmaEntrySplit,
-                              AttentionTcKernel::kWgmmaTma, AttentionTcKernel::kMma}) {
+  for (AttentionTcKernel k :
+       {AttentionTcKernel::kAuto, AttentionTcKernel::kWgmmaEntrySplit, AttentionTcKernel::kWgmmaTma,
+        AttentionTcKernel::kWgmmaPairs, AttentionTcKernel::kMma}) {
     AttnCase a{6, 64, 512, 64, 128, 512, KvFormat::kBf16, true};
     a.tc_kernel = k;
     RunAttention(a, seed++);

@@ -399,6 +399,7 @@ void PerfAttention(const Reporter& report, const std::string& filter) {
     for (const Variant& v :
          {Variant{"bf16 kv, tensor cores", KvFormat::kBf16, true, 2.0 * D},
           Variant{"bf16 kv, wgmma entries split", KvFormat::kBf16, true, 2.0 * D},
+          Variant{"bf16 kv, wgmma tile pairs", KvFormat::kBf16, true, 2.0 * D},
           Variant{"bf16 kv, wgmma, rows by tma", KvFormat::kBf16, true, 2.0 * D},
           Variant{"bf16 kv, mma.sync", KvFormat::kBf16, true, 2.0 * D},
           Variant{"bf16 kv, tensor cores, rows in L2", KvFormat::kBf16, true, 2.0 * D},
@@ -420,6 +421,7 @@ void PerfAttention(const Reporter& report, const std::string& filter) {
       const std::string tag = v.tag;
       p.tc_kernel = tag.find("mma.sync") != std::string::npos      ? AttentionTcKernel::kMma
                     : tag.find("rows by tma") != std::string::npos ? AttentionTcKernel::kWgmmaTma
+                    : tag.find("tile pairs") != std::string::npos  ? AttentionTcKernel::kWgmmaPairs
                     : tag.find("entries split") != std::string::npos
                         ? AttentionTcKernel::kWgmmaEntrySplit
                         : AttentionTcKernel::kAuto;

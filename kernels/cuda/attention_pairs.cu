@@ -1,0 +1,448 @@
+// Sparse attention on Hopper's wgmma with a producer warpgroup (see attention.h): head_dim 512,
+// bf16 q and KV, one query per block of three warpgroups. The query's 64 (zero-padded) heads are
+// the M = 64 rows of every wgmma.
+//
+// Warpgroup 2 (the producer, few registers) looks the entries up and copies the gathered rows by
+// cp.async into two 64-entry buffers of whole rows (512 dims, 128-byte swizzled), each buffer in a
+// left (dims 0 .. 255) and a right half with its own "ready" and "free" mbarriers; the copies
+// complete on "ready" by cp.async.mbarrier.arrive, so no consumer waits on a copy it did not need.
+// Tiles go in pairs: tile 2 b into buffer 0, tile 2 b + 1 into buffer 1.
+//
+// Warpgroups 0 and 1 (the consumers, many registers) each own a buffer for S and a half of the
+// dims for O:
+//   S_c = Q K_c^T over all 512 dims of buffer c's tile (32 wgmma m64n64k16);
+//   softmax of the pair with one maximum: warpgroup 0 takes the maximum over its tile and the
+//     running one, warpgroup 1 takes that and its tile's (both through shared memory), so P of
+//     both tiles is relative to the pair's maximum (warpgroup 0 rescales its P once more);
+//   O_c += P_c V_c (own tile, P from registers) and O_c += P_other V_c (the other tile, P
+//     through shared memory), V_c being dims 256 c .. 256 c + 255 of the buffer's rows.
+// So each warpgroup's tensor-core work is one S and two P V a pair, and while one warpgroup runs
+// its softmax the other's MMAs keep the tensor cores busy. Per-thread accumulators: O 128, S 32.
+// Deterministic run to run; within the tensor-core path's bound of the CPU's.
+#include "kernels/cuda/attention_impl.cuh"
+#include "kernels/cuda/common.h"
+#include "kernels/cuda/device_util.cuh"
+#include "kernels/cuda/hopper.cuh"
+#include "kernels/cuda/mma.cuh"
+
+namespace nw::cuda::detail {
+namespace {
+
+constexpr int kThreads = 384;
+constexpr int kDim = 512;
+constexpr int kEntries = 64;  // entries a tile
+constexpr int kHeads = 64;
+constexpr int kAtoms = kDim / 64;               // 128-byte atoms along the dims
+constexpr int kAtom = 64 * 128;                 // bytes of one atom of 64 rows
+constexpr int kTileBytes = kAtoms * kAtom;      // 64 KiB: 64 whole rows
+constexpr int kHalfAtoms = kAtoms / 2;          // a half of the dims: 4 atoms
+constexpr int kHalfBytes = kHalfAtoms * kAtom;  // 32 KiB
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr int kConsumerRegs = 216;  // 2 x 128 x 216 + 128 x 72 = the 64 K registers
+constexpr int kProducerRegs = 72;
+
+// Named barriers between the consumer warpgroups (256 threads each).
+constexpr int kBarMax0 = 1;  // warpgroup 0's pair maximum is in smax
+constexpr int kBarMax1 = 2;  // warpgroup 1's (the pair's) maximum is in smax
+constexpr int kBarP0 = 3;    // P of tile 2 b is in shared memory
+constexpr int kBarP1 = 4;    // P of tile 2 b + 1 is in shared memory
+constexpr int kBarSum = 5;   // the row sums are in ssum
+
+struct PairsSmem {
+  static constexpr size_t kQ = 0;                             // [8 atoms][64 heads x 128 B]
+  static constexpr size_t kKv = kQ + kTileBytes;              // [2 buffers][8 atoms][64 x 128 B]
+  static constexpr size_t kP = kKv + 2 * size_t{kTileBytes};  // bf16 [2][64 heads x 128 B], SW128
+  static constexpr size_t kValid = kP + 2 * size_t{kAtom};    // uint64 [2]: live entries a buffer
+  static constexpr size_t kMax = kValid + 2 * sizeof(uint64_t);      // float [64]
+  static constexpr size_t kSum = kMax + kHeads * sizeof(float);      // float [2][64]
+  static constexpr size_t kBar = kSum + 2 * kHeads * sizeof(float);  // q, ready[4], free[4]
+  static constexpr size_t kBytes = kBar + 9 * sizeof(uint64_t);
+  static constexpr size_t kAlloc = kBytes + 1024;  // room to align the base to 1024
+};
+static_assert(PairsSmem::kAlloc <= 227 * 1024, "the H200's shared memory a block");
+
+// Half h of buffer b is barrier index 2 b + h (h = 0: dims 0 .. 255).
+constexpr int kLeft0 = 0, kRight0 = 1, kLeft1 = 2, kRight1 = 3;
+// "ready" counts the 128 producer threads' cp.async arrivals and one plain arrival of each
+// producer warp's lane 0, which publishes the buffer's live-entry bits.
+constexpr uint32_t kReadyCount = 128 + 4;
+
+using RowPtr = const unsigned char*;
+
+// The producer warpgroup: Q, then every pair's rows (see the file comment).
+__device__ __forceinline__ void ProducePairs(const SparseAttentionParams& p, int64_t i, int64_t len0,
+                                             int64_t total, int64_t pairs, unsigned char* sq,
+                                             unsigned char* skv, uint64_t* valid, uint64_t* qbar,
+                                             uint64_t* ready, uint64_t* freed) {
+  const int tid = threadIdx.x & 127, pw = tid >> 5, lane = threadIdx.x & 31;
+  const int grp = lane >> 3, chunk = lane & 7;
+  if (pairs == 0) return;
+  {  // Q: 64 heads x 64 chunks of 16 bytes (zero rows past n_heads).
+    const uint16_t* q = static_cast<const uint16_t*>(p.q) + i * p.n_heads * kDim;
+#pragma unroll 4
+    for (int k = 0; k < kHeads * kDim / 8 / 128; ++k) {
+      const int idx = tid + 128 * k, h = idx >> 6, ch = idx & 63;
+      const bool live = h < p.n_heads;
+      CpAsync16(sq + (ch >> 3) * kAtom + SwizzledChunk(h, ch & 7),
+                q + (live ? h : 0) * kDim + ch * 8, live);
+    }
+    CpAsyncMbarArriveNoinc(qbar);
+  }
+  // Lane l < 16 of warp pw looks up entry 16 pw + l of tile u (lanes 16 .. 31 repeat 0 .. 15).
+  auto lookup = [&](int64_t u) -> RowPtr {
+    const int64_t s = u * kEntries + 16 * pw + (lane & 15);
+    if (s >= total) return nullptr;
+    const Slot slot = SlotAt(p, i, len0, s);
+    return slot.row >= 0 ? static_cast<RowPtr>(p.sets[slot.set].kv) + slot.row * (kDim * 2)
+                         : nullptr;
+  };
+  const unsigned char* mapped = static_cast<const unsigned char*>(p.q);  // read by no zero fill
+  // Half `half` of the rows looked up in `mine` into buffer `buffer`: group grp of 8 lanes copies
+  // chunk `chunk` of every atom of rows 16 pw + grp + 4 lr, lr = 0 .. 3 (zeros for skipped
+  // entries). `publish`: first write the buffer's live-entry bits.
+  auto copy_half = [&](RowPtr mine, int buffer, int half, bool publish) {
+    uint64_t* bar = &ready[2 * buffer + half];
+    unsigned char* dst = skv + buffer * kTileBytes + half * kHalfBytes;
+#pragma unroll
+    for (int lr = 0; lr < 4; ++lr) {
+      const int r = 16 * pw + grp + 4 * lr;
+      const RowPtr row = reinterpret_cast<RowPtr>(
+          __shfl_sync(kFullMask, reinterpret_cast<unsigned long long>(mine), grp + 4 * lr));
+      const bool live = row != nullptr;
+      const unsigned char* src = live ? row + half * kHalfAtoms * 128 + chunk * 16 : mapped;
+      const uint32_t off = static_cast<uint32_t>(r * 128 + ((chunk ^ (r & 7)) << 4));
+#pragma unroll
+      for (int a = 0; a < kHalfAtoms; ++a) CpAsync16(dst + a * kAtom + off, src + a * 128, live);
+    }
+    CpAsyncMbarArriveNoinc(bar);
+    const unsigned bits = __ballot_sync(kFullMask, mine != nullptr) & 0xFFFFu;
+    if (lane == 0) {
+      if (publish) reinterpret_cast<uint16_t*>(valid + buffer)[pw] = static_cast<uint16_t>(bits);
+      MbarArrive(bar);
+    }
+  };
+  RowPtr cur0 = lookup(0), cur1 = lookup(1);
+  for (int64_t b = 0; b < pairs; ++b) {
+    // The next pair's lookups are in flight while this pair waits for its buffers.
+    const RowPtr next0 = lookup(2 * b + 2), next1 = lookup(2 * b + 3);
+    const uint32_t parity = static_cast<uint32_t>((b & 1) ^ 1);
+    MbarWait(&freed[kLeft0], parity);
+    copy_half(cur0, 0, 0, true);
+    MbarWait(&freed[kRight1], parity);
+    copy_half(cur1, 1, 1, true);
+    MbarWait(&freed[kRight0], parity);
+    copy_half(cur0, 0, 1, false);
+    MbarWait(&freed[kLeft1], parity);
+    copy_half(cur1, 1, 0, false);
+    if (lane < 16) {  // the next pair's rows toward L2 while this pair is computed
+      if (next0 != nullptr) PrefetchL2(next0, kDim * 2);
+      if (next1 != nullptr) PrefetchL2(next1, kDim * 2);
+    }
+    cur0 = next0;
+    cur1 = next1;
+  }
+  CpAsyncWaitAll();  // no copy outlives the block
+}
+
+// Scales this thread's S of a tile (scale2) and masks skipped entries (bit e of `live`) to -inf;
+// returns the row maxima over the warpgroup's quad.
+__device__ __forceinline__ void ScaleMaskMax(float (&s)[32], uint64_t live, float scale2, int t4,
+                                             float& mx0, float& mx1) {
+  mx0 = -INFINITY;
+  mx1 = -INFINITY;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const int e = 8 * j + 2 * t4;
+    const bool v0 = (live >> e) & 1u, v1 = (live >> (e + 1)) & 1u;
+    s[4 * j] = v0 ? s[4 * j] * scale2 : -INFINITY;
+    s[4 * j + 1] = v1 ? s[4 * j + 1] * scale2 : -INFINITY;
+    s[4 * j + 2] = v0 ? s[4 * j + 2] * scale2 : -INFINITY;
+    s[4 * j + 3] = v1 ? s[4 * j + 3] * scale2 : -INFINITY;
+    mx0 = fmaxf(mx0, fmaxf(s[4 * j], s[4 * j + 1]));
+    mx1 = fmaxf(mx1, fmaxf(s[4 * j + 2], s[4 * j + 3]));
+  }
+#pragma unroll
+  for (int off = 1; off < 4; off <<= 1) {
+    mx0 = fmaxf(mx0, __shfl_xor_sync(kFullMask, mx0, off));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(kFullMask, mx1, off));
+  }
+}
+
+// P (bf16 pairs) as the A fragments of the tile's four k16 steps.
+__device__ __forceinline__ void PackP(const float (&s)[32], uint32_t (&a)[4][4]) {
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    a[kk][0] = PackBf16x2(s[8 * kk], s[8 * kk + 1]);
+    a[kk][1] = PackBf16x2(s[8 * kk + 2], s[8 * kk + 3]);
+    a[kk][2] = PackBf16x2(s[8 * kk + 4], s[8 * kk + 5]);
+    a[kk][3] = PackBf16x2(s[8 * kk + 6], s[8 * kk + 7]);
+  }
+}
+
+// Stores A fragments of P into the SW128 K-major tile `sp` (64 heads x 64 entries, bf16): row r,
+// entries 8 j + 2 t4 + {0, 1} at r * 128 + ((j ^ r % 8) * 16) + 4 t4 (a warp's stores hit 32
+// distinct banks).
+__device__ __forceinline__ void StoreP(unsigned char* sp, const uint32_t (&a)[4][4], int r0,
+                                       int t4) {
+  const int r1 = r0 + 8;
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    const int j = 2 * kk;
+    *reinterpret_cast<uint32_t*>(sp + r0 * 128 + ((j ^ (r0 & 7)) << 4) + 4 * t4) = a[kk][0];
+    *reinterpret_cast<uint32_t*>(sp + r1 * 128 + ((j ^ (r1 & 7)) << 4) + 4 * t4) = a[kk][1];
+    *reinterpret_cast<uint32_t*>(sp + r0 * 128 + (((j + 1) ^ (r0 & 7)) << 4) + 4 * t4) = a[kk][2];
+    *reinterpret_cast<uint32_t*>(sp + r1 * 128 + (((j + 1) ^ (r1 & 7)) << 4) + 4 * t4) = a[kk][3];
+  }
+}
+
+__global__ void __launch_bounds__(kThreads, 1) SparseAttentionPairsKernel(SparseAttentionParams p) {
+  using L = PairsSmem;
+  extern __shared__ unsigned char smem_raw[];
+  unsigned char* smem = Align1024(smem_raw);
+  unsigned char* sq = smem + L::kQ;
+  unsigned char* skv = smem + L::kKv;
+  unsigned char* sp = smem + L::kP;
+  uint64_t* valid = reinterpret_cast<uint64_t*>(smem + L::kValid);
+  float* smax = reinterpret_cast<float*>(smem + L::kMax);
+  float* ssum = reinterpret_cast<float*>(smem + L::kSum);
+  uint64_t* qbar = reinterpret_cast<uint64_t*>(smem + L::kBar);
+  uint64_t* ready = qbar + 1;  // [4]: 2 buffer + half
+  uint64_t* freed = qbar + 5;  // [4]
+  // The warpgroup, warp-uniform as far as the compiler knows (a shuffle from lane 0): wgmma in
+  // code that looks divergent gets serialized.
+  const int wg = __shfl_sync(kFullMask, static_cast<int>(threadIdx.x >> 7), 0);
+  const int tid = threadIdx.x & 127;
+  const int64_t i = blockIdx.x;
+  const int64_t len0 = SetLength(p.sets[0], i);
+  const int64_t total = len0 + SetLength(p.sets[1], i);
+  const int64_t pairs = (total + 2 * kEntries - 1) / (2 * kEntries);
+
+  if (threadIdx.x == 0) {
+    MbarInit(qbar, 128);
+    for (int b = 0; b < 4; ++b) {
+      MbarInit(&ready[b], kReadyCount);
+      MbarInit(&freed[b], 128);
+    }
+    MbarInitFence();
+  }
+  __syncthreads();
+  if (wg == 2) {
+    WarpgroupRegsDown<kProducerRegs>();
+    ProducePairs(p, i, len0, total, pairs, sq, skv, valid, qbar, ready, freed);
+    return;
+  }
+  WarpgroupRegsUp<kConsumerRegs>();
+
+  const int c = wg, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
+  const int r0 = warp * 16 + g, r1 = r0 + 8;  // this thread's head rows
+  float m0 = r0 < p.n_heads ? p.sink[r0] * kLog2e : 0.0f;
+  float m1 = r1 < p.n_heads ? p.sink[r1] * kLog2e : 0.0f;
+  // The sink's e^0 term (after the max shift) counts once, in warpgroup 0's row sums.
+  float l0 = (c == 0 && m0 != -INFINITY) ? 1.0f : 0.0f;
+  float l1 = (c == 0 && m1 != -INFINITY) ? 1.0f : 0.0f;
+  const float scale2 = p.scale * kLog2e;
+  const uint64_t dq = Sw128Desc(sq);
+  const uint64_t dk = Sw128Desc(skv + c * kTileBytes);  // this warpgroup's S buffer
+  // V of this warpgroup's dims in its own buffer (P from registers) and in the other's (P from
+  // shared memory): MN-major, atoms kAtom apart along N.
+  const uint64_t dv_own = Sw128Desc(skv + c * kTileBytes + c * kHalfBytes, kAtom, 1024);
+  const uint64_t dv_other = Sw128Desc(skv + (1 - c) * kTileBytes + c * kHalfBytes, kAtom, 1024);
+  unsigned char* sp_own = sp + c * kAtom;
+  const uint64_t dp_other = Sw128Desc(sp + (1 - c) * kAtom);
+  const uint64_t* live = valid + c;
+  float o[128];
+#pragma unroll
+  for (int e = 0; e < 128; ++e) o[e] = 0.0f;
+  float s[32];
+  uint32_t a[4][4];
+
+  // Atoms [a0, a0 + 4) of S's 32 k16 steps; the first of the tile overwrites.
+  auto s_half = [&](int a0, bool first) {
+#pragma unroll
+    for (int k = 0; k < kHalfAtoms * 4; ++k) {
+      const uint32_t off = static_cast<uint32_t>((a0 + k / 4) * kAtom + (k % 4) * 32);
+      WgmmaM64N64K16Bf16(s, DescPlus(dq, off), DescPlus(dk, off), (first && k == 0) ? 0 : 1);
+    }
+  };
+  // Waits for half `bar`'s rows. The wgmma fence after it is what ptxas would inject anyway
+  // (accumulators of a chain continued past the wait loop); it waits for no MMA.
+  auto wait_ready = [&](int bar, uint32_t parity) {
+    MbarWait(&ready[bar], parity);
+    FenceProxyAsync();  // the producer's cp.async writes, for this thread's wgmma reads
+    WgmmaFence();
+  };
+  auto pv_own = [&]() {
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) WgmmaFenceOperands(a[kk]);
+    WgmmaFenceOperands(o);
+    WgmmaFence();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) WgmmaM64N256K16Bf16RegA(o, a[kk], DescPlus(dv_own, kk * 2048));
+    WgmmaCommit();
+  };
+  auto pv_other = [&]() {
+    WgmmaFenceOperands(o);
+    WgmmaFence();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      WgmmaM64N256K16Bf16TransB(o, DescPlus(dp_other, kk * 32), DescPlus(dv_other, kk * 2048));
+    }
+    WgmmaCommit();
+  };
+
+  if (pairs > 0) {
+    MbarWait(qbar, 0);
+    FenceProxyAsync();
+    if (c == 0) {  // tile 0's S; later pairs' are issued at the end of the previous pair
+      WgmmaFenceOperands(s);
+      wait_ready(kLeft0, 0);
+      s_half(0, true);
+      wait_ready(kRight0, 0);
+      s_half(kHalfAtoms, false);
+      WgmmaCommit();
+      WgmmaWait<0>();
+      WgmmaFenceOperands(s);
+    }
+  }
+  for (int64_t b = 0; b < pairs; ++b) {
+    const uint32_t parity = static_cast<uint32_t>(b & 1);
+    if (c == 0) {
+      float mx0, mx1;
+      ScaleMaskMax(s, *reinterpret_cast<volatile const uint64_t*>(live), scale2, t4, mx0, mx1);
+      const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
+      SoftmaxStep(reinterpret_cast<float(&)[8][4]>(s), reinterpret_cast<float(&)[32][4]>(o), mn0,
+                  mn1, m0, m1, l0, l1);
+      if (t4 == 0) {
+        smax[r0] = mn0;
+        smax[r1] = mn1;
+      }
+      NamedBarrierArrive(kBarMax0, 256);
+      PackP(s, a);
+      pv_own();
+      WgmmaWait<0>();
+      WgmmaFenceOperands(o);
+      MbarArrive(&freed[kLeft0]);  // S read both halves of buffer 0 before; P V the left one
+      // The pair's maximum: rescale this tile's P (for warpgroup 1), O and the row sums.
+      NamedBarrierSync(kBarMax1, 256);
+      const float n0 = smax[r0], n1 = smax[r1];
+      const float f0 = n0 == -INFINITY ? 1.0f : Exp2Approx(m0 - n0);
+      const float f1 = n1 == -INFINITY ? 1.0f : Exp2Approx(m1 - n1);
+      m0 = n0;
+      m1 = n1;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        s[4 * j] *= f0;
+        s[4 * j + 1] *= f0;
+        s[4 * j + 2] *= f1;
+        s[4 * j + 3] *= f1;
+      }
+      PackP(s, a);
+      StoreP(sp_own, a, r0, t4);
+      FenceProxyAsync();
+      NamedBarrierArrive(kBarP0, 256);
+      l0 *= f0;
+      l1 *= f1;
+      if (__any_sync(kFullMask, f0 != 1.0f || f1 != 1.0f)) {
+#pragma unroll
+        for (int j = 0; j < 32; ++j) {
+          o[4 * j] *= f0;
+          o[4 * j + 1] *= f0;
+          o[4 * j + 2] *= f1;
+          o[4 * j + 3] *= f1;
+        }
+      }
+      NamedBarrierSync(kBarP1, 256);
+      pv_other();
+      if (b + 1 < pairs) {
+        // The next pair's S (tile 2 b + 2) behind this P V; buffer 1's left half is free once
+        // P V retires.
+        WgmmaFenceOperands(s);
+        wait_ready(kLeft0, parity ^ 1);
+        s_half(0, true);
+        WgmmaCommit();
+        WgmmaWait<1>();
+        WgmmaFenceOperands(o);
+        MbarArrive(&freed[kLeft1]);
+        wait_ready(kRight0, parity ^ 1);
+        s_half(kHalfAtoms, false);
+        WgmmaCommit();
+        WgmmaWait<0>();
+        WgmmaFenceOperands(s);
+      } else {
+        WgmmaWait<0>();
+        WgmmaFenceOperands(o);
+        MbarArrive(&freed[kLeft1]);
+      }
+    } else {
+      // S of tile 2 b + 1: the right half first (the producer's order).
+      WgmmaFenceOperands(s);
+      wait_ready(kRight1, parity);
+      s_half(kHalfAtoms, true);
+      wait_ready(kLeft1, parity);
+      s_half(0, false);
+      WgmmaCommit();
+      WgmmaWait<0>();
+      WgmmaFenceOperands(s);
+      float mx0, mx1;
+      ScaleMaskMax(s, *reinterpret_cast<volatile const uint64_t*>(live), scale2, t4, mx0, mx1);
+      NamedBarrierSync(kBarMax0, 256);
+      const float mn0 = fmaxf(smax[r0], mx0), mn1 = fmaxf(smax[r1], mx1);
+      __syncwarp();  // the quad has read smax before its lane 0 writes it
+      SoftmaxStep(reinterpret_cast<float(&)[8][4]>(s), reinterpret_cast<float(&)[32][4]>(o), mn0,
+                  mn1, m0, m1, l0, l1);
+      if (t4 == 0) {
+        smax[r0] = mn0;
+        smax[r1] = mn1;
+      }
+      NamedBarrierArrive(kBarMax1, 256);
+      PackP(s, a);
+      pv_own();
+      StoreP(sp_own, a, r0, t4);
+      FenceProxyAsync();
+      NamedBarrierSync(kBarP0, 256);
+      pv_other();
+      NamedBarrierArrive(kBarP1, 256);
+      WgmmaWait<1>();
+      MbarArrive(&freed[kRight1]);
+      WgmmaWait<0>();
+      WgmmaFenceOperands(o);
+      MbarArrive(&freed[kRight0]);
+    }
+  }
+
+  // Row sums of both warpgroups, added in the same order by both; then this warpgroup's dims.
+  if (t4 == 0) {
+    ssum[c * kHeads + r0] = l0;
+    ssum[c * kHeads + r1] = l1;
+  }
+  NamedBarrierSync(kBarSum, 256);
+  const float inv0 = 1.0f / (ssum[r0] + ssum[kHeads + r0]);
+  const float inv1 = 1.0f / (ssum[r1] + ssum[kHeads + r1]);
+  auto store = [&](float v) { return p.round_bf16 ? quant::RoundBf16(v) : v; };
+  float* out = p.out + i * p.n_heads * kDim;
+#pragma unroll
+  for (int j = 0; j < 32; ++j) {
+    const int col = (kDim / 2) * c + 8 * j + 2 * t4;
+    if (r0 < p.n_heads) {
+      *reinterpret_cast<float2*>(out + r0 * kDim + col) =
+          make_float2(store(o[4 * j] * inv0), store(o[4 * j + 1] * inv0));
+    }
+    if (r1 < p.n_heads) {
+      *reinterpret_cast<float2*>(out + r1 * kDim + col) =
+          make_float2(store(o[4 * j + 2] * inv1), store(o[4 * j + 3] * inv1));
+    }
+  }
+}
+
+}  // namespace
+
+Status LaunchSparseAttentionPairs(const SparseAttentionParams& p, cudaStream_t stream) {
+  NW_RETURN_IF_ERROR(AllowDynamicSharedMemory(
+      reinterpret_cast<const void*>(SparseAttentionPairsKernel), PairsSmem::kAlloc,
+      "SparseAttentionPairsKernel"));
+  SparseAttentionPairsKernel<<<static_cast<unsigned>(p.m), kThreads, PairsSmem::kAlloc, stream>>>(
+      p);
+  return NW_CUDA_LAUNCH_STATUS("SparseAttentionPairsKernel");
+}
+
+}  // namespace nw::cuda::detail
