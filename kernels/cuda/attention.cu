@@ -239,7 +239,13 @@ Status LaunchSparseAttention(const SparseAttentionParams& p, cudaStream_t stream
           "SparseAttention (tensor cores): need head_dim 128 or 512, n_heads <= 64 and bf16 or "
           "V4 fp8 KV");
     }
-    if (p.tc_kernel != AttentionTcKernel::kMma && detail::WgmmaAttentionApplies(p)) {
+    if ((p.tc_kernel == AttentionTcKernel::kAuto ||
+         p.tc_kernel == AttentionTcKernel::kWgmmaPairs) &&
+        detail::PairsAttentionApplies(p)) {
+      return detail::LaunchSparseAttentionPairs(p, stream);
+    }
+    if (p.tc_kernel != AttentionTcKernel::kMma && p.tc_kernel != AttentionTcKernel::kWgmmaPairs &&
+        detail::WgmmaAttentionApplies(p)) {
       return detail::LaunchSparseAttentionWgmma(p, p.tc_kernel, stream);
     }
     return detail::LaunchSparseAttentionMma(p, stream);

@@ -39,15 +39,24 @@ namespace nw::cuda {
 
 enum class KvFormat { kFp32, kBf16, kV4Fp8 };
 
-/// The tensor-core kernel (q_bf16): kAuto takes wgmma where it applies (head_dim 512, bf16 KV):
-/// the dims-split kernel, each warpgroup owning half of the dims, S (t + 1) issued behind P V (t);
+/// The tensor-core kernel (q_bf16). kAuto takes the producer-warpgroup kernel where it applies
+/// (head_dim 512, bf16 KV or V4 fp8 KV with 64 rope dims): a producer warpgroup copies (or, fp8,
+/// widens) the gathered rows into two whole-row buffers, and two consumer warpgroups each take S of
+/// one tile of a pair and half of O's dims; else the mma.sync kernel. The others, for tests and the
+/// perf mode: kWgmmaPairs forces the producer-warpgroup kernel; kWgmmaDimsSplit the dims-split
+/// kernel (each warpgroup owning half of the dims, S (t + 1) issued behind P V (t); bf16 KV);
 /// kWgmmaEntrySplit the earlier wgmma kernel (each warpgroup half of a tile's entries, phases
 /// separated by block barriers), rows by cp.async; kWgmmaTma that kernel with Q and the rows by
-/// bulk tensor copies (one 128-byte box a row and atom); kWgmmaPairs the producer-warpgroup
-/// kernel (a producer copies the rows, two consumer warpgroups each take S of one tile of a pair
-/// and half of O's dims); kMma the mma.sync kernel. For tests and the perf mode; all meet the
+/// bulk tensor copies (one 128-byte box a row and atom); kMma the mma.sync kernel. All meet the
 /// same bound.
-enum class AttentionTcKernel { kAuto, kWgmmaEntrySplit, kWgmmaTma, kWgmmaPairs, kMma };
+enum class AttentionTcKernel {
+  kAuto,
+  kWgmmaPairs,
+  kWgmmaDimsSplit,
+  kWgmmaEntrySplit,
+  kWgmmaTma,
+  kMma
+};
 
 struct KvSet {
   const void* kv = nullptr;  // kFp32/kBf16: [rows, head_dim]; kV4Fp8: [rows / page_size pages]

@@ -105,12 +105,14 @@ Status LaunchSparseAttentionMma(const SparseAttentionParams& p, cudaStream_t str
 /// Whether the wgmma kernel (attention_wgmma.cu) takes these validated params: bf16 q and KV,
 /// head_dim 512, n_heads <= 64, 16-byte aligned q and kv.
 bool WgmmaAttentionApplies(const SparseAttentionParams& p);
-/// `kernel`: kAuto the dims-split kernel, kWgmmaEntrySplit / kWgmmaTma the entries-split kernel
-/// with rows by cp.async / bulk tensor copies.
+/// `kernel`: kWgmmaDimsSplit (and kAuto) the dims-split kernel, kWgmmaEntrySplit / kWgmmaTma the
+/// entries-split kernel with rows by cp.async / bulk tensor copies.
 Status LaunchSparseAttentionWgmma(const SparseAttentionParams& p, AttentionTcKernel kernel,
                                   cudaStream_t stream);
 
-/// The producer-warpgroup wgmma kernel (attention_pairs.cu) on params WgmmaAttentionApplies to.
+/// Whether the producer-warpgroup wgmma kernel (attention_pairs.cu) takes these validated params:
+/// WgmmaAttentionApplies's for bf16 KV; V4 fp8 KV of head_dim 512 with 64 rope dims, bf16 q.
+bool PairsAttentionApplies(const SparseAttentionParams& p);
 Status LaunchSparseAttentionPairs(const SparseAttentionParams& p, cudaStream_t stream);
 
 /// The few-heads tensor-core kernel for bf16 values (attention_few_heads.cu): its shapes.

@@ -38,8 +38,17 @@ constexpr int kTileBytes = kAtoms * kAtom;      // 64 KiB: 64 whole rows
 constexpr int kHalfAtoms = kAtoms / 2;          // a half of the dims: 4 atoms
 constexpr int kHalfBytes = kHalfAtoms * kAtom;  // 32 KiB
 constexpr float kLog2e = 1.4426950408889634f;
-constexpr int kConsumerRegs = 216;  // 2 x 128 x 216 + 128 x 72 = the 64 K registers
-constexpr int kProducerRegs = 72;
+// Registers a thread after the split. The block starts with 168 a thread (65,536 / 384, rounded
+// down to 8), and setmaxnreg.inc waits until the producer's setmaxnreg.dec has given back enough:
+// 2 x consumers + producer must stay within 3 x 168, or the consumers wait forever. The V4 fp8
+// producer holds a batch of loads in registers, so the consumers give up 8 for it (they need 208
+// without spilling).
+constexpr int kLaunchRegs = 168;
+constexpr int kConsumerRegs = 216, kProducerRegs = 72;
+constexpr int kConsumerRegsV4 = 208, kProducerRegsV4 = 88;
+static_assert(kLaunchRegs == 65536 / kThreads / 8 * 8);
+static_assert(2 * kConsumerRegs + kProducerRegs <= 3 * kLaunchRegs);
+static_assert(2 * kConsumerRegsV4 + kProducerRegsV4 <= 3 * kLaunchRegs);
 
 // Named barriers between the consumer warpgroups (256 threads each).
 constexpr int kBarMax0 = 1;  // warpgroup 0's pair maximum is in smax
@@ -53,9 +62,10 @@ struct PairsSmem {
   static constexpr size_t kKv = kQ + kTileBytes;              // [2 buffers][8 atoms][64 x 128 B]
   static constexpr size_t kP = kKv + 2 * size_t{kTileBytes};  // bf16 [2][64 heads x 128 B], SW128
   static constexpr size_t kValid = kP + 2 * size_t{kAtom};    // uint64 [2]: live entries a buffer
-  static constexpr size_t kMax = kValid + 2 * sizeof(uint64_t);      // float [64]
-  static constexpr size_t kSum = kMax + kHeads * sizeof(float);      // float [2][64]
-  static constexpr size_t kBar = kSum + 2 * kHeads * sizeof(float);  // q, ready[4], free[4]
+  static constexpr size_t kMax = kValid + 2 * sizeof(uint64_t);       // float [64]
+  static constexpr size_t kSum = kMax + kHeads * sizeof(float);       // float [2][64]
+  static constexpr size_t kRing = kSum + 2 * kHeads * sizeof(float);  // V4Ptrs [2 pairs][128]
+  static constexpr size_t kBar = kRing + 4 * size_t{kEntries} * 16;   // q, ready[4], free[4]
   static constexpr size_t kBytes = kBar + 9 * sizeof(uint64_t);
   static constexpr size_t kAlloc = kBytes + 1024;  // room to align the base to 1024
 };
@@ -70,10 +80,10 @@ constexpr uint32_t kReadyCount = 128 + 4;
 using RowPtr = const unsigned char*;
 
 // The producer warpgroup: Q, then every pair's rows (see the file comment).
-__device__ __forceinline__ void ProducePairs(const SparseAttentionParams& p, int64_t i, int64_t len0,
-                                             int64_t total, int64_t pairs, unsigned char* sq,
-                                             unsigned char* skv, uint64_t* valid, uint64_t* qbar,
-                                             uint64_t* ready, uint64_t* freed) {
+__device__ __forceinline__ void ProducePairs(const SparseAttentionParams& p, int64_t i,
+                                             int64_t len0, int64_t total, int64_t pairs,
+                                             unsigned char* sq, unsigned char* skv, uint64_t* valid,
+                                             uint64_t* qbar, uint64_t* ready, uint64_t* freed) {
   const int tid = threadIdx.x & 127, pw = tid >> 5, lane = threadIdx.x & 31;
   const int grp = lane >> 3, chunk = lane & 7;
   if (pairs == 0) return;
@@ -112,7 +122,9 @@ __device__ __forceinline__ void ProducePairs(const SparseAttentionParams& p, int
       const unsigned char* src = live ? row + half * kHalfAtoms * 128 + chunk * 16 : mapped;
       const uint32_t off = static_cast<uint32_t>(r * 128 + ((chunk ^ (r & 7)) << 4));
 #pragma unroll
-      for (int a = 0; a < kHalfAtoms; ++a) CpAsync16(dst + a * kAtom + off, src + a * 128, live);
+      for (int a = 0; a < kHalfAtoms; ++a) {
+        CpAsync16L2Prefetch256(dst + a * kAtom + off, src + a * 128, live);
+      }
     }
     CpAsyncMbarArriveNoinc(bar);
     const unsigned bits = __ballot_sync(kFullMask, mine != nullptr) & 0xFFFFu;
@@ -134,14 +146,163 @@ __device__ __forceinline__ void ProducePairs(const SparseAttentionParams& p, int
     copy_half(cur0, 0, 1, false);
     MbarWait(&freed[kLeft1], parity);
     copy_half(cur1, 1, 0, false);
-    if (lane < 16) {  // the next pair's rows toward L2 while this pair is computed
-      if (next0 != nullptr) PrefetchL2(next0, kDim * 2);
-      if (next1 != nullptr) PrefetchL2(next1, kDim * 2);
-    }
     cur0 = next0;
     cur1 = next1;
   }
   CpAsyncWaitAll();  // no copy outlives the block
+}
+
+// V4 fp8 rows: an entry's token bytes (448 e4m3 codes, then 64 bf16 rope values) and its 7
+// ue8m0 scale bytes; data null for a skipped entry.
+struct V4Ptrs {
+  const uint8_t* data;
+  const uint8_t* scales;
+};
+
+// 16 e4m3 codes times 2^scale -> 16 bf16 (exact: 3 mantissa bits and a power-of-two scale fit).
+__device__ __forceinline__ void DequantE4m3x16(const uint4& v, float s, uint4& lo, uint4& hi) {
+  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+  uint32_t b[8];
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+#pragma unroll
+    for (int hw = 0; hw < 2; ++hw) {
+      const uint16_t two = static_cast<uint16_t>(w[e] >> (16 * hw));
+      const __half2_raw h =
+          __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two), __NV_E4M3);
+      const float2 f = __half22float2(__half2(h));
+      b[2 * e + hw] = PackBf16x2(f.x * s, f.y * s);
+    }
+  }
+  lo = make_uint4(b[0], b[1], b[2], b[3]);
+  hi = make_uint4(b[4], b[5], b[6], b[7]);
+}
+
+// The producer warpgroup for V4 fp8 KV (head_dim 512, rope 64): as ProducePairs, but each half
+// is loaded into registers (16-byte pieces of the token bytes), widened to bf16 and stored into
+// the swizzled buffer by the producer's threads, which then arrive on "ready" (count 128; lane 0
+// of each warp publishes the live-entry bits first). The loads of a half are issued before the
+// wait for its buffer. Entries' pointers pass through a shared-memory ring (two pairs).
+__device__ __forceinline__ void ProducePairsV4(const SparseAttentionParams& p, int64_t i,
+                                               int64_t len0, int64_t total, int64_t pairs,
+                                               unsigned char* sq, unsigned char* skv,
+                                               uint64_t* valid, V4Ptrs* ring, uint64_t* qbar,
+                                               uint64_t* ready, uint64_t* freed) {
+  const int tid = threadIdx.x & 127, pw = tid >> 5, lane = threadIdx.x & 31;
+  if (pairs == 0) return;
+  {  // Q: 64 heads x 64 chunks of 16 bytes (zero rows past n_heads).
+    const uint16_t* q = static_cast<const uint16_t*>(p.q) + i * p.n_heads * kDim;
+#pragma unroll 4
+    for (int k = 0; k < kHeads * kDim / 8 / 128; ++k) {
+      const int idx = tid + 128 * k, h = idx >> 6, ch = idx & 63;
+      const bool live = h < p.n_heads;
+      CpAsync16(sq + (ch >> 3) * kAtom + SwizzledChunk(h, ch & 7),
+                q + (live ? h : 0) * kDim + ch * 8, live);
+    }
+    CpAsyncMbarArriveNoinc(qbar);
+  }
+  const V4KvLayout& l = p.kv_layout;
+  // Lane l < 16 of warp pw looks up entry 16 pw + l of tile u: the index load now, the row's
+  // addresses (a division by the page size) when they are written to the ring, so that only the
+  // slot is live while a pair is widened.
+  auto fetch = [&](int64_t u) -> Slot {
+    const int64_t s = u * kEntries + 16 * pw + (lane & 15);
+    if (s >= total) return {0, -1};
+    return SlotAt(p, i, len0, s);
+  };
+  auto resolve = [&](const Slot& slot) -> V4Ptrs {
+    if (slot.row < 0) return {nullptr, nullptr};
+    const V4Row r = V4RowAt(p.sets[slot.set].kv, l, slot.row);
+    return {r.data, r.scales};
+  };
+  // Half `half` of tile `t` (ring slot) into buffer `buffer`. A row's token bytes are 36 pieces of
+  // 16 bytes: pieces 0 .. 27 are e4m3 (dims 16 k .. 16 k + 15, scale k / 4), 28 .. 35 bf16 rope
+  // (dims 448 + 8 (k - 28) ..); the left half is pieces 0 .. 15, the right 16 .. 35.
+  auto dequant_half = [&](const V4Ptrs* rows, bool mine, int buffer, int half, bool publish,
+                          uint32_t parity) {
+    const int per_row = half == 0 ? 16 : 20, k0 = half == 0 ? 0 : 16;
+    const int items = 64 * per_row / 128;  // pieces a thread: 8 or 10
+    unsigned char* dst = skv + buffer * kTileBytes;
+    // Batches of 5 pieces, one after the other (unrolled, ptxas hoists the second batch's loads
+    // and spills); the first batch's loads are in flight while the buffer is waited for.
+    constexpr int kBatch = 5;
+#pragma unroll 1
+    for (int n0 = 0; n0 < 10; n0 += kBatch) {
+      if (n0 >= items) break;
+      uint4 v[kBatch];
+      float sc[kBatch];
+#pragma unroll
+      for (int n = 0; n < kBatch; ++n) {
+        v[n] = make_uint4(0, 0, 0, 0);
+        sc[n] = 0.0f;
+        if (n0 + n < items) {
+          const int idx = tid + 128 * (n0 + n), r = idx / per_row, k = k0 + idx % per_row;
+          const V4Ptrs e = rows[r];
+          if (e.data != nullptr) {
+            v[n] = __ldg(reinterpret_cast<const uint4*>(e.data) + k);
+            if (k < 28) sc[n] = quant::DecodeUe8m0(__ldg(e.scales + k / 4));
+          }
+        }
+      }
+      if (n0 == 0) MbarWait(&freed[2 * buffer + half], parity);
+#pragma unroll
+      for (int n = 0; n < kBatch; ++n) {
+        if (n0 + n < items) {
+          const int idx = tid + 128 * (n0 + n), r = idx / per_row, k = k0 + idx % per_row;
+          if (k < 28) {
+            uint4 lo, hi;
+            DequantE4m3x16(v[n], sc[n], lo, hi);
+            const int cc = 2 * (k & 3);
+            unsigned char* at = dst + (k >> 2) * kAtom + r * 128;
+            *reinterpret_cast<uint4*>(at + ((cc ^ (r & 7)) << 4)) = lo;
+            *reinterpret_cast<uint4*>(at + (((cc + 1) ^ (r & 7)) << 4)) = hi;
+          } else {
+            *reinterpret_cast<uint4*>(dst + 7 * kAtom + SwizzledChunk(r, k - 28)) = v[n];
+          }
+        }
+      }
+    }
+    FenceProxyAsync();  // these stores, for the consumers' wgmma reads
+    const unsigned bits = __ballot_sync(kFullMask, mine) & 0xFFFFu;
+    if (lane == 0 && publish) {
+      reinterpret_cast<uint16_t*>(valid + buffer)[pw] = static_cast<uint16_t>(bits);
+    }
+    MbarArrive(&ready[2 * buffer + half]);
+  };
+  // Ring slot u % 2 holds pair u's entries ([tile 2 u] then [tile 2 u + 1]).
+  auto publish_pair = [&](int64_t u, const Slot& e0, const Slot& e1) {
+    V4Ptrs* slot = ring + (u & 1) * 2 * kEntries;
+    const V4Ptrs a = resolve(e0), b = resolve(e1);
+    if (lane < 16) {
+      slot[16 * pw + lane] = a;
+      slot[kEntries + 16 * pw + lane] = b;
+      if (a.data != nullptr) {  // toward L2 while the pairs before it are computed
+        PrefetchL2(a.data, 576);
+        PrefetchL2Line(a.scales);
+      }
+      if (b.data != nullptr) {
+        PrefetchL2(b.data, 576);
+        PrefetchL2Line(b.scales);
+      }
+    }
+  };
+  publish_pair(0, fetch(0), fetch(1));
+  for (int64_t b = 0; b < pairs; ++b) {
+    // Pair b's slot is complete; pair b + 1's (read by pair b - 1) is free for it: every
+    // producer thread has finished pair b - 1 to get here.
+    NamedBarrierSync(6, 128);
+    const Slot next0 = fetch(2 * b + 2), next1 = fetch(2 * b + 3);
+    const V4Ptrs* slot = ring + (b & 1) * 2 * kEntries;
+    const bool live0 = lane < 16 && slot[16 * pw + lane].data != nullptr;
+    const bool live1 = lane < 16 && slot[kEntries + 16 * pw + lane].data != nullptr;
+    const uint32_t parity = static_cast<uint32_t>((b & 1) ^ 1);
+    dequant_half(slot, live0, 0, 0, true, parity);
+    dequant_half(slot + kEntries, live1, 1, 1, true, parity);
+    dequant_half(slot, live0, 0, 1, false, parity);
+    dequant_half(slot + kEntries, live1, 1, 0, false, parity);
+    if (b + 1 < pairs) publish_pair(b + 1, next0, next1);
+  }
+  CpAsyncWaitAll();  // Q's copies (no copy outlives the block)
 }
 
 // Scales this thread's S of a tile (scale2) and masks skipped entries (bit e of `live`) to -inf;
@@ -195,6 +356,7 @@ __device__ __forceinline__ void StoreP(unsigned char* sp, const uint32_t (&a)[4]
   }
 }
 
+template <bool kFp8>
 __global__ void __launch_bounds__(kThreads, 1) SparseAttentionPairsKernel(SparseAttentionParams p) {
   using L = PairsSmem;
   extern __shared__ unsigned char smem_raw[];
@@ -205,6 +367,7 @@ __global__ void __launch_bounds__(kThreads, 1) SparseAttentionPairsKernel(Sparse
   uint64_t* valid = reinterpret_cast<uint64_t*>(smem + L::kValid);
   float* smax = reinterpret_cast<float*>(smem + L::kMax);
   float* ssum = reinterpret_cast<float*>(smem + L::kSum);
+  V4Ptrs* ring = reinterpret_cast<V4Ptrs*>(smem + L::kRing);
   uint64_t* qbar = reinterpret_cast<uint64_t*>(smem + L::kBar);
   uint64_t* ready = qbar + 1;  // [4]: 2 buffer + half
   uint64_t* freed = qbar + 5;  // [4]
@@ -220,18 +383,27 @@ __global__ void __launch_bounds__(kThreads, 1) SparseAttentionPairsKernel(Sparse
   if (threadIdx.x == 0) {
     MbarInit(qbar, 128);
     for (int b = 0; b < 4; ++b) {
-      MbarInit(&ready[b], kReadyCount);
+      MbarInit(&ready[b], kFp8 ? 128 : kReadyCount);
       MbarInit(&freed[b], 128);
     }
     MbarInitFence();
   }
   __syncthreads();
   if (wg == 2) {
-    WarpgroupRegsDown<kProducerRegs>();
-    ProducePairs(p, i, len0, total, pairs, sq, skv, valid, qbar, ready, freed);
+    if constexpr (kFp8) {
+      WarpgroupRegsDown<kProducerRegsV4>();
+      ProducePairsV4(p, i, len0, total, pairs, sq, skv, valid, ring, qbar, ready, freed);
+    } else {
+      WarpgroupRegsDown<kProducerRegs>();
+      ProducePairs(p, i, len0, total, pairs, sq, skv, valid, qbar, ready, freed);
+    }
     return;
   }
-  WarpgroupRegsUp<kConsumerRegs>();
+  if constexpr (kFp8) {
+    WarpgroupRegsUp<kConsumerRegsV4>();
+  } else {
+    WarpgroupRegsUp<kConsumerRegs>();
+  }
 
   const int c = wg, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
   const int r0 = warp * 16 + g, r1 = r0 + 8;  // this thread's head rows
@@ -436,12 +608,21 @@ __global__ void __launch_bounds__(kThreads, 1) SparseAttentionPairsKernel(Sparse
 
 }  // namespace
 
+bool PairsAttentionApplies(const SparseAttentionParams& p) {
+  if (p.kv_format == KvFormat::kBf16) return WgmmaAttentionApplies(p);
+  if (p.kv_format != KvFormat::kV4Fp8 || !p.q_bf16 || p.head_dim != kDim || p.n_heads > kHeads ||
+      p.kv_layout.head_dim != kDim || p.kv_layout.rope_dim != 64) {
+    return false;
+  }
+  return reinterpret_cast<uintptr_t>(p.q) % 16 == 0 && p.m * p.n_heads < 0x7FFFFFFF;
+}
+
 Status LaunchSparseAttentionPairs(const SparseAttentionParams& p, cudaStream_t stream) {
-  NW_RETURN_IF_ERROR(AllowDynamicSharedMemory(
-      reinterpret_cast<const void*>(SparseAttentionPairsKernel), PairsSmem::kAlloc,
-      "SparseAttentionPairsKernel"));
-  SparseAttentionPairsKernel<<<static_cast<unsigned>(p.m), kThreads, PairsSmem::kAlloc, stream>>>(
-      p);
+  const bool fp8 = p.kv_format == KvFormat::kV4Fp8;
+  auto kernel = fp8 ? SparseAttentionPairsKernel<true> : SparseAttentionPairsKernel<false>;
+  NW_RETURN_IF_ERROR(AllowDynamicSharedMemory(reinterpret_cast<const void*>(kernel),
+                                              PairsSmem::kAlloc, "SparseAttentionPairsKernel"));
+  kernel<<<static_cast<unsigned>(p.m), kThreads, PairsSmem::kAlloc, stream>>>(p);
   return NW_CUDA_LAUNCH_STATUS("SparseAttentionPairsKernel");
 }
 

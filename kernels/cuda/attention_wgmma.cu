@@ -599,8 +599,7 @@ bool WgmmaAttentionApplies(const SparseAttentionParams& p) {
 
 Status LaunchSparseAttentionWgmma(const SparseAttentionParams& p, AttentionTcKernel which,
                                   cudaStream_t stream) {
-  if (which == AttentionTcKernel::kWgmmaPairs) return LaunchSparseAttentionPairs(p, stream);
-  if (which == AttentionTcKernel::kAuto) {
+  if (which == AttentionTcKernel::kAuto || which == AttentionTcKernel::kWgmmaDimsSplit) {
     NW_RETURN_IF_ERROR(
         AllowDynamicSharedMemory(reinterpret_cast<const void*>(SparseAttentionSplitKernel),
                                  SplitSmem::kAlloc, "SparseAttentionSplitKernel"));

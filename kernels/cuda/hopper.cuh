@@ -111,6 +111,11 @@ __device__ __forceinline__ void WarpgroupRegsUp() {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
 }
 
+/// Starts loading the L2 line holding `p` (any alignment); no completion.
+__device__ __forceinline__ void PrefetchL2Line(const void* p) {
+  asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p));
+}
+
 // ---- fences and named barriers --------------------------------------------------------------
 
 /// Orders this thread's ordinary shared-memory stores before later async-proxy reads (wgmma,

@@ -78,6 +78,15 @@ __device__ __forceinline__ void CpAsync16(void* dst_shared, const void* src, boo
                "r"(valid ? 16 : 0)
                : "memory");
 }
+/// CpAsync16 that also has L2 fetch the rest of the source's 256-byte block (`.L2::256B`): the
+/// neighbouring pieces of a gathered row then hit L2.
+__device__ __forceinline__ void CpAsync16L2Prefetch256(void* dst_shared, const void* src,
+                                                       bool valid) {
+  const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst_shared));
+  asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src),
+               "r"(valid ? 16 : 0)
+               : "memory");
+}
 /// cp.async of 4 bytes global -> shared (through L1; `src` 4-byte aligned). Completes at
 /// CpAsyncWait.
 __device__ __forceinline__ void CpAsync4(void* dst_shared, const void* src) {

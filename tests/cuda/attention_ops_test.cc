@@ -221,15 +221,16 @@ TEST(CudaAttention, SimtV4Fp8Kv) {
   RunAttention({7, 4, 128, 64, 128, 64, KvFormat::kV4Fp8, false}, seed++);
 }
 
-// head_dim 512 with bf16 KV takes the dims-split wgmma kernel; each such case also runs the
-// entries-split wgmma kernel (rows by cp.async and by bulk tensor copies) and the mma.sync kernel
-// (forced). Window and top-k widths that end mid-tile (64-entry tiles), 33 heads (padded rows).
+// head_dim 512 with bf16 KV takes the producer-warpgroup kernel; each such case also runs the
+// dims-split and the entries-split wgmma kernels (rows by cp.async and by bulk tensor copies) and
+// the mma.sync kernel (forced). Window and top-k widths that end mid-tile (64-entry tiles), 33
+// heads (padded rows).
 TEST(CudaAttention, TensorCoresBf16Kv) {
   NW_REQUIRE_GPU();
   uint64_t seed = 20;
-  for (AttentionTcKernel k :
-       {AttentionTcKernel::kAuto, AttentionTcKernel::kWgmmaEntrySplit, AttentionTcKernel::kWgmmaTma,
-        AttentionTcKernel::kWgmmaPairs, AttentionTcKernel::kMma}) {
+  for (AttentionTcKernel k : {AttentionTcKernel::kAuto, AttentionTcKernel::kWgmmaDimsSplit,
+                              AttentionTcKernel::kWgmmaEntrySplit, AttentionTcKernel::kWgmmaTma,
+                              AttentionTcKernel::kMma}) {
     AttnCase a{6, 64, 512, 64, 128, 512, KvFormat::kBf16, true};
     a.tc_kernel = k;
     RunAttention(a, seed++);
@@ -262,10 +263,23 @@ TEST(CudaAttention, FewHeadsBf16ValuesOnTensorCores) {
   RunAttention({6, 4, 96, 32, 31, 33, KvFormat::kFp32, false, true}, seed++);
 }
 
+// head_dim 512 with 64 rope dims takes the producer-warpgroup kernel (the producer widens the e4m3
+// codes to bf16); each such case also runs the mma.sync kernel (forced). head_dim 128 runs
+// mma.sync.
 TEST(CudaAttention, TensorCoresV4Fp8Kv) {
   NW_REQUIRE_GPU();
   uint64_t seed = 30;
-  RunAttention({6, 64, 512, 64, 128, 512, KvFormat::kV4Fp8, true}, seed++);
+  for (AttentionTcKernel k : {AttentionTcKernel::kAuto, AttentionTcKernel::kMma}) {
+    AttnCase a{6, 64, 512, 64, 128, 512, KvFormat::kV4Fp8, true};
+    a.tc_kernel = k;
+    RunAttention(a, seed++);
+    AttnCase b{5, 33, 512, 64, 63, 65, KvFormat::kV4Fp8, true};
+    b.tc_kernel = k;
+    RunAttention(b, seed++);
+    AttnCase d{4, 64, 512, 64, 1, 200, KvFormat::kV4Fp8, true};
+    d.tc_kernel = k;
+    RunAttention(d, seed++);
+  }
   RunAttention({7, 4, 128, 64, 128, 64, KvFormat::kV4Fp8, true}, seed++);
 }
 

@@ -399,11 +399,13 @@ void PerfAttention(const Reporter& report, const std::string& filter) {
     for (const Variant& v :
          {Variant{"bf16 kv, tensor cores", KvFormat::kBf16, true, 2.0 * D},
           Variant{"bf16 kv, wgmma entries split", KvFormat::kBf16, true, 2.0 * D},
-          Variant{"bf16 kv, wgmma tile pairs", KvFormat::kBf16, true, 2.0 * D},
+          Variant{"bf16 kv, wgmma dims split", KvFormat::kBf16, true, 2.0 * D},
           Variant{"bf16 kv, wgmma, rows by tma", KvFormat::kBf16, true, 2.0 * D},
           Variant{"bf16 kv, mma.sync", KvFormat::kBf16, true, 2.0 * D},
           Variant{"bf16 kv, tensor cores, rows in L2", KvFormat::kBf16, true, 2.0 * D},
           Variant{"v4 fp8 kv, tensor cores", KvFormat::kV4Fp8, true, 584.0},
+          Variant{"v4 fp8 kv, mma.sync", KvFormat::kV4Fp8, true, 584.0},
+          Variant{"v4 fp8 kv, tensor cores, rows in L2", KvFormat::kV4Fp8, true, 584.0},
           Variant{"bf16 kv, simt fp32", KvFormat::kBf16, false, 2.0 * D}}) {
       if (!v.tc && m != 256) continue;  // the SIMT path only at one size (it is slow)
       if (v.tc && m == 256) continue;
@@ -419,12 +421,12 @@ void PerfAttention(const Reporter& report, const std::string& filter) {
       p.sets[0] = {kv, rows, in_l2 ? d0_l2.data() : d0.data(), nullptr, W};
       p.sets[1] = {kv, rows, in_l2 ? d1_l2.data() : d1.data(), nullptr, K};
       const std::string tag = v.tag;
-      p.tc_kernel = tag.find("mma.sync") != std::string::npos      ? AttentionTcKernel::kMma
-                    : tag.find("rows by tma") != std::string::npos ? AttentionTcKernel::kWgmmaTma
-                    : tag.find("tile pairs") != std::string::npos  ? AttentionTcKernel::kWgmmaPairs
-                    : tag.find("entries split") != std::string::npos
-                        ? AttentionTcKernel::kWgmmaEntrySplit
-                        : AttentionTcKernel::kAuto;
+      p.tc_kernel =
+          tag.find("mma.sync") != std::string::npos        ? AttentionTcKernel::kMma
+          : tag.find("rows by tma") != std::string::npos   ? AttentionTcKernel::kWgmmaTma
+          : tag.find("dims split") != std::string::npos    ? AttentionTcKernel::kWgmmaDimsSplit
+          : tag.find("entries split") != std::string::npos ? AttentionTcKernel::kWgmmaEntrySplit
+                                                           : AttentionTcKernel::kAuto;
       report(name, TimeMs([&] { return LaunchSparseAttention(p, nullptr); }, 2, v.tc ? 10 : 3),
              flops, m * (W + K) * v.row_bytes + m * H * D * (4.0 + (v.tc ? 2.0 : 4.0)));
     }
