@@ -220,44 +220,48 @@ __device__ __forceinline__ void ProducePairsV4(const SparseAttentionParams& p, i
   // (dims 448 + 8 (k - 28) ..); the left half is pieces 0 .. 15, the right 16 .. 35.
   auto dequant_half = [&](const V4Ptrs* rows, bool mine, int buffer, int half, bool publish,
                           uint32_t parity) {
-    const int per_row = half == 0 ? 16 : 20, k0 = half == 0 ? 0 : 16;
-    const int items = 64 * per_row / 128;  // pieces a thread: 8 or 10
-    unsigned char* dst = skv + buffer * kTileBytes;
+    // Thread (r, j) = (tid % 64, tid / 64) widens pieces k0 .. k0 + count - 1 of row r: left half
+    // 8 j .. 8 j + 7, right 16 + 10 j .. 16 + 10 j + 9. j is warp-uniform, so the e4m3 / rope
+    // choice never diverges, and the row's pointers and scale bytes are read once.
+    const int r = tid & 63, j = tid >> 6;
+    const int count = half == 0 ? 8 : 10;
+    const int k0 = half == 0 ? 8 * j : 16 + 10 * j;
+    const V4Ptrs e = rows[r];
+    const bool live = e.data != nullptr;
+    uint2 scw = make_uint2(0, 0);
+    if (live) scw = __ldg(reinterpret_cast<const uint2*>(e.scales));
+    unsigned char* dst = skv + buffer * kTileBytes + r * 128;
+    const int sw = r & 7;
     // Batches of 5 pieces, one after the other (unrolled, ptxas hoists the second batch's loads
     // and spills); the first batch's loads are in flight while the buffer is waited for.
     constexpr int kBatch = 5;
 #pragma unroll 1
     for (int n0 = 0; n0 < 10; n0 += kBatch) {
-      if (n0 >= items) break;
+      if (n0 >= count) break;
       uint4 v[kBatch];
-      float sc[kBatch];
 #pragma unroll
       for (int n = 0; n < kBatch; ++n) {
         v[n] = make_uint4(0, 0, 0, 0);
-        sc[n] = 0.0f;
-        if (n0 + n < items) {
-          const int idx = tid + 128 * (n0 + n), r = idx / per_row, k = k0 + idx % per_row;
-          const V4Ptrs e = rows[r];
-          if (e.data != nullptr) {
-            v[n] = __ldg(reinterpret_cast<const uint4*>(e.data) + k);
-            if (k < 28) sc[n] = quant::DecodeUe8m0(__ldg(e.scales + k / 4));
-          }
+        if (live && n0 + n < count) {
+          v[n] = __ldg(reinterpret_cast<const uint4*>(e.data) + k0 + n0 + n);
         }
       }
       if (n0 == 0) MbarWait(&freed[2 * buffer + half], parity);
 #pragma unroll
       for (int n = 0; n < kBatch; ++n) {
-        if (n0 + n < items) {
-          const int idx = tid + 128 * (n0 + n), r = idx / per_row, k = k0 + idx % per_row;
+        if (n0 + n < count) {
+          const int k = k0 + n0 + n;
           if (k < 28) {
+            const int blk = k >> 2;
+            const uint32_t byte = ((blk < 4 ? scw.x : scw.y) >> (8 * (blk & 3))) & 0xFFu;
             uint4 lo, hi;
-            DequantE4m3x16(v[n], sc[n], lo, hi);
+            DequantE4m3x16(v[n], quant::DecodeUe8m0(static_cast<uint8_t>(byte)), lo, hi);
             const int cc = 2 * (k & 3);
-            unsigned char* at = dst + (k >> 2) * kAtom + r * 128;
-            *reinterpret_cast<uint4*>(at + ((cc ^ (r & 7)) << 4)) = lo;
-            *reinterpret_cast<uint4*>(at + (((cc + 1) ^ (r & 7)) << 4)) = hi;
+            unsigned char* at = dst + blk * kAtom;
+            *reinterpret_cast<uint4*>(at + ((cc ^ sw) << 4)) = lo;
+            *reinterpret_cast<uint4*>(at + (((cc + 1) ^ sw) << 4)) = hi;
           } else {
-            *reinterpret_cast<uint4*>(dst + 7 * kAtom + SwizzledChunk(r, k - 28)) = v[n];
+            *reinterpret_cast<uint4*>(dst + 7 * kAtom + (((k - 28) ^ sw) << 4)) = v[n];
           }
         }
       }
@@ -269,14 +273,15 @@ __device__ __forceinline__ void ProducePairsV4(const SparseAttentionParams& p, i
     }
     MbarArrive(&ready[2 * buffer + half]);
   };
-  // Ring slot u % 2 holds pair u's entries ([tile 2 u] then [tile 2 u + 1]).
+  // Ring slot u % 2 holds pair u's entries ([tile 2 u] then [tile 2 u + 1]); their rows are
+  // prefetched into L2 when they are written.
   auto publish_pair = [&](int64_t u, const Slot& e0, const Slot& e1) {
     V4Ptrs* slot = ring + (u & 1) * 2 * kEntries;
     const V4Ptrs a = resolve(e0), b = resolve(e1);
     if (lane < 16) {
       slot[16 * pw + lane] = a;
       slot[kEntries + 16 * pw + lane] = b;
-      if (a.data != nullptr) {  // toward L2 while the pairs before it are computed
+      if (a.data != nullptr) {
         PrefetchL2(a.data, 576);
         PrefetchL2Line(a.scales);
       }
@@ -287,11 +292,15 @@ __device__ __forceinline__ void ProducePairsV4(const SparseAttentionParams& p, i
     }
   };
   publish_pair(0, fetch(0), fetch(1));
+  Slot ahead0 = fetch(2), ahead1 = fetch(3);  // pair 1's
   for (int64_t b = 0; b < pairs; ++b) {
-    // Pair b's slot is complete; pair b + 1's (read by pair b - 1) is free for it: every
-    // producer thread has finished pair b - 1 to get here.
+    // Pair b's slot is complete (written before this barrier); pair b + 1's slot was pair
+    // b - 1's, which every producer thread has finished to get here. Pair b + 1's rows go
+    // toward L2 now, a pair ahead of their widening.
     NamedBarrierSync(6, 128);
-    const Slot next0 = fetch(2 * b + 2), next1 = fetch(2 * b + 3);
+    if (b + 1 < pairs) publish_pair(b + 1, ahead0, ahead1);
+    ahead0 = fetch(2 * b + 4);
+    ahead1 = fetch(2 * b + 5);
     const V4Ptrs* slot = ring + (b & 1) * 2 * kEntries;
     const bool live0 = lane < 16 && slot[16 * pw + lane].data != nullptr;
     const bool live1 = lane < 16 && slot[kEntries + 16 * pw + lane].data != nullptr;
@@ -300,7 +309,6 @@ __device__ __forceinline__ void ProducePairsV4(const SparseAttentionParams& p, i
     dequant_half(slot + kEntries, live1, 1, 1, true, parity);
     dequant_half(slot, live0, 0, 1, false, parity);
     dequant_half(slot + kEntries, live1, 1, 0, false, parity);
-    if (b + 1 < pairs) publish_pair(b + 1, next0, next1);
   }
   CpAsyncWaitAll();  // Q's copies (no copy outlives the block)
 }
