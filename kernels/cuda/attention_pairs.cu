@@ -1,12 +1,14 @@
 // Sparse attention on Hopper's wgmma with a producer warpgroup (see attention.h): head_dim 512,
-// bf16 q and KV, one query per block of three warpgroups. The query's 64 (zero-padded) heads are
-// the M = 64 rows of every wgmma.
+// bf16 q, bf16 KV or V4 fp8 KV (448 e4m3 dims with ue8m0 scales a 64, then 64 bf16 rope dims),
+// one query per block of three warpgroups. The query's 64 (zero-padded) heads are the M = 64 rows
+// of every wgmma.
 //
-// Warpgroup 2 (the producer, few registers) looks the entries up and copies the gathered rows by
-// cp.async into two 64-entry buffers of whole rows (512 dims, 128-byte swizzled), each buffer in a
-// left (dims 0 .. 255) and a right half with its own "ready" and "free" mbarriers; the copies
-// complete on "ready" by cp.async.mbarrier.arrive, so no consumer waits on a copy it did not need.
-// Tiles go in pairs: tile 2 b into buffer 0, tile 2 b + 1 into buffer 1.
+// Warpgroup 2 (the producer, few registers) looks the entries up and fills two 64-entry buffers
+// of whole bf16 rows (512 dims, 128-byte swizzled), each buffer in a left (dims 0 .. 255) and a
+// right half with its own "ready" and "free" mbarriers. bf16 rows are copied by cp.async
+// (.L2::256B), completing on "ready" by cp.async.mbarrier.arrive, so no consumer waits on a copy
+// it did not need; V4 fp8 rows are loaded into the producer's registers, widened to bf16 (exact)
+// and stored. Tiles go in pairs: tile 2 b into buffer 0, tile 2 b + 1 into buffer 1.
 //
 // Warpgroups 0 and 1 (the consumers, many registers) each own a buffer for S and a half of the
 // dims for O:
@@ -181,8 +183,10 @@ __device__ __forceinline__ void DequantE4m3x16(const uint4& v, float s, uint4& l
 // The producer warpgroup for V4 fp8 KV (head_dim 512, rope 64): as ProducePairs, but each half
 // is loaded into registers (16-byte pieces of the token bytes), widened to bf16 and stored into
 // the swizzled buffer by the producer's threads, which then arrive on "ready" (count 128; lane 0
-// of each warp publishes the live-entry bits first). The loads of a half are issued before the
-// wait for its buffer. Entries' pointers pass through a shared-memory ring (two pairs).
+// of each warp publishes the live-entry bits first). A half's first loads are issued before the
+// wait for its buffer. Entries' pointers pass through a shared-memory ring (two pairs). What
+// bounds it (H200, session 22): the producer, 128 threads doing the loads' latency and the
+// widening for both consumer warpgroups; deeper register pipelining spilled at 88 registers.
 __device__ __forceinline__ void ProducePairsV4(const SparseAttentionParams& p, int64_t i,
                                                int64_t len0, int64_t total, int64_t pairs,
                                                unsigned char* sq, unsigned char* skv,
