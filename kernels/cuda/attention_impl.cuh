@@ -1,6 +1,8 @@
 // Internals shared by the sparse-attention kernels (attention.cu, attention_mma.cu). Device code.
 #pragma once
 
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -8,6 +10,7 @@
 #include "common/status.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/device_util.cuh"
+#include "kernels/cuda/mma.cuh"
 #include "kernels/quant/scalar.h"
 
 namespace nw::cuda::detail {
@@ -79,6 +82,50 @@ __device__ __forceinline__ void SoftmaxStep(float (&s)[kN][4], float (&o)[kO][4]
       o[n][3] *= c1;
     }
   }
+}
+
+/// Stores warpgroup c's half of query i's output for the head_dim 512 wgmma kernels: O in the
+/// m64n256 accumulator layout (this thread's head rows r0 and r0 + 8, dims 256 c + 8 j + 2 t4 +
+/// {0, 1}) times the rows' 1 / sum, rows below n_heads only, rounded to bf16 when asked.
+__device__ __forceinline__ void StoreOutputHalf512(const SparseAttentionParams& p, int64_t i, int c,
+                                                   int r0, int t4, const float (&o)[128],
+                                                   float inv0, float inv1) {
+  constexpr int kDim = 512;
+  const int r1 = r0 + 8;
+  auto store = [&](float v) { return p.round_bf16 ? quant::RoundBf16(v) : v; };
+  float* out = p.out + i * p.n_heads * kDim;
+#pragma unroll
+  for (int j = 0; j < 32; ++j) {
+    const int col = (kDim / 2) * c + 8 * j + 2 * t4;
+    if (r0 < p.n_heads) {
+      *reinterpret_cast<float2*>(out + r0 * kDim + col) =
+          make_float2(store(o[4 * j] * inv0), store(o[4 * j + 1] * inv0));
+    }
+    if (r1 < p.n_heads) {
+      *reinterpret_cast<float2*>(out + r1 * kDim + col) =
+          make_float2(store(o[4 * j + 2] * inv1), store(o[4 * j + 3] * inv1));
+    }
+  }
+}
+
+/// 16 e4m3 codes times `s` (a power of two) -> 16 bf16, exactly (3 mantissa bits and a
+/// power-of-two scale fit): the V4 fp8 KV rows' widening for the tensor-core kernels.
+__device__ __forceinline__ void DequantE4m3x16(const uint4& v, float s, uint4& lo, uint4& hi) {
+  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+  uint32_t b[8];
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+#pragma unroll
+    for (int hw = 0; hw < 2; ++hw) {
+      const uint16_t two = static_cast<uint16_t>(w[e] >> (16 * hw));
+      const __half2_raw h =
+          __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two), __NV_E4M3);
+      const float2 f = __half22float2(__half2(h));
+      b[2 * e + hw] = PackBf16x2(f.x * s, f.y * s);
+    }
+  }
+  lo = make_uint4(b[0], b[1], b[2], b[3]);
+  hi = make_uint4(b[4], b[5], b[6], b[7]);
 }
 
 /// Dequantized value c of V4-fp8 row `row` of a paged cache (exactly quant::FakeQuantV4Kv's).

@@ -101,22 +101,7 @@ __device__ __forceinline__ void DequantTile(const SparseAttentionParams& p, cons
     const unsigned char* data = raw + r * MmaSmem<kDim>::kRawStride;
     if (cc < nope_chunks) {
       const uint4 v = *reinterpret_cast<const uint4*>(data + cc * 16);
-      const float s = quant::DecodeUe8m0(data[l.TokenBytes() + (cc * 16) / 64]);
-      const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-      uint32_t b[8];
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-#pragma unroll
-        for (int hw = 0; hw < 2; ++hw) {
-          const uint16_t two = static_cast<uint16_t>(w[e] >> (16 * hw));
-          const __half2_raw h =
-              __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two), __NV_E4M3);
-          const float2 f = __half22float2(__half2(h));
-          b[2 * e + hw] = PackBf16x2(f.x * s, f.y * s);
-        }
-      }
-      dst[0] = make_uint4(b[0], b[1], b[2], b[3]);
-      dst[1] = make_uint4(b[4], b[5], b[6], b[7]);
+      DequantE4m3x16(v, quant::DecodeUe8m0(data[l.TokenBytes() + (cc * 16) / 64]), dst[0], dst[1]);
     } else {
       dst[0] = *reinterpret_cast<const uint4*>(data + l.nope() + (cc - nope_chunks) * 16);
     }

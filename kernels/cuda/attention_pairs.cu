@@ -81,6 +81,21 @@ constexpr uint32_t kReadyCount = 128 + 4;
 
 using RowPtr = const unsigned char*;
 
+// Query i's q into sq (8 SW128 atoms of 64 heads, zero rows past n_heads) by the producer's 128
+// threads (`tid`), completing on `qbar`.
+__device__ __forceinline__ void CopyQ(const SparseAttentionParams& p, int64_t i, int tid,
+                                      unsigned char* sq, uint64_t* qbar) {
+  const uint16_t* q = static_cast<const uint16_t*>(p.q) + i * p.n_heads * kDim;
+#pragma unroll 4
+  for (int k = 0; k < kHeads * kDim / 8 / 128; ++k) {
+    const int idx = tid + 128 * k, h = idx >> 6, ch = idx & 63;
+    const bool live = h < p.n_heads;
+    CpAsync16(sq + (ch >> 3) * kAtom + SwizzledChunk(h, ch & 7), q + (live ? h : 0) * kDim + ch * 8,
+              live);
+  }
+  CpAsyncMbarArriveNoinc(qbar);
+}
+
 // The producer warpgroup: Q, then every pair's rows (see the file comment).
 __device__ __forceinline__ void ProducePairs(const SparseAttentionParams& p, int64_t i,
                                              int64_t len0, int64_t total, int64_t pairs,
@@ -89,17 +104,7 @@ __device__ __forceinline__ void ProducePairs(const SparseAttentionParams& p, int
   const int tid = threadIdx.x & 127, pw = tid >> 5, lane = threadIdx.x & 31;
   const int grp = lane >> 3, chunk = lane & 7;
   if (pairs == 0) return;
-  {  // Q: 64 heads x 64 chunks of 16 bytes (zero rows past n_heads).
-    const uint16_t* q = static_cast<const uint16_t*>(p.q) + i * p.n_heads * kDim;
-#pragma unroll 4
-    for (int k = 0; k < kHeads * kDim / 8 / 128; ++k) {
-      const int idx = tid + 128 * k, h = idx >> 6, ch = idx & 63;
-      const bool live = h < p.n_heads;
-      CpAsync16(sq + (ch >> 3) * kAtom + SwizzledChunk(h, ch & 7),
-                q + (live ? h : 0) * kDim + ch * 8, live);
-    }
-    CpAsyncMbarArriveNoinc(qbar);
-  }
+  CopyQ(p, i, tid, sq, qbar);
   // Lane l < 16 of warp pw looks up entry 16 pw + l of tile u (lanes 16 .. 31 repeat 0 .. 15).
   auto lookup = [&](int64_t u) -> RowPtr {
     const int64_t s = u * kEntries + 16 * pw + (lane & 15);
@@ -161,25 +166,6 @@ struct V4Ptrs {
   const uint8_t* scales;
 };
 
-// 16 e4m3 codes times 2^scale -> 16 bf16 (exact: 3 mantissa bits and a power-of-two scale fit).
-__device__ __forceinline__ void DequantE4m3x16(const uint4& v, float s, uint4& lo, uint4& hi) {
-  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-  uint32_t b[8];
-#pragma unroll
-  for (int e = 0; e < 4; ++e) {
-#pragma unroll
-    for (int hw = 0; hw < 2; ++hw) {
-      const uint16_t two = static_cast<uint16_t>(w[e] >> (16 * hw));
-      const __half2_raw h =
-          __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two), __NV_E4M3);
-      const float2 f = __half22float2(__half2(h));
-      b[2 * e + hw] = PackBf16x2(f.x * s, f.y * s);
-    }
-  }
-  lo = make_uint4(b[0], b[1], b[2], b[3]);
-  hi = make_uint4(b[4], b[5], b[6], b[7]);
-}
-
 // The producer warpgroup for V4 fp8 KV (head_dim 512, rope 64): as ProducePairs, but each half
 // is loaded into registers (16-byte pieces of the token bytes), widened to bf16 and stored into
 // the swizzled buffer by the producer's threads, which then arrive on "ready" (count 128; lane 0
@@ -194,17 +180,7 @@ __device__ __forceinline__ void ProducePairsV4(const SparseAttentionParams& p, i
                                                uint64_t* ready, uint64_t* freed) {
   const int tid = threadIdx.x & 127, pw = tid >> 5, lane = threadIdx.x & 31;
   if (pairs == 0) return;
-  {  // Q: 64 heads x 64 chunks of 16 bytes (zero rows past n_heads).
-    const uint16_t* q = static_cast<const uint16_t*>(p.q) + i * p.n_heads * kDim;
-#pragma unroll 4
-    for (int k = 0; k < kHeads * kDim / 8 / 128; ++k) {
-      const int idx = tid + 128 * k, h = idx >> 6, ch = idx & 63;
-      const bool live = h < p.n_heads;
-      CpAsync16(sq + (ch >> 3) * kAtom + SwizzledChunk(h, ch & 7),
-                q + (live ? h : 0) * kDim + ch * 8, live);
-    }
-    CpAsyncMbarArriveNoinc(qbar);
-  }
+  CopyQ(p, i, tid, sq, qbar);
   const V4KvLayout& l = p.kv_layout;
   // Lane l < 16 of warp pw looks up entry 16 pw + l of tile u: the index load now, the row's
   // addresses (a division by the page size) when they are written to the ring, so that only the
@@ -600,22 +576,8 @@ __global__ void __launch_bounds__(kThreads, 1) SparseAttentionPairsKernel(Sparse
     ssum[c * kHeads + r1] = l1;
   }
   NamedBarrierSync(kBarSum, 256);
-  const float inv0 = 1.0f / (ssum[r0] + ssum[kHeads + r0]);
-  const float inv1 = 1.0f / (ssum[r1] + ssum[kHeads + r1]);
-  auto store = [&](float v) { return p.round_bf16 ? quant::RoundBf16(v) : v; };
-  float* out = p.out + i * p.n_heads * kDim;
-#pragma unroll
-  for (int j = 0; j < 32; ++j) {
-    const int col = (kDim / 2) * c + 8 * j + 2 * t4;
-    if (r0 < p.n_heads) {
-      *reinterpret_cast<float2*>(out + r0 * kDim + col) =
-          make_float2(store(o[4 * j] * inv0), store(o[4 * j + 1] * inv0));
-    }
-    if (r1 < p.n_heads) {
-      *reinterpret_cast<float2*>(out + r1 * kDim + col) =
-          make_float2(store(o[4 * j + 2] * inv1), store(o[4 * j + 3] * inv1));
-    }
-  }
+  StoreOutputHalf512(p, i, c, r0, t4, o, 1.0f / (ssum[r0] + ssum[kHeads + r0]),
+                     1.0f / (ssum[r1] + ssum[kHeads + r1]));
 }
 
 }  // namespace

@@ -334,22 +334,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     ssum[c][r1] = l1;
   }
   __syncthreads();
-  const float inv0 = 1.0f / (ssum[0][r0] + ssum[1][r0]);
-  const float inv1 = 1.0f / (ssum[0][r1] + ssum[1][r1]);
-  auto store = [&](float v) { return p.round_bf16 ? quant::RoundBf16(v) : v; };
-  float* out = p.out + i * p.n_heads * kDim;
-#pragma unroll
-  for (int j = 0; j < 32; ++j) {
-    const int col = 256 * c + 8 * j + 2 * t4;
-    if (r0 < p.n_heads) {
-      *reinterpret_cast<float2*>(out + r0 * kDim + col) =
-          make_float2(store(o[4 * j] * inv0), store(o[4 * j + 1] * inv0));
-    }
-    if (r1 < p.n_heads) {
-      *reinterpret_cast<float2*>(out + r1 * kDim + col) =
-          make_float2(store(o[4 * j + 2] * inv1), store(o[4 * j + 3] * inv1));
-    }
-  }
+  StoreOutputHalf512(p, i, c, r0, t4, o, 1.0f / (ssum[0][r0] + ssum[1][r0]),
+                     1.0f / (ssum[0][r1] + ssum[1][r1]));
 }
 
 // ---- The dims-split kernel (the default) ----------------------------------------------------
@@ -564,21 +550,7 @@ __global__ void __launch_bounds__(kThreads, 1) SparseAttentionSplitKernel(Sparse
   CpAsyncWait<0>();  // no copy outlives the block (the trailing groups are empty)
   if (tiles > 0) NamedBarrierSync(3 + c, 2 * 128);  // the last tile's arrival
 
-  const float inv0 = 1.0f / l0, inv1 = 1.0f / l1;
-  auto store = [&](float v) { return p.round_bf16 ? quant::RoundBf16(v) : v; };
-  float* out = p.out + i * p.n_heads * kDim;
-#pragma unroll
-  for (int j = 0; j < 32; ++j) {
-    const int col = kHalf * c + 8 * j + 2 * t4;
-    if (r0 < p.n_heads) {
-      *reinterpret_cast<float2*>(out + r0 * kDim + col) =
-          make_float2(store(o[4 * j] * inv0), store(o[4 * j + 1] * inv0));
-    }
-    if (r1 < p.n_heads) {
-      *reinterpret_cast<float2*>(out + r1 * kDim + col) =
-          make_float2(store(o[4 * j + 2] * inv1), store(o[4 * j + 3] * inv1));
-    }
-  }
+  StoreOutputHalf512(p, i, c, r0, t4, o, 1.0f / l0, 1.0f / l1);
 }
 
 }  // namespace

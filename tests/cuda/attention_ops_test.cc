@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <initializer_list>
 #include <vector>
 
 #include "kernels/cpu/attention.h"
@@ -221,6 +222,20 @@ TEST(CudaAttention, SimtV4Fp8Kv) {
   RunAttention({7, 4, 128, 64, 128, 64, KvFormat::kV4Fp8, false}, seed++);
 }
 
+// The head_dim 512 tensor-core cases on each kernel in turn: V4-Flash's shape (64 heads, window
+// 128, top 512), 33 heads (padded rows) with widths ending mid-tile, a one-entry window.
+void RunHeadDim512Cases(KvFormat format, std::initializer_list<AttentionTcKernel> kernels,
+                        uint64_t& seed) {
+  for (AttentionTcKernel k : kernels) {
+    for (AttnCase c : {AttnCase{6, 64, 512, 64, 128, 512, format, true},
+                       AttnCase{5, 33, 512, 64, 63, 65, format, true},
+                       AttnCase{4, 64, 512, 64, 1, 200, format, true}}) {
+      c.tc_kernel = k;
+      RunAttention(c, seed++);
+    }
+  }
+}
+
 // head_dim 512 with bf16 KV takes the producer-warpgroup kernel; each such case also runs the
 // dims-split and the entries-split wgmma kernels (rows by cp.async and by bulk tensor copies) and
 // the mma.sync kernel (forced). Window and top-k widths that end mid-tile (64-entry tiles), 33
@@ -228,19 +243,11 @@ TEST(CudaAttention, SimtV4Fp8Kv) {
 TEST(CudaAttention, TensorCoresBf16Kv) {
   NW_REQUIRE_GPU();
   uint64_t seed = 20;
-  for (AttentionTcKernel k : {AttentionTcKernel::kAuto, AttentionTcKernel::kWgmmaDimsSplit,
-                              AttentionTcKernel::kWgmmaEntrySplit, AttentionTcKernel::kWgmmaTma,
-                              AttentionTcKernel::kMma}) {
-    AttnCase a{6, 64, 512, 64, 128, 512, KvFormat::kBf16, true};
-    a.tc_kernel = k;
-    RunAttention(a, seed++);
-    AttnCase b{5, 33, 512, 64, 63, 65, KvFormat::kBf16, true};
-    b.tc_kernel = k;
-    RunAttention(b, seed++);
-    AttnCase d{4, 64, 512, 64, 1, 200, KvFormat::kBf16, true};
-    d.tc_kernel = k;
-    RunAttention(d, seed++);
-  }
+  RunHeadDim512Cases(
+      KvFormat::kBf16,
+      {AttentionTcKernel::kAuto, AttentionTcKernel::kWgmmaDimsSplit,
+       AttentionTcKernel::kWgmmaEntrySplit, AttentionTcKernel::kWgmmaTma, AttentionTcKernel::kMma},
+      seed);
   RunAttention({7, 4, 128, 64, 128, 64, KvFormat::kBf16, true}, seed++);
 }
 
@@ -269,17 +276,7 @@ TEST(CudaAttention, FewHeadsBf16ValuesOnTensorCores) {
 TEST(CudaAttention, TensorCoresV4Fp8Kv) {
   NW_REQUIRE_GPU();
   uint64_t seed = 30;
-  for (AttentionTcKernel k : {AttentionTcKernel::kAuto, AttentionTcKernel::kMma}) {
-    AttnCase a{6, 64, 512, 64, 128, 512, KvFormat::kV4Fp8, true};
-    a.tc_kernel = k;
-    RunAttention(a, seed++);
-    AttnCase b{5, 33, 512, 64, 63, 65, KvFormat::kV4Fp8, true};
-    b.tc_kernel = k;
-    RunAttention(b, seed++);
-    AttnCase d{4, 64, 512, 64, 1, 200, KvFormat::kV4Fp8, true};
-    d.tc_kernel = k;
-    RunAttention(d, seed++);
-  }
+  RunHeadDim512Cases(KvFormat::kV4Fp8, {AttentionTcKernel::kAuto, AttentionTcKernel::kMma}, seed);
   RunAttention({7, 4, 128, 64, 128, 64, KvFormat::kV4Fp8, true}, seed++);
 }
 
