@@ -8,10 +8,11 @@
 //   decode rows): the resident kernel (topk_resident.cu). One 512-thread block a row keeps the
 //   row's rank keys in registers (32 a thread, read by 16-byte loads issued up front). Entries are
 //   ranked by a 46-bit composite, key then lower position, so every entry is distinct and ties
-//   need no special path; a radix select counts its top 11 bits from registers, gathers the
-//   entries at or above the threshold bin into shared memory when they fit 4,096, and refines the
-//   next 11 bits of the gathered ones (a crowded threshold bin recounts from global memory) until
-//   the threshold bin holds exactly the entries still to take. A bucket sort over the selection's
+//   need no special path; a radix select counts its top 11 bits, then the next 11 of the
+//   threshold bin's entries, from registers, gathers the entries at or above the threshold bin
+//   into shared memory when they fit 4,096, and refines the rest from the gathered ones (heavy
+//   ties recount from global memory) until the threshold bin holds exactly the entries still to
+//   take. A bucket sort over the selection's
 //   own range (a bitonic sort where one bucket holds more than 32) puts it in rank order.
 // - Larger k, or rows up to kTopKCachedLen entries with k > 512: the cached block kernel (topk.cu).
 //   Scores map to 32-bit keys whose unsigned order is the rank order (NaN -> 0); a 3-pass radix

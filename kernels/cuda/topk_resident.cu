@@ -9,18 +9,21 @@
 // the row's end (inside the last 2,048-entry slice) hold key 0 and rank below every entry of the
 // row, NaN included, so they are never selected and need no bounds checks.
 //
-// A radix select over C: pass 0 counts the top 11 bits (the key's top 11) from registers; each
-// later pass counts the next 11 bits of the entries still in the running (prefix match), until the
-// threshold bin holds exactly the entries still to take (usually after pass 1: 2,048 bins over the
-// threshold bin's entries). When the entries at or above pass 0's threshold bin fit the candidate
-// buffer (4,096 keys and positions), they are gathered there from registers and the later passes
-// read only them; otherwise the passes recount from global memory (the row is then mostly in L2)
-// and gather as soon as the survivors fit, so the keys need not stay live in registers. The
-// selection, every C at or above the final prefix, is appended in any order and sorted into rank
-// order by a bucket sort: 2,048 buckets linear over the selection's own key range (by position
-// where its keys are all equal), a shared-memory atomic a item for its slot, and each item's rank
-// within its bucket by comparing it with the bucket's others. A bucket holding more than kCrowded
-// items (items crowded into a narrow range) falls back to the bitonic sort.
+// A radix select over C: pass 0 counts the top 11 bits (the key's top 11) from registers, and
+// pass 1 the next 11 bits of the entries in pass 0's threshold bin, also from registers. Each
+// later pass counts the next 11 bits of the entries still in the running (prefix match), until
+// the threshold bin holds exactly the entries still to take (usually after pass 1 already). When
+// the entries at or above the threshold bin fit the candidate buffer (4,096 items), they are
+// gathered there from registers and the later passes read only them; otherwise (heavy ties) the
+// passes recount from global memory (the row is then mostly in L2) and gather as soon as the
+// survivors fit, so the keys need not stay live in registers. Gathered items are key << 32 |
+// (16,383 - position), ordered as C. When the gather happened with the threshold bin exactly
+// full, the gathered items are the selection and are sorted where they lie; otherwise the
+// selection, every C at or above the final prefix, is appended in any order. A bucket sort puts it
+// in rank order: 2,048 buckets linear over the selection's own range (by position where its keys
+// are all equal), a shared-memory atomic a item for its slot, and each item's rank within its
+// bucket by comparing it with the bucket's others. A bucket holding more than kCrowded items
+// (items crowded into a narrow range) falls back to the bitonic sort.
 #include <algorithm>
 #include <string>
 
@@ -35,7 +38,7 @@ constexpr int kSlices = kResidentLen / kSliceLen;  // words a thread: 8
 constexpr int kIndexBits = 14;                     // a position within a row
 constexpr int kCompositeBits = 32 + kIndexBits;    // the radix select's width
 constexpr uint32_t kIndexMask = (1u << kIndexBits) - 1u;
-constexpr int kCandidateCap = 4096;  // composites gathered for the later passes
+constexpr int kCandidateCap = 4096;  // items gathered for the later passes
 constexpr uint32_t kCrowded = 32;    // a bucket's items before the bitonic sort
 static_assert(kResidentLen == 1 << kIndexBits);
 static_assert(kResidentLen % kSliceLen == 0);
@@ -53,10 +56,7 @@ struct ResidentShared {
   uint32_t key_lo;                     // the selection's smallest and largest key
   uint32_t key_hi;
   union {
-    struct {
-      uint32_t key[kCandidateCap];
-      uint16_t pos[kCandidateCap];
-    } cand;
+    unsigned long long cand[kCandidateCap];    // gathered items (Item)
     BucketScratch bucket;                      // the bucket sort's (after the selection)
     unsigned long long exchange[2][kThreads];  // the bitonic fallback's
   };
@@ -80,9 +80,24 @@ __device__ __forceinline__ void ResetRow(ResidentShared& s) {
   }
 }
 
+/// The radix select's 46-bit composite of (key, position e): key, then the lower position.
 __device__ __forceinline__ unsigned long long Composite(uint32_t key, int e) {
   return (static_cast<unsigned long long>(key) << kIndexBits) |
          static_cast<unsigned long long>(kIndexMask - static_cast<uint32_t>(e));
+}
+
+/// What the gather, the selection and the sort store: key << 32 | (16383 - e). The same order
+/// as the composite (its two halves with zeros between), built without shifting the key: the key
+/// is the upper word as it is, the lower word one subtraction from a per-thread constant.
+__device__ __forceinline__ unsigned long long Item(uint32_t key, int e) {
+  return (static_cast<unsigned long long>(key) << 32) |
+         static_cast<unsigned long long>(kIndexMask - static_cast<uint32_t>(e));
+}
+__device__ __forceinline__ unsigned long long ItemComposite(unsigned long long item) {
+  return ((item >> 32) << kIndexBits) | (item & kIndexMask);
+}
+__device__ __forceinline__ int ItemPosition(unsigned long long item) {
+  return static_cast<int>(kIndexMask - static_cast<uint32_t>(item));
 }
 
 /// start[b] = hist[b + 1] + ... + hist[kBins - 1] for every bin b. Two barriers; ends with one.
@@ -98,19 +113,28 @@ __device__ void BinsAbove(ResidentShared& s) {
   __syncthreads();
 }
 
-/// Sorts s.items[0..m) (distinct and nonzero, m <= kThreads; keys within [s.key_lo, s.key_hi])
-/// descending. Ends with a barrier; called behind one (the items are complete).
-__device__ void SortItemsDescending(ResidentShared& s, int m) {
+/// Sorts src[0..m) (distinct items, 1 <= m <= kThreads) descending into s.items[0..m). src is
+/// s.items or s.cand (the bucket and bitonic scratch share s.cand's storage: every thread reads
+/// its item before the first barrier, and the scratch is written only after it). Ends with a
+/// barrier; called behind one (the items are complete).
+__device__ void SortItemsDescending(ResidentShared& s, const unsigned long long* src, int m) {
   const int t = threadIdx.x;
   const bool mine = t < m;
-  const unsigned long long v = mine ? s.items[t] : 0ull;
+  const unsigned long long v = mine ? src[t] : 0ull;
   for (int b = t; b < kBins; b += kThreads) s.hist[b] = 0;
+  // The selection's key range: a warp reduction, one atomic a warp.
+  const uint32_t key = static_cast<uint32_t>(v >> 32);
+  const uint32_t key_lo = __reduce_min_sync(detail::kFullMask, mine ? key : 0xFFFFFFFFu);
+  const uint32_t key_hi = __reduce_max_sync(detail::kFullMask, mine ? key : 0u);
+  if ((t & 31) == 0 && key_lo <= key_hi) {
+    atomicMin(&s.key_lo, key_lo);
+    atomicMax(&s.key_hi, key_hi);
+  }
   __syncthreads();
-  // Every item lies in [key_lo << 32 | ~16383, key_hi << 32 | ~0] (positions are below 16,384):
+  // Every item lies in [key_lo << 32, key_hi << 32 | 16383] (positions are below 16,384):
   // ordered by key, or by position where the keys are equal.
-  const unsigned long long lo =
-      (static_cast<unsigned long long>(s.key_lo) << 32) | (0xFFFFFFFFu - kIndexMask);
-  const unsigned long long hi = (static_cast<unsigned long long>(s.key_hi) << 32) | 0xFFFFFFFFu;
+  const unsigned long long lo = static_cast<unsigned long long>(s.key_lo) << 32;
+  const unsigned long long hi = (static_cast<unsigned long long>(s.key_hi) << 32) | kIndexMask;
   // (v - lo) >> shift < kBins: the bucket is linear in the item over the selection's own range.
   const int shift = max(64 - __clzll(static_cast<long long>(hi - lo)) - 11, 0);
   const uint32_t b = mine ? static_cast<uint32_t>((v - lo) >> shift) : 0u;
@@ -123,7 +147,7 @@ __device__ void SortItemsDescending(ResidentShared& s, int m) {
   if (s.crowded != 0u) {
     int size = 1;
     while (size < m) size <<= 1;
-    for (int j = m + t; j < size; j += kThreads) s.items[j] = 0ull;
+    if (t < size) s.items[t] = v;  // 0 past m
     __syncthreads();
     RegisterSortDescending(s.items, size, s.exchange);
     return;
@@ -202,10 +226,12 @@ __global__ void __launch_bounds__(kThreads, 2) TopKResidentKernel(TopKParams p, 
   }
   __syncthreads();
 
-  // 2. The radix select: C >> hi == prefix for the entries still in the running. Only the
-  // gather after pass 0 reads the registers; a row whose entries there do not fit the candidate
-  // buffer (rare: heavy ties, or a crowded range) recounts from global memory instead, so the
-  // keys need not stay live across the later passes.
+  // 2. The radix select: C >> hi == prefix for the entries still in the running. Pass 1 (the
+  // next 11 bits of the entries in pass 0's threshold bin) also counts from registers; then, when
+  // the entries at or above the threshold bin fit the candidate buffer, they are gathered there
+  // from registers and any later pass reads only them. A row whose entries there do not fit (heavy
+  // ties: more than 4,096 entries share the key's top 22 bits) recounts from global memory
+  // instead, so the keys need not stay live across the later passes.
   uint32_t remaining = static_cast<uint32_t>(take);
   int hi = kCompositeBits;
   unsigned long long prefix = 0;
@@ -220,10 +246,32 @@ __global__ void __launch_bounds__(kThreads, 2) TopKResidentKernel(TopKParams p, 
     remaining -= s.above;
     prefix = s.bin;
     hi = kCompositeBits - 11;
+    if (count != remaining) {
+      // Pass 1 from registers: key - (bin << 21) < 2^21 picks the threshold bin's entries, and
+      // its upper 11 bits are their next 11.
+      const uint32_t bin_first = static_cast<uint32_t>(prefix) << (32 - 11);
+      for (int b = t; b < kBins; b += kThreads) s.hist[b] = 0;
+      __syncthreads();
+#pragma unroll
+      for (int u = 0; u < kSlices; ++u) {
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          const uint32_t d = key[u][c] - bin_first;
+          if (u < slices && d < (1u << (32 - 11))) atomicAdd(&s.hist[d >> (32 - 22)], 1u);
+        }
+      }
+      __syncthreads();
+      FindThresholdBin(s, remaining);
+      count = s.count;
+      remaining -= s.above;
+      prefix = (prefix << 11) | s.bin;
+      hi = kCompositeBits - 22;
+    }
     if (static_cast<uint32_t>(take) - remaining + count <= kCandidateCap) {
-      // Gather every entry whose key's top 11 bits are at least the threshold bin: a count a
-      // thread, a warp scan and one atomic a warp place them; each thread writes its own.
-      const uint32_t key_lowest = static_cast<uint32_t>(prefix) << (32 - 11);
+      // Gather every entry whose key is at least the threshold bin's first (hi >= kIndexBits
+      // here, so the composite's bound is a key's): a count a thread, a warp scan and one atomic
+      // a warp place them; each thread writes its own, as items.
+      const uint32_t key_lowest = static_cast<uint32_t>(prefix << (hi - kIndexBits));
       uint32_t mine = 0;
 #pragma unroll
       for (int u = 0; u < kSlices; ++u) {
@@ -238,16 +286,13 @@ __global__ void __launch_bounds__(kThreads, 2) TopKResidentKernel(TopKParams p, 
       }
       uint32_t base = 0;
       if (lane == 31 && inclusive > 0u) base = atomicAdd(&s.n_cand, inclusive);
-      uint32_t at = __shfl_sync(detail::kFullMask, base, 31) + inclusive - mine;
+      unsigned long long* at = s.cand + __shfl_sync(detail::kFullMask, base, 31) + inclusive - mine;
 #pragma unroll
       for (int u = 0; u < kSlices; ++u) {
 #pragma unroll
         for (int c = 0; c < 4; ++c) {
-          if (u < slices && key[u][c] >= key_lowest) {
-            s.cand.key[at] = key[u][c];
-            s.cand.pos[at] = static_cast<uint16_t>(4 * t + kSliceLen * u + c);
-            ++at;
-          }
+          if (u < slices && key[u][c] >= key_lowest)
+            *at++ = Item(key[u][c], 4 * t + kSliceLen * u + c);
         }
       }
       gathered = true;
@@ -264,9 +309,7 @@ __global__ void __launch_bounds__(kThreads, 2) TopKResidentKernel(TopKParams p, 
         if ((c >> hi) == prefix) atomicAdd(&s.hist[static_cast<uint32_t>(c >> lo) & bin_mask], 1u);
       };
       if (gathered) {
-        for (uint32_t j = t; j < n_cand; j += kThreads) {
-          count_one(Composite(s.cand.key[j], s.cand.pos[j]));
-        }
+        for (uint32_t j = t; j < n_cand; j += kThreads) count_one(ItemComposite(s.cand[j]));
       } else {
         for (int e = t; e < span; e += kThreads) count_one(composite_at(e));
       }
@@ -287,10 +330,7 @@ __global__ void __launch_bounds__(kThreads, 2) TopKResidentKernel(TopKParams p, 
           uint32_t at = 0;
           if (lane == 0 && mask != 0u) at = atomicAdd(&s.n_cand, __popc(mask));
           at = __shfl_sync(detail::kFullMask, at, 0) + __popc(mask & ((1u << lane) - 1u));
-          if (in) {
-            s.cand.key[at] = static_cast<uint32_t>(c >> kIndexBits);
-            s.cand.pos[at] = static_cast<uint16_t>(e);
-          }
+          if (in) s.cand[at] = Item(static_cast<uint32_t>(c >> kIndexBits), e);
         }
         gathered = true;
         __syncthreads();
@@ -300,46 +340,38 @@ __global__ void __launch_bounds__(kThreads, 2) TopKResidentKernel(TopKParams p, 
   }
 
   // 3. The selection: every composite at or above the prefix (or, taking the whole row, every
-  // entry inside it), appended in any order.
+  // entry inside it). When the gathered items are exactly the selection (the usual case: the
+  // threshold bin held exactly the entries still to take when they were gathered), the sort
+  // reads them where they are; otherwise the selection is appended to s.items in any order.
   const unsigned long long lowest = prefix << hi;
-  uint32_t key_lo = 0xFFFFFFFFu, key_hi = 0u;  // of the items this thread appends
-  auto append = [&](bool in, uint32_t k, int e) {
-    if (in) {
-      key_lo = min(key_lo, k);
-      key_hi = max(key_hi, k);
-    }
-    WarpAppend(in, RankItem(k, e), &s.n_items, s.items, static_cast<uint32_t>(kThreads));
-  };
-  if (gathered) {
+  const unsigned long long* selection = s.items;
+  if (gathered && n_cand == static_cast<uint32_t>(take)) {
+    selection = s.cand;
+  } else if (gathered) {
     for (uint32_t base = warp * 32; base < n_cand; base += kThreads) {
       const uint32_t j = base + lane;
-      const uint32_t k = j < n_cand ? s.cand.key[j] : 0u;
-      const int e = j < n_cand ? s.cand.pos[j] : 0;
-      append(j < n_cand && Composite(k, e) >= lowest, k, e);
+      const unsigned long long item = j < n_cand ? s.cand[j] : 0ull;
+      WarpAppend(j < n_cand && ItemComposite(item) >= lowest, item, &s.n_items, s.items,
+                 static_cast<uint32_t>(kThreads));
     }
+    __syncthreads();
   } else if (take > 0) {
     for (int base = warp * 32; base < span; base += kThreads) {
       const int e = base + lane;
       const unsigned long long c = composite_at(e);
-      append(select ? c >= lowest : e < n, static_cast<uint32_t>(c >> kIndexBits), e);
+      WarpAppend(select ? c >= lowest : e < n, Item(static_cast<uint32_t>(c >> kIndexBits), e),
+                 &s.n_items, s.items, static_cast<uint32_t>(kThreads));
     }
+    __syncthreads();
   }
-  key_lo = __reduce_min_sync(detail::kFullMask, key_lo);
-  key_hi = __reduce_max_sync(detail::kFullMask, key_hi);
-  if (lane == 0 && key_lo <= key_hi) {
-    atomicMin(&s.key_lo, key_lo);
-    atomicMax(&s.key_hi, key_hi);
-  }
-  __syncthreads();
-  if (take > 1) SortItemsDescending(s, take);  // ends with a barrier
+  if (take > 0) SortItemsDescending(s, selection, take);  // ends with a barrier
 
   // 4. A row's indices (through the map) and -1 padding, or a segment's candidates.
   if (segmented) {
     const int64_t cand_base = r * seg.count * p.k + sg * p.k;
     for (int j = t; j < take; j += kThreads) {
       const unsigned long long item = s.items[j];
-      seg.cand_index[cand_base + j] =
-          static_cast<int32_t>(off + (0xFFFFFFFFu - static_cast<uint32_t>(item)));
+      seg.cand_index[cand_base + j] = static_cast<int32_t>(off + ItemPosition(item));
       seg.cand_score[cand_base + j] = KeyValue(static_cast<uint32_t>(item >> 32));
     }
     if (sg == 0 && t == 0) {
@@ -350,7 +382,7 @@ __global__ void __launch_bounds__(kThreads, 2) TopKResidentKernel(TopKParams p, 
     for (int j = t; j < p.k; j += kThreads) {
       int32_t x = -1;
       if (j < take) {
-        x = static_cast<int32_t>(0xFFFFFFFFu - static_cast<uint32_t>(s.items[j]));
+        x = ItemPosition(s.items[j]);
         if (seg.map != nullptr) x = seg.map[r * seg.map_width + x];
       }
       out[j] = x;
