@@ -190,6 +190,10 @@ __device__ __forceinline__ void LoadRow(const float* row, int n, int slices, boo
   }
 }
 
+/// kMerge: the pass over a long row's candidates (seg.map set). They lie in rank order, segment
+/// by segment, so a 16-byte word's four entries are neighbours in rank and crowd the same few top
+/// bins; pass 0 then counts a word whose four entries share a bin with one atomic, not four.
+template <bool kMerge>
 __global__ void __launch_bounds__(kThreads, 2) TopKResidentKernel(TopKParams p, Segments seg) {
   __shared__ ResidentShared s;
   const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
@@ -221,7 +225,17 @@ __global__ void __launch_bounds__(kThreads, 2) TopKResidentKernel(TopKParams p, 
     for (int c = 0; c < 4; ++c) {
       key[u][c] = RankKey(v[u][c]);
       asm("" : "+r"(key[u][c]));  // keep the key, not the float (no recomputing it later)
-      if (select && u < slices) atomicAdd(&s.hist[key[u][c] >> (32 - 11)], 1u);
+      if (!kMerge && select && u < slices) atomicAdd(&s.hist[key[u][c] >> (32 - 11)], 1u);
+    }
+    if (kMerge && select && u < slices) {
+      const uint32_t b = key[u][0] >> (32 - 11);
+      if ((key[u][1] >> (32 - 11)) == b && (key[u][2] >> (32 - 11)) == b &&
+          (key[u][3] >> (32 - 11)) == b) {
+        atomicAdd(&s.hist[b], 4u);
+      } else {
+#pragma unroll
+        for (int c = 0; c < 4; ++c) atomicAdd(&s.hist[key[u][c] >> (32 - 11)], 1u);
+      }
     }
   }
   __syncthreads();
@@ -401,7 +415,11 @@ Status LaunchTopKResident(const TopKParams& p, const Segments& seg, cudaStream_t
   const int64_t blocks = p.rows * seg.count;  // one a row or segment
   if (blocks > 0x7FFFFFFF) return Status::InvalidArgument("TopK: more than 2^31 - 1 rows");
   if (blocks == 0) return Status::Ok();
-  TopKResidentKernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(p, seg);
+  if (seg.map != nullptr) {
+    TopKResidentKernel<true><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(p, seg);
+  } else {
+    TopKResidentKernel<false><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(p, seg);
+  }
   return NW_CUDA_LAUNCH_STATUS("TopKResidentKernel");
 }
 
