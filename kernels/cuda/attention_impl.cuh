@@ -128,6 +128,43 @@ __device__ __forceinline__ void DequantE4m3x16(const uint4& v, float s, uint4& l
   hi = make_uint4(b[4], b[5], b[6], b[7]);
 }
 
+/// Whether ue8m0 scale byte `s` takes WidenE4m3x16's bit path: 2^(s - 7) is a normal bf16
+/// (s <= 134) and the scale is a normal fp32 (s >= 1; DecodeUe8m0(0) is 2^-127, subnormal, and
+/// the fp32 product DequantE4m3x16 rounds twice is kept for it). 0xFF (NaN) is outside.
+__device__ __forceinline__ bool E4m3BitPathScale(uint32_t s) { return s - 1u < 134u; }
+
+/// 16 e4m3 codes times 2^(s - 127) -> 16 bf16 by bit moves, for a scale byte s with
+/// E4m3BitPathScale: a code's sign, exponent and mantissa bits (s eeee mmm) are placed as the bf16
+/// s 0000eeee mmm0000, which is the code's value times 2^-120 (subnormal codes, eeee = 0, land on
+/// bf16 subnormals with the same ratio), then one bf16 multiply by 2^(s - 7) (`mul2`, both
+/// halves) rounds once, to the nearest even like the fp32 product's bf16 rounding in
+/// DequantE4m3x16: the same bits. A prmt puts two codes in the low bytes of 16-bit lanes with
+/// their sign replicated above, a shift by 4 and a mask keep the sign at bit 15 and the 7 bits at
+/// 10 .. 4: four operations a pair of codes where the cvt path takes six. The NaN codes (0x7F,
+/// 0xFF) come out finite: V4 caches hold them only in blocks whose scale is NaN (StoreV4Kv's amax
+/// propagates NaN), which take DequantE4m3x16.
+__device__ __forceinline__ void WidenE4m3x16(const uint4& v, uint32_t mul2, uint4& lo, uint4& hi) {
+  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+  uint32_t b[8];
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    uint32_t y0, y1;  // codes 0, 1 and 2, 3 of the word, sign-extended to 16 bits
+    asm("prmt.b32 %0, %1, 0, 0x9180;" : "=r"(y0) : "r"(w[e]));
+    asm("prmt.b32 %0, %1, 0, 0xB3A2;" : "=r"(y1) : "r"(w[e]));
+    const uint32_t t0 = (y0 << 4) & 0x87F087F0u, t1 = (y1 << 4) & 0x87F087F0u;
+    asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(b[2 * e]) : "r"(t0), "r"(mul2));
+    asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(b[2 * e + 1]) : "r"(t1), "r"(mul2));
+  }
+  lo = make_uint4(b[0], b[1], b[2], b[3]);
+  hi = make_uint4(b[4], b[5], b[6], b[7]);
+}
+
+/// WidenE4m3x16's multiplier for scale byte s (E4m3BitPathScale): bf16 2^(s - 7) in both halves.
+__device__ __forceinline__ uint32_t E4m3BitPathMultiplier(uint32_t s) {
+  const uint32_t m = (s + 120u) << 7;
+  return m | (m << 16);
+}
+
 /// Dequantized value c of V4-fp8 row `row` of a paged cache (exactly quant::FakeQuantV4Kv's).
 struct V4Row {
   const uint8_t* data;
@@ -135,8 +172,13 @@ struct V4Row {
 };
 
 __device__ __forceinline__ V4Row V4RowAt(const void* cache, const V4KvLayout& l, int64_t row) {
-  const uint8_t* base = static_cast<const uint8_t*>(cache) + (row / l.page_size) * l.PageBytes();
-  const int64_t off = row % l.page_size;
+  // A 32-bit division where the row fits (always, in practice): the 64-bit one is a long call.
+  const bool narrow = row <= 0x7FFFFFFF;
+  const int64_t page =
+      narrow ? static_cast<int64_t>(static_cast<uint32_t>(row) / static_cast<uint32_t>(l.page_size))
+             : row / l.page_size;
+  const uint8_t* base = static_cast<const uint8_t*>(cache) + page * l.PageBytes();
+  const int64_t off = row - page * l.page_size;
   return {base + off * l.TokenBytes(), base + l.page_size * l.TokenBytes() + off * l.ScaleStride()};
 }
 

@@ -7,8 +7,9 @@
 // of whole bf16 rows (512 dims, 128-byte swizzled), each buffer in a left (dims 0 .. 255) and a
 // right half with its own "ready" and "free" mbarriers. bf16 rows are copied by cp.async
 // (.L2::256B), completing on "ready" by cp.async.mbarrier.arrive, so no consumer waits on a copy
-// it did not need; V4 fp8 rows are loaded into the producer's registers, widened to bf16 (exact)
-// and stored. Tiles go in pairs: tile 2 b into buffer 0, tile 2 b + 1 into buffer 1.
+// it did not need; V4 fp8 rows are copied raw (cp.async) into the upper atoms of their own
+// buffer half as soon as it is free, then widened there to bf16 (exact) by the producer. Tiles go
+// in pairs: tile 2 b into buffer 0, tile 2 b + 1 into buffer 1.
 //
 // Warpgroups 0 and 1 (the consumers, many registers) each own a buffer for S and a half of the
 // dims for O:
@@ -21,6 +22,8 @@
 // So each warpgroup's tensor-core work is one S and two P V a pair, and while one warpgroup runs
 // its softmax the other's MMAs keep the tensor cores busy. Per-thread accumulators: O 128, S 32.
 // Deterministic run to run; within the tensor-core path's bound of the CPU's.
+#include <type_traits>
+
 #include "kernels/cuda/attention_impl.cuh"
 #include "kernels/cuda/common.h"
 #include "kernels/cuda/device_util.cuh"
@@ -64,10 +67,11 @@ struct PairsSmem {
   static constexpr size_t kKv = kQ + kTileBytes;              // [2 buffers][8 atoms][64 x 128 B]
   static constexpr size_t kP = kKv + 2 * size_t{kTileBytes};  // bf16 [2][64 heads x 128 B], SW128
   static constexpr size_t kValid = kP + 2 * size_t{kAtom};    // uint64 [2]: live entries a buffer
-  static constexpr size_t kMax = kValid + 2 * sizeof(uint64_t);       // float [64]
-  static constexpr size_t kSum = kMax + kHeads * sizeof(float);       // float [2][64]
-  static constexpr size_t kRing = kSum + 2 * kHeads * sizeof(float);  // V4Ptrs [2 pairs][128]
-  static constexpr size_t kBar = kRing + 4 * size_t{kEntries} * 16;   // q, ready[4], free[4]
+  static constexpr size_t kMax = kValid + 2 * sizeof(uint64_t);        // float [64]
+  static constexpr size_t kSum = kMax + kHeads * sizeof(float);        // float [2][64]
+  static constexpr size_t kRing = kSum + 2 * kHeads * sizeof(float);   // V4Ptrs [3 pairs][128]
+  static constexpr size_t kScale = kRing + 6 * size_t{kEntries} * 16;  // [4 halves][64 rows][8]
+  static constexpr size_t kBar = kScale + 4 * size_t{kEntries} * 8;    // q, ready[4], free[4]
   static constexpr size_t kBytes = kBar + 9 * sizeof(uint64_t);
   static constexpr size_t kAlloc = kBytes + 1024;  // room to align the base to 1024
 };
@@ -159,138 +163,273 @@ __device__ __forceinline__ void ProducePairs(const SparseAttentionParams& p, int
   CpAsyncWaitAll();  // no copy outlives the block
 }
 
-// V4 fp8 rows: an entry's token bytes (448 e4m3 codes, then 64 bf16 rope values) and its 7
-// ue8m0 scale bytes; data null for a skipped entry.
+// V4 fp8 rows: an entry's token bytes (448 e4m3 codes, then 64 bf16 rope values) and its 8-byte
+// word of ue8m0 scales (7 used); data null for a skipped entry.
 struct V4Ptrs {
   const uint8_t* data;
   const uint8_t* scales;
 };
 
-// The producer warpgroup for V4 fp8 KV (head_dim 512, rope 64): as ProducePairs, but each half
-// is loaded into registers (16-byte pieces of the token bytes), widened to bf16 and stored into
-// the swizzled buffer by the producer's threads, which then arrive on "ready" (count 128; lane 0
-// of each warp publishes the live-entry bits first). A half's first loads are issued before the
-// wait for its buffer. Entries' pointers pass through a shared-memory ring (two pairs). What
-// bounds it (H200, session 22): the producer, 128 threads doing the loads' latency and the
-// widening for both consumer warpgroups; deeper register pipelining spilled at 88 registers.
+// A V4 fp8 half is staged raw in its own buffer: the e4m3 pieces (16 codes each) of its 64 rows
+// go to the atoms from kStageLeft (left half: pieces 0 .. 15 in atoms 2, 3) or kStageRight (right
+// half: pieces 16 .. 27 in atoms 5, 6), eight pieces an atom, piece k of row r at chunk
+// (k % 8) ^ (r % 8) of the atom's row r, the swizzle of the bf16 rows (a warp's reads of one piece
+// of 32 rows hit every bank group evenly). Widening writes the atoms below the staging first,
+// then each staging atom once every raw piece in it has been read (see WidenHalfV4).
+constexpr int kStageLeft = 2, kStageRight = 5;
+
+// The producer's order of a pair's halves: K0 left, K1 right, K0 right, K1 left (s = 0 .. 3).
+__device__ __forceinline__ int HalfBuffer(int s) { return s & 1; }
+__device__ __forceinline__ int HalfSide(int s) { return (s == 1 || s == 2) ? 1 : 0; }
+
+// Starts half kHalf of the tile whose entries are `rows` toward buffer `buf` (the half must be
+// free): its e4m3 pieces to the staging atoms and, for the right half, its rope pieces straight
+// to atom 7, by cp.async (zeros for skipped entries), and each row's scale word to `scale`
+// (64 x 8 bytes); one commit group. Lane l of warp pw copies row r = 16 pw + l / 2, pieces
+// 2 kk + l % 2 (two lanes a 32-byte sector), so each lane reads its row's pointer once and the
+// swizzled destinations are a base plus one of four offsets plus a constant.
+template <int kHalf>
+__device__ __forceinline__ void IssueHalfV4(const V4Ptrs* rows, unsigned char* buf,
+                                            unsigned char* scale, const void* mapped, int pw,
+                                            int lane) {
+  constexpr int kPairs = kHalf == 0 ? 8 : 10;  // piece pairs of the row this half copies
+  constexpr int kStaged = kHalf == 0 ? 8 : 6;  // of them e4m3 (the rest rope)
+  constexpr int kFirstByte = kHalf == 0 ? 0 : 256;
+  const int r = 16 * pw + (lane >> 1), h = lane & 1, sw = r & 7;
+  const V4Ptrs e = rows[r];
+  const bool live = e.data != nullptr;
+  // Piece 2 kk + h of the row lands in atom kk / 4 of the staging (or atom 7 for rope pieces), at
+  // chunk (2 kk + h) % 8 ^ sw: byte 32 ((kk % 4) ^ (sw / 2)) + 16 (h ^ sw % 2) of the row.
+  const int hh = (h ^ sw) & 1, s2 = sw >> 1;
+  const uint32_t stage =
+      SmemAddress(buf + (kHalf == 0 ? kStageLeft : kStageRight) * kAtom + r * 128 + 16 * hh);
+  const uint32_t rope = SmemAddress(buf + 7 * kAtom + r * 128 + 16 * hh);
+  const unsigned char* src =
+      live ? e.data + kFirstByte + 16 * h : static_cast<const uint8_t*>(mapped);
+  const int step = live ? 32 : 0;
+#pragma unroll
+  for (int kk = 0; kk < kPairs; ++kk) {
+    const int j = kk < kStaged ? kk : kk - kStaged;
+    const uint32_t dst = (kk < kStaged ? stage : rope) + 32 * ((j & 3) ^ s2) + kAtom * (j >> 2);
+    CpAsync16(dst, src + step * kk, live);
+  }
+  if (h == 0) CpAsync8(scale + r * 8, live ? e.scales : mapped, live);
+  CpAsyncCommit();
+}
+
+// Widens half kHalf of buffer `buf` from its staging (see IssueHalfV4, whose copies every producer
+// thread has waited for before `NamedBarrierSync`) into the swizzled bf16 rows. Thread (r, j) =
+// (tid % 64, tid / 64) takes row r, in three runs of one scale block each:
+//   left:  pieces 4 j .. 4 j + 3 (staging atom 2 -> atoms 0, 1), 8 + 2 j, 9 + 2 j (atom 3 ->
+//          atom 2, whose raw pieces were all read before the first barrier), 12 + 2 j, 13 + 2 j
+//          (atom 3 -> atom 3: read, barrier, written);
+//   right: pieces 16 + 2 j, 17 + 2 j (atom 5 -> atom 4), 24 + 2 j, 25 + 2 j (atom 6 -> atom 6:
+//          read, barrier, written), 20 + 2 j, 21 + 2 j (atom 5 -> atom 5: read, barrier, written).
+// A run's scale picks the bit path (WidenE4m3x16) or, for the rare scales outside it,
+// DequantE4m3x16. At most two raw pieces are held across a barrier.
+template <int kHalf>
+__device__ __forceinline__ void WidenHalfV4(unsigned char* buf, const unsigned char* scale,
+                                            int tid) {
+  constexpr int kBase = kHalf == 0 ? 0 : 16;  // the half's first piece
+  const int r = tid & 63, j = tid >> 6, sw = r & 7;
+  const unsigned char* stage = buf + (kHalf == 0 ? kStageLeft : kStageRight) * kAtom + r * 128;
+  const uint2 scw = *reinterpret_cast<const uint2*>(scale + r * 8);
+  auto load = [&](int k) {
+    const int kl = k - kBase;
+    return *reinterpret_cast<const uint4*>(stage + (kl >> 3) * kAtom + (((kl & 7) ^ sw) << 4));
+  };
+  // Pieces k0 .. k0 + kCount - 1 (one scale block) from v into their bf16 chunks.
+  auto store = [&](const uint4* v, int k0, auto count) {
+    constexpr int kCount = decltype(count)::value;
+    const int blk = k0 >> 2;
+    const uint32_t sb = ((blk < 4 ? scw.x : scw.y) >> (8 * (blk & 3))) & 0xFFu;
+    unsigned char* at = buf + blk * kAtom + r * 128;
+    auto put = [&](int n, const uint4& lo, const uint4& hi) {
+      const int cc = 2 * ((k0 + n) & 3);
+      *reinterpret_cast<uint4*>(at + ((cc ^ sw) << 4)) = lo;
+      *reinterpret_cast<uint4*>(at + (((cc + 1) ^ sw) << 4)) = hi;
+    };
+    if (E4m3BitPathScale(sb)) {
+      const uint32_t mul2 = E4m3BitPathMultiplier(sb);
+#pragma unroll
+      for (int n = 0; n < kCount; ++n) {
+        uint4 lo, hi;
+        WidenE4m3x16(v[n], mul2, lo, hi);
+        put(n, lo, hi);
+      }
+    } else {
+      const float s = quant::DecodeUe8m0(static_cast<uint8_t>(sb));
+#pragma unroll
+      for (int n = 0; n < kCount; ++n) {
+        uint4 lo, hi;
+        DequantE4m3x16(v[n], s, lo, hi);
+        put(n, lo, hi);
+      }
+    }
+  };
+  using One = std::integral_constant<int, 1>;
+  using Two = std::integral_constant<int, 2>;
+  // A run with no hazard, a piece at a time.
+  auto run_free = [&](int k0, int count) {
+#pragma unroll
+    for (int n = 0; n < 4; ++n) {
+      if (n < count) {
+        const uint4 v = load(k0 + n);
+        store(&v, k0 + n, One{});
+      }
+    }
+  };
+  // A run into the atom it is read from: both pieces read, the barrier, then written.
+  auto run_in_place = [&](int k0) {
+    const uint4 v[2] = {load(k0), load(k0 + 1)};
+    NamedBarrierSync(7, 128);
+    store(v, k0, Two{});
+  };
+  if constexpr (kHalf == 0) {
+    run_free(4 * j, 4);
+    NamedBarrierSync(7, 128);  // staging atom 2 is read
+    run_free(8 + 2 * j, 2);
+    run_in_place(12 + 2 * j);
+  } else {
+    run_free(16 + 2 * j, 2);
+    run_in_place(24 + 2 * j);
+    run_in_place(20 + 2 * j);
+  }
+}
+
+// The producer warpgroup for V4 fp8 KV (head_dim 512, rope 64): the halves in ProducePairs'
+// order, each copied raw into its own buffer by cp.async as soon as it is free (IssueHalfV4), then
+// widened there to bf16 by the producer's threads (WidenHalfV4), which arrive on "ready" (count
+// 128; lane 0 of each warp publishes the live-entry bits first). The next half's copies are
+// started before a half is widened whenever that half is already free, so a half's load latency
+// hides behind the previous half's widening. Entries' pointers pass through a shared-memory ring
+// of three pairs (written a pair ahead, when the rows are also prefetched into L2), so a ring slot
+// is never rewritten while a slower producer thread may still read it.
 __device__ __forceinline__ void ProducePairsV4(const SparseAttentionParams& p, int64_t i,
                                                int64_t len0, int64_t total, int64_t pairs,
-                                               unsigned char* sq, unsigned char* skv,
-                                               uint64_t* valid, V4Ptrs* ring, uint64_t* qbar,
-                                               uint64_t* ready, uint64_t* freed) {
+                                               unsigned char* smem) {
+  // Everything at constant offsets from one base (fewer live registers than a pointer each).
+  using L = PairsSmem;
+  unsigned char* sq = smem + L::kQ;
+  unsigned char* skv = smem + L::kKv;
+  uint64_t* valid = reinterpret_cast<uint64_t*>(smem + L::kValid);
+  V4Ptrs* ring = reinterpret_cast<V4Ptrs*>(smem + L::kRing);
+  unsigned char* sscale = smem + L::kScale;
+  uint64_t* qbar = reinterpret_cast<uint64_t*>(smem + L::kBar);
+  uint64_t* ready = qbar + 1;
+  uint64_t* freed = qbar + 5;
   const int tid = threadIdx.x & 127, pw = tid >> 5, lane = threadIdx.x & 31;
   if (pairs == 0) return;
   CopyQ(p, i, tid, sq, qbar);
   const V4KvLayout& l = p.kv_layout;
-  // Lane l < 16 of warp pw looks up entry 16 pw + l of tile u: the index load now, the row's
-  // addresses (a division by the page size) when they are written to the ring, so that only the
-  // slot is live while a pair is widened.
-  auto fetch = [&](int64_t u) -> Slot {
-    const int64_t s = u * kEntries + 16 * pw + (lane & 15);
-    if (s >= total) return {0, -1};
-    return SlotAt(p, i, len0, s);
+  const void* mapped = p.q;  // read by no zero fill
+  // Lane l < 16 of warp pw looks up entry 16 pw + l of tile u: the index load now (only the
+  // index is held, one register), the set, the range check and the row's addresses (a division
+  // by the page size) when they are written to the ring.
+  // (32-bit entry counts: PairsAttentionApplies keeps the two index widths below 2^30.)
+  const int n0 = static_cast<int>(len0), n = static_cast<int>(total);
+  auto entry = [&](int u) { return u * kEntries + 16 * pw + (lane & 15); };
+  auto fetch = [&](int u) -> int32_t {
+    const int s = entry(u);
+    if (s >= n) return -1;
+    const int set = s < n0 ? 0 : 1;
+    const KvSet& ks = p.sets[set];
+    return ks.indices[i * ks.index_stride + (set == 0 ? s : s - n0)];
   };
-  auto resolve = [&](const Slot& slot) -> V4Ptrs {
-    if (slot.row < 0) return {nullptr, nullptr};
-    const V4Row r = V4RowAt(p.sets[slot.set].kv, l, slot.row);
+  auto resolve = [&](int u, int32_t idx) -> V4Ptrs {
+    const int s = entry(u);
+    const int set = s < n0 ? 0 : 1;
+    if (s >= n || idx < 0 || idx >= p.sets[set].rows) return {nullptr, nullptr};
+    const V4Row r = V4RowAt(p.sets[set].kv, l, idx);
     return {r.data, r.scales};
   };
-  // Half `half` of tile `t` (ring slot) into buffer `buffer`. A row's token bytes are 36 pieces of
-  // 16 bytes: pieces 0 .. 27 are e4m3 (dims 16 k .. 16 k + 15, scale k / 4), 28 .. 35 bf16 rope
-  // (dims 448 + 8 (k - 28) ..); the left half is pieces 0 .. 15, the right 16 .. 35.
-  auto dequant_half = [&](const V4Ptrs* rows, bool mine, int buffer, int half, bool publish,
-                          uint32_t parity) {
-    // Thread (r, j) = (tid % 64, tid / 64) widens pieces k0 .. k0 + count - 1 of row r: left half
-    // 8 j .. 8 j + 7, right 16 + 10 j .. 16 + 10 j + 9. j is warp-uniform, so the e4m3 / rope
-    // choice never diverges, and the row's pointers and scale bytes are read once.
-    const int r = tid & 63, j = tid >> 6;
-    const int count = half == 0 ? 8 : 10;
-    const int k0 = half == 0 ? 8 * j : 16 + 10 * j;
-    const V4Ptrs e = rows[r];
-    const bool live = e.data != nullptr;
-    uint2 scw = make_uint2(0, 0);
-    if (live) scw = __ldg(reinterpret_cast<const uint2*>(e.scales));
-    unsigned char* dst = skv + buffer * kTileBytes + r * 128;
-    const int sw = r & 7;
-    // Batches of 5 pieces, one after the other (unrolled, ptxas hoists the second batch's loads
-    // and spills); the first batch's loads are in flight while the buffer is waited for.
-    constexpr int kBatch = 5;
-#pragma unroll 1
-    for (int n0 = 0; n0 < 10; n0 += kBatch) {
-      if (n0 >= count) break;
-      uint4 v[kBatch];
-#pragma unroll
-      for (int n = 0; n < kBatch; ++n) {
-        v[n] = make_uint4(0, 0, 0, 0);
-        if (live && n0 + n < count) {
-          v[n] = __ldg(reinterpret_cast<const uint4*>(e.data) + k0 + n0 + n);
-        }
-      }
-      if (n0 == 0) MbarWait(&freed[2 * buffer + half], parity);
-#pragma unroll
-      for (int n = 0; n < kBatch; ++n) {
-        if (n0 + n < count) {
-          const int k = k0 + n0 + n;
-          if (k < 28) {
-            const int blk = k >> 2;
-            const uint32_t byte = ((blk < 4 ? scw.x : scw.y) >> (8 * (blk & 3))) & 0xFFu;
-            uint4 lo, hi;
-            DequantE4m3x16(v[n], quant::DecodeUe8m0(static_cast<uint8_t>(byte)), lo, hi);
-            const int cc = 2 * (k & 3);
-            unsigned char* at = dst + blk * kAtom;
-            *reinterpret_cast<uint4*>(at + ((cc ^ sw) << 4)) = lo;
-            *reinterpret_cast<uint4*>(at + (((cc + 1) ^ sw) << 4)) = hi;
-          } else {
-            *reinterpret_cast<uint4*>(dst + 7 * kAtom + (((k - 28) ^ sw) << 4)) = v[n];
-          }
-        }
-      }
-    }
-    FenceProxyAsync();  // these stores, for the consumers' wgmma reads
-    const unsigned bits = __ballot_sync(kFullMask, mine) & 0xFFFFu;
-    if (lane == 0 && publish) {
-      reinterpret_cast<uint16_t*>(valid + buffer)[pw] = static_cast<uint16_t>(bits);
-    }
-    MbarArrive(&ready[2 * buffer + half]);
-  };
-  // Ring slot u % 2 holds pair u's entries ([tile 2 u] then [tile 2 u + 1]); their rows are
-  // prefetched into L2 when they are written.
-  auto publish_pair = [&](int64_t u, const Slot& e0, const Slot& e1) {
-    V4Ptrs* slot = ring + (u & 1) * 2 * kEntries;
-    const V4Ptrs a = resolve(e0), b = resolve(e1);
+  auto slot_of = [&](int u) { return ring + (u % 3) * 2 * kEntries; };
+  // Ring slot u % 3 holds pair u's entries ([tile 2 u] then [tile 2 u + 1]).
+  auto publish_pair = [&](int u, int32_t e0, int32_t e1) {
+    V4Ptrs* slot = slot_of(u);
+    const V4Ptrs a = resolve(2 * u, e0), b = resolve(2 * u + 1, e1);
     if (lane < 16) {
       slot[16 * pw + lane] = a;
       slot[kEntries + 16 * pw + lane] = b;
-      if (a.data != nullptr) {
-        PrefetchL2(a.data, 576);
-        PrefetchL2Line(a.scales);
+      // Line prefetches (a bulk prefetch takes a uniform address: a loop over the lanes).
+#pragma unroll
+      for (int off = 0; off < 576; off += 128) {
+        if (a.data != nullptr) PrefetchL2Line(a.data + off);
+        if (b.data != nullptr) PrefetchL2Line(b.data + off);
       }
-      if (b.data != nullptr) {
-        PrefetchL2(b.data, 576);
-        PrefetchL2Line(b.scales);
-      }
+      if (a.data != nullptr) PrefetchL2Line(a.scales);
+      if (b.data != nullptr) PrefetchL2Line(b.scales);
     }
   };
+  // Half q = 4 b + s of the sequence: pair b, the order's s-th half.
+  auto issue = [&](int q) {
+    const int b = q >> 2;
+    const int s = q & 3, buffer = HalfBuffer(s), side = HalfSide(s);
+    MbarWait(&freed[2 * buffer + side], static_cast<uint32_t>((b & 1) ^ 1));
+    const V4Ptrs* rows = slot_of(b) + buffer * kEntries;
+    unsigned char* buf = skv + buffer * kTileBytes;
+    unsigned char* scale = sscale + (2 * buffer + side) * kEntries * 8;
+    if (side == 0) {
+      IssueHalfV4<0>(rows, buf, scale, mapped, pw, lane);
+    } else {
+      IssueHalfV4<1>(rows, buf, scale, mapped, pw, lane);
+    }
+  };
+  auto widen = [&](int q, bool next_issued) {
+    const int b = q >> 2;
+    const int s = q & 3, buffer = HalfBuffer(s), side = HalfSide(s);
+    if (next_issued) {
+      CpAsyncWait<1>();
+    } else {
+      CpAsyncWait<0>();
+    }
+    NamedBarrierSync(7, 128);  // every thread's copies of the half have landed
+    unsigned char* buf = skv + buffer * kTileBytes;
+    const unsigned char* scale = sscale + (2 * buffer + side) * kEntries * 8;
+    if (side == 0) {
+      WidenHalfV4<0>(buf, scale, tid);
+    } else {
+      WidenHalfV4<1>(buf, scale, tid);
+    }
+    FenceProxyAsync();  // these stores, for the consumers' wgmma reads
+    // (Ring slot b is rewritten two pairs later, after this pair's widening by every thread.)
+    const V4Ptrs* rows = slot_of(b) + buffer * kEntries;
+    const bool mine = lane < 16 && rows[16 * pw + lane].data != nullptr;
+    const unsigned bits = __ballot_sync(kFullMask, mine) & 0xFFFFu;
+    if (lane == 0 && s < 2) {  // a buffer's first half publishes its live entries
+      reinterpret_cast<uint16_t*>(valid + buffer)[pw] = static_cast<uint16_t>(bits);
+    }
+    MbarArrive(&ready[2 * buffer + side]);
+  };
   publish_pair(0, fetch(0), fetch(1));
-  Slot ahead0 = fetch(2), ahead1 = fetch(3);  // pair 1's
-  for (int64_t b = 0; b < pairs; ++b) {
-    // Pair b's slot is complete (written before this barrier); pair b + 1's slot was pair
-    // b - 1's, which every producer thread has finished to get here. Pair b + 1's rows go
-    // toward L2 now, a pair ahead of their widening.
-    NamedBarrierSync(6, 128);
-    if (b + 1 < pairs) publish_pair(b + 1, ahead0, ahead1);
+  int32_t ahead0 = fetch(2), ahead1 = fetch(3);  // pair 1's
+  NamedBarrierSync(6, 128);                      // pair 0's ring slot is complete
+  issue(0);
+  const int npairs = static_cast<int>(pairs);  // at most 2^25: entries are two int32 lengths
+  const int halves = 4 * npairs;
+  for (int b = 0; b < npairs; ++b) {
+    // Pair b + 1's slot is read from its first half's copies on, late in this pair (after the
+    // barriers of this pair's widening); its rows go toward L2 now.
+    if (b + 1 < npairs) publish_pair(b + 1, ahead0, ahead1);
     ahead0 = fetch(2 * b + 4);
     ahead1 = fetch(2 * b + 5);
-    const V4Ptrs* slot = ring + (b & 1) * 2 * kEntries;
-    const bool live0 = lane < 16 && slot[16 * pw + lane].data != nullptr;
-    const bool live1 = lane < 16 && slot[kEntries + 16 * pw + lane].data != nullptr;
-    const uint32_t parity = static_cast<uint32_t>((b & 1) ^ 1);
-    dequant_half(slot, live0, 0, 0, true, parity);
-    dequant_half(slot + kEntries, live1, 1, 1, true, parity);
-    dequant_half(slot, live0, 0, 1, false, parity);
-    dequant_half(slot + kEntries, live1, 1, 0, false, parity);
+#pragma unroll 1
+    for (int s = 0; s < 4; ++s) {
+      const int q = 4 * b + s;
+      bool early = false;
+      if (q + 1 < halves) {
+        // The next half's copies go first when it is already free (a warp decides as one).
+        const int sn = (q + 1) & 3;
+        const uint32_t parity = static_cast<uint32_t>((((q + 1) >> 2) & 1) ^ 1);
+        early = __shfl_sync(
+            kFullMask, lane == 0 && MbarTest(&freed[2 * HalfBuffer(sn) + HalfSide(sn)], parity), 0);
+        if (early) issue(q + 1);
+      }
+      widen(q, early);
+      if (q + 1 < halves && !early) issue(q + 1);
+    }
   }
-  CpAsyncWaitAll();  // Q's copies (no copy outlives the block)
+  CpAsyncWaitAll();  // no copy outlives the block
 }
 
 // Scales this thread's S of a tile (scale2) and masks skipped entries (bit e of `live`) to -inf;
@@ -355,7 +494,6 @@ __global__ void __launch_bounds__(kThreads, 1) SparseAttentionPairsKernel(Sparse
   uint64_t* valid = reinterpret_cast<uint64_t*>(smem + L::kValid);
   float* smax = reinterpret_cast<float*>(smem + L::kMax);
   float* ssum = reinterpret_cast<float*>(smem + L::kSum);
-  V4Ptrs* ring = reinterpret_cast<V4Ptrs*>(smem + L::kRing);
   uint64_t* qbar = reinterpret_cast<uint64_t*>(smem + L::kBar);
   uint64_t* ready = qbar + 1;  // [4]: 2 buffer + half
   uint64_t* freed = qbar + 5;  // [4]
@@ -380,7 +518,7 @@ __global__ void __launch_bounds__(kThreads, 1) SparseAttentionPairsKernel(Sparse
   if (wg == 2) {
     if constexpr (kFp8) {
       WarpgroupRegsDown<kProducerRegsV4>();
-      ProducePairsV4(p, i, len0, total, pairs, sq, skv, valid, ring, qbar, ready, freed);
+      ProducePairsV4(p, i, len0, total, pairs, smem);
     } else {
       WarpgroupRegsDown<kProducerRegs>();
       ProducePairs(p, i, len0, total, pairs, sq, skv, valid, qbar, ready, freed);
@@ -585,7 +723,8 @@ __global__ void __launch_bounds__(kThreads, 1) SparseAttentionPairsKernel(Sparse
 bool PairsAttentionApplies(const SparseAttentionParams& p) {
   if (p.kv_format == KvFormat::kBf16) return WgmmaAttentionApplies(p);
   if (p.kv_format != KvFormat::kV4Fp8 || !p.q_bf16 || p.head_dim != kDim || p.n_heads > kHeads ||
-      p.kv_layout.head_dim != kDim || p.kv_layout.rope_dim != 64) {
+      p.kv_layout.head_dim != kDim || p.kv_layout.rope_dim != 64 ||
+      p.sets[0].index_stride + p.sets[1].index_stride >= (int64_t{1} << 30)) {
     return false;
   }
   return reinterpret_cast<uintptr_t>(p.q) % 16 == 0 && p.m * p.n_heads < 0x7FFFFFFF;

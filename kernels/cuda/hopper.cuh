@@ -69,6 +69,21 @@ __device__ __forceinline__ void MbarWait(uint64_t* bar, uint32_t parity) {
   } while (done == 0);
 }
 
+/// Whether the phase with parity `parity` has completed (no waiting).
+__device__ __forceinline__ bool MbarTest(uint64_t* bar, uint32_t parity) {
+  uint32_t done = 0;
+  asm volatile(
+      "{\n"
+      " .reg .pred p;\n"
+      " mbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+      " selp.u32 %0, 1, 0, p;\n"
+      "}\n"
+      : "=r"(done)
+      : "r"(SmemAddress(bar)), "r"(parity)
+      : "memory");
+  return done != 0;
+}
+
 // ---- bulk tensor copy -----------------------------------------------------------------------
 
 /// Copies the box at element column `x`, row `y` of `map` into shared memory at `dst` (1024-byte

@@ -87,6 +87,20 @@ __device__ __forceinline__ void CpAsync16L2Prefetch256(void* dst_shared, const v
                "r"(valid ? 16 : 0)
                : "memory");
 }
+/// CpAsync16 to a shared-memory address (`dst`, as SmemAddress gives it).
+__device__ __forceinline__ void CpAsync16(uint32_t dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+               "r"(valid ? 16 : 0)
+               : "memory");
+}
+/// cp.async of 8 bytes global -> shared (through L1; `src` 8-byte aligned), zero-filled when
+/// `valid` is false (`src` must still be mapped). Completes at CpAsyncWait.
+__device__ __forceinline__ void CpAsync8(void* dst_shared, const void* src, bool valid) {
+  const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst_shared));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(d), "l"(src),
+               "r"(valid ? 8 : 0)
+               : "memory");
+}
 /// cp.async of 4 bytes global -> shared (through L1; `src` 4-byte aligned). Completes at
 /// CpAsyncWait.
 __device__ __forceinline__ void CpAsync4(void* dst_shared, const void* src) {

@@ -6,7 +6,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <initializer_list>
+#include <utility>
 #include <vector>
 
 #include "kernels/cpu/attention.h"
@@ -278,6 +280,109 @@ TEST(CudaAttention, TensorCoresV4Fp8Kv) {
   uint64_t seed = 30;
   RunHeadDim512Cases(KvFormat::kV4Fp8, {AttentionTcKernel::kAuto, AttentionTcKernel::kMma}, seed);
   RunAttention({7, 4, 128, 64, 128, 64, KvFormat::kV4Fp8, true}, seed++);
+}
+
+// The tensor-core kernels' V4 fp8 widening, value by value: each code under each scale byte
+// becomes exactly bf16(DecodeE4M3(code) x DecodeUe8m0(scale)) (the bit path's scales 1 .. 134 and
+// the cvt path's 0 and 135 .. 254), bf16 rope values pass unchanged, and rows holding a
+// non-finite value (a NaN scale, NaN codes under it, or an infinite product) give NaN like the
+// CPU. A query's 512 entries all name one row (q = 0, sink -inf): every P is 1, the output is
+// 512 x the row / 512, exact (zeros lose their sign; values of 2^119 and more overflow the sum
+// to infinity), and every buffer position of the producer's pipeline (4 pairs:
+// both buffers, both halves) widens the row. Rows hold seven 64-code blocks: all 256 codes (the
+// NaN codes only under the NaN scale, as StoreV4Kv writes them) for every scale byte.
+TEST(CudaAttention, V4Fp8ValuesWidenExactly) {
+  NW_REQUIRE_GPU();
+  constexpr int D = 512, kRope = 64, kNope = D - kRope, H = 3;
+  const V4KvLayout layout{D, kRope, 64};
+  // Blocks (scale byte, first code) in row order, seven a row.
+  std::vector<std::pair<int, int>> blocks;
+  for (int sc = 0; sc < 256; ++sc) {
+    for (int c0 = 0; c0 < 256; c0 += 64) blocks.emplace_back(sc, c0);
+  }
+  const int64_t rows = (static_cast<int64_t>(blocks.size()) + 6) / 7;
+  const int64_t pages = (rows + 63) / 64;
+  std::vector<uint8_t> cache(static_cast<size_t>(pages * layout.PageBytes()), 0);
+  std::vector<float> want(static_cast<size_t>(rows * D));
+  std::vector<bool> finite(static_cast<size_t>(rows), true);
+  for (int64_t r = 0; r < rows; ++r) {
+    uint8_t* base = cache.data() + (r / 64) * layout.PageBytes();
+    uint8_t* data = base + (r % 64) * layout.TokenBytes();
+    uint8_t* scales = base + 64 * layout.TokenBytes() + (r % 64) * layout.ScaleStride();
+    for (int b = 0; b < 7; ++b) {
+      const size_t bi = static_cast<size_t>(r * 7 + b);
+      const auto [sc, c0] = bi < blocks.size() ? blocks[bi] : std::make_pair(127, 0);
+      scales[b] = static_cast<uint8_t>(sc);
+      for (int d = 0; d < 64; ++d) {
+        int code = c0 + d;
+        if ((code & 0x7F) == 0x7F && sc != 0xFF) code -= 1;  // NaN codes only under a NaN scale
+        data[64 * b + d] = static_cast<uint8_t>(code);
+        const float v = quant::RoundBf16(quant::DecodeE4M3(static_cast<uint8_t>(code)) *
+                                         quant::DecodeUe8m0(static_cast<uint8_t>(sc)));
+        want[static_cast<size_t>(r * D + 64 * b + d)] = v;
+        if (!std::isfinite(v)) finite[static_cast<size_t>(r)] = false;
+      }
+    }
+    for (int d = 0; d < kRope; ++d) {  // finite bf16 patterns of both signs, subnormals included
+      const uint16_t bits = static_cast<uint16_t>(((r * kRope + d) * 40503) & 0xFFFF);
+      const uint16_t rope = (bits & 0x7F80) == 0x7F80 ? static_cast<uint16_t>(bits ^ 0x4000) : bits;
+      std::memcpy(data + kNope + 2 * d, &rope, 2);
+      want[static_cast<size_t>(r * D + kNope + d)] = quant::Bf16BitsToFloat(rope);
+    }
+  }
+  // Query i reads row i through 128 window entries and 384 selected ones.
+  const int64_t m = rows;
+  std::vector<int32_t> idx0(static_cast<size_t>(m * 128)), idx1(static_cast<size_t>(m * 384));
+  for (int64_t i = 0; i < m; ++i) {
+    std::fill_n(idx0.begin() + i * 128, 128, static_cast<int32_t>(i));
+    std::fill_n(idx1.begin() + i * 384, 384, static_cast<int32_t>(i));
+  }
+  Guarded<uint8_t> dcache(cache);
+  Guarded<int32_t> didx0(idx0), didx1(idx1);
+  Guarded<uint16_t> dq(std::vector<uint16_t>(static_cast<size_t>(m * H * D), 0));
+  Guarded<float> dsink(std::vector<float>(H, -INFINITY)), dout(static_cast<size_t>(m * H * D));
+  for (AttentionTcKernel kernel : {AttentionTcKernel::kAuto, AttentionTcKernel::kMma}) {
+    SCOPED_TRACE(::testing::Message() << "tc kernel " << static_cast<int>(kernel));
+    SparseAttentionParams p;
+    p.q = dq.get();
+    p.q_bf16 = true;
+    p.sink = dsink.get();
+    p.out = dout.get();
+    p.m = m;
+    p.n_heads = H;
+    p.head_dim = D;
+    p.scale = 1.0f / std::sqrt(static_cast<float>(D));
+    p.kv_format = KvFormat::kV4Fp8;
+    p.kv_layout = layout;
+    p.sets[0] = {dcache.get(), rows, didx0.get(), nullptr, 128};
+    p.sets[1] = {dcache.get(), rows, didx1.get(), nullptr, 384};
+    p.tc_kernel = kernel;
+    NW_ASSERT_OK(LaunchSparseAttention(p, nullptr));
+    NW_ASSERT_SYNC();
+    const std::vector<float> got = dout.Download();
+    int64_t bad = 0, nan_rows = 0;
+    for (int64_t i = 0; i < m; ++i) {
+      if (!finite[static_cast<size_t>(i)]) ++nan_rows;
+      for (int h = 0; h < H; ++h) {
+        for (int d = 0; d < D; ++d) {
+          const float g = got[static_cast<size_t>((i * H + h) * D + d)];
+          // 512 x a value of 2^119 or more overflows to infinity (and stays infinite).
+          const float v = want[static_cast<size_t>(i * D + d)], big = v * 512.0f;
+          const float w = std::isinf(big) ? big : v;
+          // (== : an output sums +0 and the row's values, so a -0 value comes out +0.)
+          const bool ok = finite[static_cast<size_t>(i)] ? g == w : std::isnan(g);
+          if (!ok && bad++ < 5) {
+            ADD_FAILURE() << "row " << i << " head " << h << " dim " << d << ": got " << g
+                          << ", want " << (finite[static_cast<size_t>(i)] ? w : NAN);
+          }
+        }
+      }
+    }
+    EXPECT_EQ(bad, 0);
+    EXPECT_GT(nan_rows, 0);
+    EXPECT_LT(nan_rows, m / 2);
+    EXPECT_TRUE(dout.GuardsIntact());
+  }
 }
 
 TEST(CudaAttention, RejectsBadParams) {
