@@ -9,6 +9,7 @@
 # Env: LENGTHS (default 2048,8192,32768,131072,1048576), JOBS (64: several jobs a length per
 # slot, as a campaign gives its slots), SLOTS (12), TORCH_MAX (32768),
 # CAP (seconds per length and implementation, 40), NW_TIMEOUT (seconds per bench run, 300),
+# TORCH_IMPLS (torch_baselines.py --impls: batch 1 and batch 8, "-b8", by default),
 # MIXED (1: also bench/run_gpu_busy.sh, `nw run bench/mixed-lengths.yaml --gpu-slots SLOTS` under
 # utilization sampling every 100 ms, the GPU-busy fraction of a mixed-length campaign; needs
 # .device/bin/nw), PERF (1, when .device/bin/cuda_backend_ops_test is there: the V4-Flash-shape
@@ -37,6 +38,7 @@ if [ "${BF16:-1}" = 1 ]; then
   extra=("$OUT/needlework-bf16-slots.json")
 fi
 python3 bench/torch_baselines.py --prompts "$P" --model models/tiny-v4 --out "$OUT/torch.json" \
+  --impls "${TORCH_IMPLS:-hf-bf16,hf-fp32,v4-bf16,v4-fp32,hf-bf16-b8,v4-bf16-b8}" \
   --max-length "${TORCH_MAX:-32768}" --time-cap "${CAP:-40}" 2>&1 | grep -v "^\[transformers\]" |
   tee -a "$OUT/throughput.log"
 python3 bench/throughput_table.py "$OUT/torch.json" "$OUT/needlework.json" \

@@ -1,6 +1,7 @@
 """Markdown table from gpu_throughput_bench --json and torch_baselines.py --out (same prompts):
 needles/s per length and implementation, and the ratio of needlework's best column to the best
-of each baseline.
+of each baseline at batch 1 and, where batched baselines ran ("-bN" implementations), to the best
+of each baseline at any batch.
 
   python3 bench/throughput_table.py TORCH.json NEEDLEWORK.json [NEEDLEWORK_SLOTS_K.json ...]
 """
@@ -8,6 +9,7 @@ of each baseline.
 from __future__ import annotations
 
 import json
+import re
 import sys
 
 
@@ -34,7 +36,11 @@ def main() -> None:
         r0 = run["rows"][0]
         prec = r0.get("precision", "fp32")
         head.append(f"needlework `{r0['backend']}` {prec}, {r0.get('slots', 1)} slot(s)")
-    head += [f"`{i}`" for i in impls] + ["vs best HF", "vs best v4.py"]
+    batched = any(re.search(r"-b\d+$", i) for i in impls)
+    ratios = [("hf", False, "vs best HF"), ("v4", False, "vs best v4.py")]
+    if batched:
+        ratios += [("hf", True, "vs best HF, any batch"), ("v4", True, "vs best v4.py, any batch")]
+    head += [f"`{i}`" for i in impls] + [name for _, _, name in ratios]
     print("| " + " | ".join(head) + " |")
     print("|" + "---:|" * len(head))
     for length in lengths:
@@ -42,10 +48,11 @@ def main() -> None:
         cells = [f"{length:,}"] + [cell(r) for r in rows]
         cells += [cell(by.get((i, length))) for i in impls]
         ours = max((r["needles_per_s"] for r in rows if r and "needles_per_s" in r), default=None)
-        for fam in ("hf", "v4"):
+        for fam, any_batch, _ in ratios:
             best = max(
                 (by[(i, length)]["needles_per_s"] for i in impls
-                 if i.startswith(fam) and "needles_per_s" in by.get((i, length), {})),
+                 if i.startswith(fam) and (any_batch or not re.search(r"-b\d+$", i))
+                 and "needles_per_s" in by.get((i, length), {})),
                 default=None,
             )
             cells.append(f"{ours / best:.1f}x" if ours and best else "-")
@@ -53,7 +60,7 @@ def main() -> None:
     print()
     print("cells: needles/s (found or passed / judged); needlework runs the product path (prompt "
           "build, greedy decode up to the stop token, scoring); the baselines one teacher-forced "
-          "forward per needle.")
+          "forward per needle (\"-bN\": N needles of a length in one forward).")
 
 
 if __name__ == "__main__":

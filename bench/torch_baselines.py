@@ -3,7 +3,10 @@ prompts bench/gpu_throughput_bench exported (--export DIR), on the same GPU in t
 
 One judged needle = one forward over prompt + answer tokens (teacher forcing: found when every
 answer position's argmax is the next answer token, which equals greedy decoding), batch 1, as the
-issue's figures count it. Per implementation and length: needles/s over the timed prompts (after
+issue's figures count it. An implementation name with a "-bN" suffix (v4-bf16-b8) runs N prompts
+of a length in one forward, right-padded to the longest: both models are causal (window,
+compressed blocks and indexer see only earlier positions), so padding after a prompt changes
+none of its logits; the issue's v4.py figures include batch 8. Per implementation and length: needles/s over the timed prompts (after
 one untimed warm-up forward), found count, peak GPU memory. A length stops early once --time-cap
 seconds are spent; an out-of-memory error is recorded as such.
 
@@ -16,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import time
 
@@ -64,6 +68,12 @@ class V4:
             return self.model(ids, Control(sparse=True))
 
 
+def split_batch(impl: str) -> tuple[str, int]:
+    """("v4-bf16", 8) for "v4-bf16-b8"; batch 1 without the suffix."""
+    m = re.fullmatch(r"(.+)-b(\d+)", impl)
+    return (m.group(1), int(m.group(2))) if m else (impl, 1)
+
+
 def make(impl: str, model_dir: str):
     if impl == "hf-bf16":
         return Hf(model_dir, torch.bfloat16)
@@ -77,19 +87,27 @@ def make(impl: str, model_dir: str):
 
 
 @torch.no_grad()
-def judge(m, r: dict) -> bool:
-    seq = torch.tensor(r["seq"], device="cuda").unsqueeze(0)
-    logits = m.logits(seq[:, :-1])
-    p0 = r["prompt_len"] - 1
-    pred = logits[0, p0:].argmax(-1)
-    return bool((pred == seq[0, p0 + 1 :]).all())
+def judge(m, rs: list[dict]) -> int:
+    """Needles found among rs, judged in one forward (right-padded with token 0)."""
+    width = max(len(r["seq"]) for r in rs) - 1
+    ids = torch.zeros((len(rs), width), dtype=torch.int64)
+    for i, r in enumerate(rs):
+        ids[i, : len(r["seq"]) - 1] = torch.from_numpy(r["seq"][:-1])
+    logits = m.logits(ids.to("cuda"))
+    found = 0
+    for i, r in enumerate(rs):
+        p0, end = r["prompt_len"] - 1, len(r["seq"]) - 1
+        pred = logits[i, p0:end].argmax(-1).cpu().numpy()
+        found += int((pred == r["seq"][p0 + 1 :]).all())
+    return found
 
 
 def run(impl: str, model_dir: str, prompts: dict[int, list[dict]], cap: float) -> list[dict]:
     torch.backends.cuda.matmul.allow_tf32 = False
     rows = []
+    base, batch = split_batch(impl)
     try:
-        m = make(impl, model_dir)
+        m = make(base, model_dir)
     except Exception as e:  # noqa: BLE001 - recorded, the other implementations still run
         return [{"impl": impl, "error": f"load: {type(e).__name__}: {e}"}]
     for length, rs in prompts.items():
@@ -97,18 +115,20 @@ def run(impl: str, model_dir: str, prompts: dict[int, list[dict]], cap: float) -
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
         try:
-            judge(m, rs[0])  # warm-up
+            judge(m, rs[:batch])  # warm-up
             torch.cuda.synchronize()
             t0 = time.perf_counter()
             found = n = 0
-            for r in rs:
-                found += judge(m, r)
-                n += 1
+            for k in range(0, len(rs), batch):
+                group = rs[k : k + batch]
+                found += judge(m, group)
+                n += len(group)
                 torch.cuda.synchronize()
                 if time.perf_counter() - t0 > cap:
                     break
             wall = time.perf_counter() - t0
             row.update(
+                batch=batch,
                 n=n,
                 found=found,
                 wall_s=wall,
