@@ -267,16 +267,16 @@ __device__ __forceinline__ void WidenHalfV4(unsigned char* buf, const unsigned c
       }
     }
   };
-  using One = std::integral_constant<int, 1>;
   using Two = std::integral_constant<int, 2>;
-  // A run with no hazard, a piece at a time.
+  // A run with no hazard, its pieces at once (one scale test a run, the loads and the widening
+  // interleaved: 2-3 % faster than a piece at a time, session 23 call 9).
   auto run_free = [&](int k0, int count) {
-#pragma unroll
-    for (int n = 0; n < 4; ++n) {
-      if (n < count) {
-        const uint4 v = load(k0 + n);
-        store(&v, k0 + n, One{});
-      }
+    if (count == 4) {
+      const uint4 v[4] = {load(k0), load(k0 + 1), load(k0 + 2), load(k0 + 3)};
+      store(v, k0, std::integral_constant<int, 4>{});
+    } else {
+      const uint4 v[2] = {load(k0), load(k0 + 1)};
+      store(v, k0, Two{});
     }
   };
   // A run into the atom it is read from: both pieces read, the barrier, then written.
