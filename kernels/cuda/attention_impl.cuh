@@ -43,6 +43,32 @@ __device__ __forceinline__ float Exp2Approx(float x) {
   return y;
 }
 
+/// Scales a thread's S accumulators of kJ n8 column groups (the wgmma / m16n8 layout: group j
+/// holds columns 8 j + 2 t4 and + 1 of rows r0 and r1) by scale2, masks the columns `valid(e)`
+/// rejects to -inf, and returns the rows' maxima over the quad (mx0, mx1).
+template <int kJ, class Valid>
+__device__ __forceinline__ void ScaleMaskRowMax(float (&s)[4 * kJ], float scale2, int t4,
+                                                Valid valid, float& mx0, float& mx1) {
+  mx0 = -INFINITY;
+  mx1 = -INFINITY;
+#pragma unroll
+  for (int j = 0; j < kJ; ++j) {
+    const int e = 8 * j + 2 * t4;
+    const bool v0 = valid(e), v1 = valid(e + 1);
+    s[4 * j] = v0 ? s[4 * j] * scale2 : -INFINITY;
+    s[4 * j + 1] = v1 ? s[4 * j + 1] * scale2 : -INFINITY;
+    s[4 * j + 2] = v0 ? s[4 * j + 2] * scale2 : -INFINITY;
+    s[4 * j + 3] = v1 ? s[4 * j + 3] * scale2 : -INFINITY;
+    mx0 = fmaxf(mx0, fmaxf(s[4 * j], s[4 * j + 1]));
+    mx1 = fmaxf(mx1, fmaxf(s[4 * j + 2], s[4 * j + 3]));
+  }
+#pragma unroll
+  for (int off = 1; off < 4; off <<= 1) {
+    mx0 = fmaxf(mx0, __shfl_xor_sync(kFullMask, mx0, off));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(kFullMask, mx1, off));
+  }
+}
+
 /// One online-softmax step (base 2) for a thread's two rows of a tensor-core tile: s[n] holds the
 /// scaled, masked logits of row 0 in s[n][0..1] and of row 1 in s[n][2..3] (the m16n8 / wgmma
 /// accumulator layout), mn0 / mn1 the rows' new maxima. Turns s into the probabilities, adds

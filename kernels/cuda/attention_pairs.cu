@@ -432,30 +432,6 @@ __device__ __forceinline__ void ProducePairsV4(const SparseAttentionParams& p, i
   CpAsyncWaitAll();  // no copy outlives the block
 }
 
-// Scales this thread's S of a tile (scale2) and masks skipped entries (bit e of `live`) to -inf;
-// returns the row maxima over the warpgroup's quad.
-__device__ __forceinline__ void ScaleMaskMax(float (&s)[32], uint64_t live, float scale2, int t4,
-                                             float& mx0, float& mx1) {
-  mx0 = -INFINITY;
-  mx1 = -INFINITY;
-#pragma unroll
-  for (int j = 0; j < 8; ++j) {
-    const int e = 8 * j + 2 * t4;
-    const bool v0 = (live >> e) & 1u, v1 = (live >> (e + 1)) & 1u;
-    s[4 * j] = v0 ? s[4 * j] * scale2 : -INFINITY;
-    s[4 * j + 1] = v1 ? s[4 * j + 1] * scale2 : -INFINITY;
-    s[4 * j + 2] = v0 ? s[4 * j + 2] * scale2 : -INFINITY;
-    s[4 * j + 3] = v1 ? s[4 * j + 3] * scale2 : -INFINITY;
-    mx0 = fmaxf(mx0, fmaxf(s[4 * j], s[4 * j + 1]));
-    mx1 = fmaxf(mx1, fmaxf(s[4 * j + 2], s[4 * j + 3]));
-  }
-#pragma unroll
-  for (int off = 1; off < 4; off <<= 1) {
-    mx0 = fmaxf(mx0, __shfl_xor_sync(kFullMask, mx0, off));
-    mx1 = fmaxf(mx1, __shfl_xor_sync(kFullMask, mx1, off));
-  }
-}
-
 // P (bf16 pairs) as the A fragments of the tile's four k16 steps.
 __device__ __forceinline__ void PackP(const float (&s)[32], uint32_t (&a)[4][4]) {
 #pragma unroll
@@ -606,7 +582,9 @@ __global__ void __launch_bounds__(kThreads, 1) SparseAttentionPairsKernel(Sparse
     const uint32_t parity = static_cast<uint32_t>(b & 1);
     if (c == 0) {
       float mx0, mx1;
-      ScaleMaskMax(s, *reinterpret_cast<volatile const uint64_t*>(live), scale2, t4, mx0, mx1);
+      const uint64_t bits = *reinterpret_cast<volatile const uint64_t*>(live);
+      ScaleMaskRowMax<8>(
+          s, scale2, t4, [&](int e) { return ((bits >> e) & 1u) != 0; }, mx0, mx1);
       const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
       SoftmaxStep(reinterpret_cast<float(&)[8][4]>(s), reinterpret_cast<float(&)[32][4]>(o), mn0,
                   mn1, m0, m1, l0, l1);
@@ -682,7 +660,9 @@ __global__ void __launch_bounds__(kThreads, 1) SparseAttentionPairsKernel(Sparse
       WgmmaWait<0>();
       WgmmaFenceOperands(s);
       float mx0, mx1;
-      ScaleMaskMax(s, *reinterpret_cast<volatile const uint64_t*>(live), scale2, t4, mx0, mx1);
+      const uint64_t bits = *reinterpret_cast<volatile const uint64_t*>(live);
+      ScaleMaskRowMax<8>(
+          s, scale2, t4, [&](int e) { return ((bits >> e) & 1u) != 0; }, mx0, mx1);
       NamedBarrierSync(kBarMax0, 256);
       const float mn0 = fmaxf(smax[r0], mx0), mn1 = fmaxf(smax[r1], mx1);
       __syncwarp();  // the quad has read smax before its lane 0 writes it

@@ -249,24 +249,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int e = 0; e < 16; ++e) s[e] += s_odd[e];
 
     // Scale and mask; row maxima over this warpgroup's entries, then over both.
-    const int64_t* rows = s_row[t % 3];
-    float mx0 = -INFINITY, mx1 = -INFINITY;
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int e = 32 * c + 8 * j + 2 * t4;
-      const bool v0 = rows[e] >= 0, v1 = rows[e + 1] >= 0;
-      s[4 * j] = v0 ? s[4 * j] * scale2 : -INFINITY;
-      s[4 * j + 1] = v1 ? s[4 * j + 1] * scale2 : -INFINITY;
-      s[4 * j + 2] = v0 ? s[4 * j + 2] * scale2 : -INFINITY;
-      s[4 * j + 3] = v1 ? s[4 * j + 3] * scale2 : -INFINITY;
-      mx0 = fmaxf(mx0, fmaxf(s[4 * j], s[4 * j + 1]));
-      mx1 = fmaxf(mx1, fmaxf(s[4 * j + 2], s[4 * j + 3]));
-    }
-#pragma unroll
-    for (int off = 1; off < 4; off <<= 1) {
-      mx0 = fmaxf(mx0, __shfl_xor_sync(kFullMask, mx0, off));
-      mx1 = fmaxf(mx1, __shfl_xor_sync(kFullMask, mx1, off));
-    }
+    const int64_t* rows = s_row[t % 3] + 32 * c;
+    float mx0, mx1;
+    ScaleMaskRowMax<4>(
+        s, scale2, t4, [&](int e) { return rows[e] >= 0; }, mx0, mx1);
     if (t4 == 0) {
       smax[c][r0] = mx0;
       smax[c][r1] = mx1;
@@ -509,23 +495,9 @@ __global__ void __launch_bounds__(kThreads, 1) SparseAttentionSplitKernel(Sparse
 
     // Scale and mask; row maxima over the 64 entries.
     const RowPtr* rows = ring[t % kRing];
-    float mx0 = -INFINITY, mx1 = -INFINITY;
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      const int e = 8 * j + 2 * t4;
-      const bool v0 = rows[e] != nullptr, v1 = rows[e + 1] != nullptr;
-      s[4 * j] = v0 ? s[4 * j] * scale2 : -INFINITY;
-      s[4 * j + 1] = v1 ? s[4 * j + 1] * scale2 : -INFINITY;
-      s[4 * j + 2] = v0 ? s[4 * j + 2] * scale2 : -INFINITY;
-      s[4 * j + 3] = v1 ? s[4 * j + 3] * scale2 : -INFINITY;
-      mx0 = fmaxf(mx0, fmaxf(s[4 * j], s[4 * j + 1]));
-      mx1 = fmaxf(mx1, fmaxf(s[4 * j + 2], s[4 * j + 3]));
-    }
-#pragma unroll
-    for (int off = 1; off < 4; off <<= 1) {
-      mx0 = fmaxf(mx0, __shfl_xor_sync(kFullMask, mx0, off));
-      mx1 = fmaxf(mx1, __shfl_xor_sync(kFullMask, mx1, off));
-    }
+    float mx0, mx1;
+    ScaleMaskRowMax<8>(
+        s, scale2, t4, [&](int e) { return rows[e] != nullptr; }, mx0, mx1);
     SoftmaxStep(reinterpret_cast<float(&)[8][4]>(s), reinterpret_cast<float(&)[32][4]>(o),
                 fmaxf(m0, mx0), fmaxf(m1, mx1), m0, m1, l0, l1);
 #pragma unroll
