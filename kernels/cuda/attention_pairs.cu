@@ -559,7 +559,7 @@ __global__ void __launch_bounds__(kThreads, 1) SparseAttentionPairsKernel(Sparse
     WgmmaFence();
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
-      WgmmaM64N256K16Bf16TransB(o, DescPlus(dp_other, kk * 32), DescPlus(dv_other, kk * 2048));
+      WgmmaM64N256K16Bf16<1>(o, DescPlus(dp_other, kk * 32), DescPlus(dv_other, kk * 2048), 1);
     }
     WgmmaCommit();
   };

@@ -220,6 +220,9 @@ __device__ __forceinline__ void WgmmaFenceOperands(uint32_t (&a)[kN]) {
 /// descriptors), fp32 accumulators; `accumulate` 0 overwrites d. Thread t of the warpgroup holds,
 /// for n8 block j, d[4 j + {0, 1}] at row 16 (t / 32) + (t % 32) / 4, columns 8 j + 2 (t % 4) +
 /// {0, 1}, and d[4 j + {2, 3}] eight rows lower.
+/// kTransB 1: B[16 x 256] in shared memory MN-major instead (as WgmmaM64N256K16Bf16RegA's), for
+/// d += A B with A K-major.
+template <int kTransB = 0>
 __device__ __forceinline__ void WgmmaM64N256K16Bf16(float (&d)[128], uint64_t a, uint64_t b,
                                                     int accumulate) {
   asm volatile(
@@ -229,10 +232,10 @@ __device__ __forceinline__ void WgmmaM64N256K16Bf16(float (&d)[128], uint64_t a,
       "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 "
       "{" NW_WGMMA_D128_TEXT
       "},"
-      " %128, %129, p, 1, 1, 0, 0;\n"
+      " %128, %129, p, 1, 1, 0, %131;\n"
       "}\n"
       : NW_WGMMA_D128_OPERANDS
-      : "l"(a), "l"(b), "r"(accumulate));
+      : "l"(a), "l"(b), "r"(accumulate), "n"(kTransB));
 }
 
 /// d[64 x 32] (+)= A[64 x 16] * B[32 x 16]^T, bf16 operands in shared memory (K-major
@@ -294,23 +297,6 @@ __device__ __forceinline__ void WgmmaM64N256K16Bf16RegA(float (&d)[128], const u
       "}\n"
       : NW_WGMMA_D128_OPERANDS
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
-}
-
-/// d[64 x 256] += A[64 x 16] * B[16 x 256]: A bf16 in shared memory K-major (SW128, as
-/// WgmmaM64N256K16Bf16's), B bf16 in shared memory MN-major (as WgmmaM64N256K16Bf16RegA's), fp32
-/// accumulators laid out as WgmmaM64N256K16Bf16's.
-__device__ __forceinline__ void WgmmaM64N256K16Bf16TransB(float (&d)[128], uint64_t a, uint64_t b) {
-  asm volatile(
-      "{\n"
-      ".reg .pred p;\n"
-      "setp.ne.b32 p, %130, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 "
-      "{" NW_WGMMA_D128_TEXT
-      "},"
-      " %128, %129, p, 1, 1, 0, 1;\n"
-      "}\n"
-      : NW_WGMMA_D128_OPERANDS
-      : "l"(a), "l"(b), "r"(1));
 }
 
 /// d[64 x kN] (+)= A[64 x 16] * B[kN x 16]^T for kN = 16, 32 or 64: A from registers (laid out
